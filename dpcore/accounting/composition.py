@@ -1,0 +1,54 @@
+"""Composition of a dataset's ledger entries into one (ε, δ) spend.
+
+Two bounds are valid and the smaller is reported:
+- RDP composition: add the curves of the entries that have one, convert at the remaining δ
+  (the budget's δ minus the δ's of entries known only as (ε, δ)), then add those entries' ε;
+- basic composition: Σε at Σδ, usable when Σδ does not pass the budget's δ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one release costs: (ε, δ) and, when known, its RDP curve on ``ORDERS``."""
+
+    epsilon: float
+    delta: float
+    rdp: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise ValueError(f"cost epsilon must be finite and >= 0, got {self.epsilon}")
+        if not 0 <= self.delta < 1:
+            raise ValueError(f"cost delta must be in [0, 1), got {self.delta}")
+        if self.rdp is not None and len(self.rdp) != len(ORDERS):
+            raise ValueError(f"cost rdp needs {len(ORDERS)} values, got {len(self.rdp)}")
+
+
+def compose_epsilon(costs: Sequence[Cost], *, delta: float) -> float:
+    """The smallest valid ε of running every cost, at total ``delta`` (inf if none fits)."""
+    if not costs:
+        return 0.0
+    bounds = [math.inf]
+
+    total_delta = math.fsum(c.delta for c in costs)
+    if total_delta <= delta:
+        bounds.append(math.fsum(c.epsilon for c in costs))
+
+    with_curve = [c for c in costs if c.rdp is not None]
+    without = [c for c in costs if c.rdp is None]
+    delta_left = delta - math.fsum(c.delta for c in without)
+    if with_curve and delta_left > 0:
+        curve = np.sum([np.asarray(c.rdp, dtype=np.float64) for c in with_curve], axis=0)
+        rdp_eps = epsilon_from_rdp(curve.tolist(), delta=delta_left)
+        bounds.append(rdp_eps + math.fsum(c.epsilon for c in without))
+    return min(bounds)

@@ -1,0 +1,1 @@
+"""Release mechanisms (torch; CUDA when available, else CPU)."""

@@ -1,0 +1,29 @@
+"""Samplers whose distribution is exactly what the accountants assume."""
+
+from __future__ import annotations
+
+import torch
+
+
+def uniform_subsets(
+    n: int, size: int, count: int, *, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """``count`` independent subsets of ``size`` distinct indices from range(n), each uniform.
+
+    Small subsets (birthday regime) use rejection: draw ``size`` indices with replacement and
+    redraw rows with a repeat; every ordered tuple of distinct indices is then equally likely,
+    so the set is uniform. Large subsets take the ``size`` smallest of n i.i.d. float64
+    uniform keys, uniform up to ties (probability below n²·2⁻⁵⁴ per subset).
+    """
+    if not 1 <= size <= n:
+        raise ValueError(f"subset size must be in [1, {n}], got {size}")
+    if size * size <= n:
+        out = torch.randint(0, n, (count, size), generator=generator, device=device)
+        while True:
+            ordered, _ = out.sort(dim=1)
+            bad = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1).nonzero().flatten()
+            if bad.numel() == 0:
+                return out
+            out[bad] = torch.randint(0, n, (bad.numel(), size), generator=generator, device=device)
+    keys = torch.rand((count, n), generator=generator, device=device, dtype=torch.float64)
+    return keys.topk(size, dim=1, largest=False).indices

@@ -1,0 +1,23 @@
+"""Preprocessing that uses only public, owner-declared facts (bounds and the label set)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def scale_to_unit(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Map every feature from its declared [lo, hi] to [0, 1] (values are clipped first)."""
+    X = np.clip(np.asarray(X, dtype=np.float64), lo, hi)
+    return (X - lo) / (hi - lo)
+
+
+def clip_rows_l2(X: np.ndarray, max_norm: float = 1.0) -> np.ndarray:
+    """Scale each row down to L2 norm ≤ max_norm; rows already inside are unchanged."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X / np.maximum(norms / max_norm, 1.0)
+
+
+def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    out = np.zeros((labels.shape[0], n_classes), dtype=np.float64)
+    out[np.arange(labels.shape[0]), labels] = 1.0
+    return out

@@ -1,0 +1,585 @@
+"""The ``dprelease`` command-line client.
+
+Every command prints its result as JSON (indent 2) on stdout so scripts can parse it; human
+messages and the progress bar go to stderr. Failures print ``error: <message>`` (plus the
+error's detail as JSON when there is one) on stderr and exit with status 1.
+
+The API client is created lazily by :meth:`CliState.api`, so a subcommand that never calls it
+(an offline one) needs neither a key nor a reachable server. Tests inject an HTTP client with
+``runner.invoke(cli, args, obj=CliState(http=httpx.Client(transport=...)))``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import click
+import httpx
+from tqdm import tqdm
+
+from dprelease_cli.client import ApiClient, ApiError
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+NO_KEY_MESSAGE = "no API key: pass --key or set DPRELEASE_KEY"
+ROLES = ("owner", "analyst", "admin")
+FORMATS = ("npz", "csv", "parquet")
+TERMINAL_STATUSES = frozenset({"succeeded", "failed"})
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- plumbing ------------------------------------------------------------------------------
+
+
+class CliError(click.ClickException):
+    """A failure shown as ``error: <message>`` (+ detail JSON) with exit status 1."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or {}
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.message}", file=file, err=True)
+        if self.detail:
+            click.echo(json.dumps(self.detail, indent=2), file=file, err=True)
+
+
+@dataclass
+class CliState:
+    """What the global options resolve to; passed to subcommands as the click ``obj``."""
+
+    url: str = DEFAULT_URL
+    key: str | None = None
+    http: httpx.Client | None = None
+    _api: ApiClient | None = None
+
+    def api(self) -> ApiClient:
+        """The API client; resolving the key only here keeps offline subcommands key-free."""
+        if self._api is None:
+            key = self.key or _key_from_home()
+            if not key:
+                raise CliError(NO_KEY_MESSAGE)
+            self._api = ApiClient(base_url=self.url, api_key=key, http=self.http)
+        return self._api
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+
+def _key_from_home() -> str | None:
+    path = Path(os.environ.get("DPRELEASE_HOME") or "./var") / "admin.key"
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CliError(f"cannot read API key file {path}: {exc}") from exc
+    return key or None
+
+
+class _Group(click.Group):
+    """Turns API errors raised anywhere below into :class:`CliError`."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ApiError as exc:
+            raise CliError(exc.message, detail=exc.detail) from exc
+
+
+def emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+# -- option parsing ------------------------------------------------------------------------
+
+
+def parse_value(text: str) -> int | float | str:
+    """``-p`` values: an int, else a finite float, else the string as given."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def parse_params(items: Sequence[str]) -> dict[str, int | float | str]:
+    params: dict[str, int | float | str] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="-p/--param")
+        if key in params:
+            raise click.BadParameter(f"{key!r} given twice", param_hint="-p/--param")
+        params[key] = parse_value(raw)
+    return params
+
+
+def _json_option(text: str | None, *, hint: str, kinds: tuple[type, ...]) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=hint) from exc
+    if not isinstance(value, kinds):
+        names = " or ".join("a list" if k is list else "an object" for k in kinds)
+        raise click.BadParameter(f"must be {names}", param_hint=hint)
+    return value
+
+
+def release_options(func: F) -> F:
+    """The options shared by ``release`` and ``preview``."""
+    options = [
+        click.option("--mechanism", default="dpmix", show_default=True, help="Mechanism name."),
+        click.option(
+            "-p",
+            "--param",
+            "params",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Mechanism parameter (repeatable); values parse as int, float, else string.",
+        ),
+        click.option("--epsilon", type=float, help="Target ε (the service calibrates noise)."),
+        click.option("--sigma-x", type=float, help="Explicit feature noise σx (instead of ε)."),
+        click.option("--sigma-y", type=float, help="Explicit label noise σy (with --sigma-x)."),
+        click.option("--noise-ratio", type=float, help="σy/σx ratio used when calibrating."),
+        click.option("--delta", type=float, help="δ at which ε is measured."),
+        click.option("--accountant", help="Privacy accountant to use."),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default="npz",
+            show_default=True,
+            help="Artifact format.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_release_body(
+    dataset_id: str,
+    *,
+    mechanism: str,
+    params: Sequence[str],
+    epsilon: float | None,
+    sigma_x: float | None,
+    sigma_y: float | None,
+    noise_ratio: float | None,
+    delta: float | None,
+    accountant: str | None,
+    fmt: str,
+) -> dict[str, Any]:
+    if (epsilon is None) == (sigma_x is None):
+        raise click.UsageError("give exactly one of --epsilon or --sigma-x")
+    if sigma_y is not None and sigma_x is None:
+        raise click.UsageError("--sigma-y needs --sigma-x")
+    body: dict[str, Any] = {
+        "dataset_id": dataset_id,
+        "mechanism": mechanism,
+        "params": parse_params(params),
+        "format": fmt,
+    }
+    if epsilon is not None:
+        body["epsilon"] = epsilon
+    if sigma_x is not None:
+        noise: dict[str, float] = {"sigma_x": sigma_x}
+        if sigma_y is not None:
+            noise["sigma_y"] = sigma_y
+        body["noise"] = noise
+    if noise_ratio is not None:
+        body["noise_ratio"] = noise_ratio
+    if delta is not None:
+        body["delta"] = delta
+    if accountant is not None:
+        body["accountant"] = accountant
+    return body
+
+
+# -- the group -----------------------------------------------------------------------------
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url",
+    envvar="DPRELEASE_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    show_envvar=True,
+    help="Base URL of the dprelease API.",
+)
+@click.option(
+    "--key",
+    envvar="DPRELEASE_KEY",
+    show_envvar=True,
+    help="API key; if unset, ${DPRELEASE_HOME:-./var}/admin.key is read when it exists.",
+)
+@click.pass_context
+def cli(ctx: click.Context, url: str, key: str | None) -> None:
+    """Client for the dprelease differentially private release service.
+
+    Results are printed as JSON on stdout; messages and progress go to stderr.
+    """
+    state = ctx.ensure_object(CliState)
+    state.url = url
+    state.key = key
+    ctx.call_on_close(state.close)
+
+
+# -- identity ------------------------------------------------------------------------------
+
+
+@cli.group()
+def keys() -> None:
+    """Manage API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True, help="Name of the new principal/key.")
+@click.option("--role", required=True, type=click.Choice(ROLES), help="Role of the new key.")
+@pass_state
+def keys_create(state: CliState, name: str, role: str) -> None:
+    """Create an API key (the key is shown once)."""
+    created = state.api().create_api_key(name=name, role=role)
+    say("store the key now: it cannot be shown again")
+    emit(created)
+
+
+@cli.command()
+@pass_state
+def whoami(state: CliState) -> None:
+    """Show the principal the key belongs to."""
+    emit(state.api().me())
+
+
+# -- datasets ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Dataset name.")
+@click.option("--label-column", help="CSV/Parquet: the column holding the labels.")
+@click.option(
+    "--feature-range",
+    type=(float, float),
+    metavar="LO HI",
+    help="Public bounds for every feature.",
+)
+@click.option(
+    "--feature-range-json",
+    metavar="JSON",
+    help="Per-column bounds, e.g. '{\"age\": [0, 120]}' (or a [lo, hi] list).",
+)
+@click.option("--classes", metavar="JSON_LIST", help="Declared label set, e.g. '[0, 1]'.")
+@click.option("--epsilon", type=float, required=True, help="Total ε budget of the dataset.")
+@click.option("--delta", type=float, required=True, help="δ of the dataset's budget.")
+@pass_state
+def upload(
+    state: CliState,
+    file: Path,
+    name: str,
+    label_column: str | None,
+    feature_range: tuple[float, float] | None,
+    feature_range_json: str | None,
+    classes: str | None,
+    epsilon: float,
+    delta: float,
+) -> None:
+    """Upload a dataset FILE (npz, csv or parquet) with its public metadata and budget."""
+    if (feature_range is None) == (feature_range_json is None):
+        raise click.UsageError("give exactly one of --feature-range or --feature-range-json")
+    fr: Any = (
+        list(feature_range)
+        if feature_range is not None
+        else _json_option(feature_range_json, hint="--feature-range-json", kinds=(list, dict))
+    )
+    metadata: dict[str, Any] = {"name": name, "feature_range": fr}
+    if label_column is not None:
+        metadata["label_column"] = label_column
+    declared = _json_option(classes, hint="--classes", kinds=(list,))
+    if declared is not None:
+        metadata["classes"] = declared
+    metadata["budget"] = {"epsilon": epsilon, "delta": delta}
+    api = state.api()
+    say(f"uploading {file} ({file.stat().st_size} bytes)")
+    with file.open("rb") as fh:
+        dataset = api.upload_dataset(fh, filename=file.name, metadata=metadata)
+    clipped = dataset.get("clipped_values")
+    if clipped:
+        say(f"note: {clipped} feature values were outside feature_range and were clipped")
+    emit(dataset)
+
+
+@cli.command()
+@click.argument("dataset_id", required=False)
+@pass_state
+def datasets(state: CliState, dataset_id: str | None) -> None:
+    """List datasets, or show DATASET_ID."""
+    api = state.api()
+    emit(api.get_dataset(dataset_id) if dataset_id else api.list_datasets())
+
+
+@cli.command()
+@click.argument("dataset_id")
+@click.argument("principal_id")
+@pass_state
+def grant(state: CliState, dataset_id: str, principal_id: str) -> None:
+    """Let PRINCIPAL_ID (an analyst) request releases of DATASET_ID."""
+    emit(state.api().grant(dataset_id, principal_id))
+
+
+# -- releases ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("dataset_id")
+@release_options
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Wait for the release to finish."
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Download the artifact here once it succeeds (needs --wait).",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between status polls.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help="Give up waiting after this many seconds (the release keeps running).",
+)
+@pass_state
+def release(
+    state: CliState,
+    dataset_id: str,
+    mechanism: str,
+    params: tuple[str, ...],
+    epsilon: float | None,
+    sigma_x: float | None,
+    sigma_y: float | None,
+    noise_ratio: float | None,
+    delta: float | None,
+    accountant: str | None,
+    fmt: str,
+    wait: bool,
+    output: Path | None,
+    poll_interval: float,
+    timeout: float | None,
+) -> None:
+    """Request a release of DATASET_ID, wait for it and optionally download it."""
+    if output is not None and not wait:
+        raise click.UsageError("--output needs --wait")
+    body = build_release_body(
+        dataset_id,
+        mechanism=mechanism,
+        params=params,
+        epsilon=epsilon,
+        sigma_x=sigma_x,
+        sigma_y=sigma_y,
+        noise_ratio=noise_ratio,
+        delta=delta,
+        accountant=accountant,
+        fmt=fmt,
+    )
+    api = state.api()
+    created = api.create_release(body)
+    say(f"release {created.get('id')} {created.get('status')}")
+    if not wait:
+        emit(created)
+        return
+    final = _wait_for(api, created, poll_interval=poll_interval, timeout=timeout)
+    if final.get("status") == "failed":
+        emit(final)
+        raise CliError(f"release {final.get('id')} failed: {_describe_error(final.get('error'))}")
+    if output is not None:
+        _download(api, final, output)
+    emit(final)
+
+
+def _describe_error(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or json.dumps(error))
+    return str(error) if error else "no reason given"
+
+
+def _wait_for(
+    api: ApiClient, release: dict[str, Any], *, poll_interval: float, timeout: float | None
+) -> dict[str, Any]:
+    """Poll until the release is succeeded or failed, showing progress on stderr."""
+    release_id = str(release.get("id"))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bar = tqdm(
+        total=100,
+        desc=f"release {release_id}",
+        file=sys.stderr,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}",
+        dynamic_ncols=True,
+    )
+    try:
+        while True:
+            _show_progress(bar, release)
+            if release.get("status") in TERMINAL_STATUSES:
+                return release
+            if deadline is not None and time.monotonic() >= deadline:
+                emit(release)
+                raise CliError(
+                    f"timed out after {timeout:g}s waiting for release {release_id} "
+                    f"(status: {release.get('status')}); it keeps running on the server, "
+                    f"check it with: dprelease status {release_id}"
+                )
+            time.sleep(poll_interval)
+            release = api.get_release(release_id)
+    except KeyboardInterrupt:
+        bar.close()
+        say(
+            f"stopped waiting; release {release_id} keeps running on the server "
+            f"(dprelease status {release_id})"
+        )
+        raise click.exceptions.Exit(130) from None
+    finally:
+        bar.close()
+
+
+def _show_progress(bar: Any, release: dict[str, Any]) -> None:
+    status = release.get("status")
+    progress = release.get("progress")
+    fraction = float(progress) if isinstance(progress, int | float) else 0.0
+    if status == "succeeded":
+        fraction = 1.0
+    bar.n = round(min(max(fraction, 0.0), 1.0) * 100)
+    bar.set_postfix_str(str(status), refresh=False)
+    bar.refresh()
+
+
+def _download(api: ApiClient, release: dict[str, Any], output: Path) -> dict[str, Any]:
+    release_id = str(release.get("id"))
+    artifact = release.get("artifact")
+    expected = artifact.get("sha256") if isinstance(artifact, dict) else None
+    if not expected:
+        raise CliError(
+            f"release {release_id} has no artifact to download (status: {release.get('status')})",
+            detail={"status": release.get("status"), "progress": release.get("progress")},
+        )
+    try:
+        result = api.download_release(release_id, output, expected_sha256=expected).as_json()
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc}") from exc
+    say(f"wrote {result['path']} ({result['bytes']} bytes, sha256 verified)")
+    return result
+
+
+@cli.command()
+@click.argument("dataset_id")
+@release_options
+@pass_state
+def preview(
+    state: CliState,
+    dataset_id: str,
+    mechanism: str,
+    params: tuple[str, ...],
+    epsilon: float | None,
+    sigma_x: float | None,
+    sigma_y: float | None,
+    noise_ratio: float | None,
+    delta: float | None,
+    accountant: str | None,
+    fmt: str,
+) -> None:
+    """Show the noise and budget charge a release would have, without running it."""
+    body = build_release_body(
+        dataset_id,
+        mechanism=mechanism,
+        params=params,
+        epsilon=epsilon,
+        sigma_x=sigma_x,
+        sigma_y=sigma_y,
+        noise_ratio=noise_ratio,
+        delta=delta,
+        accountant=accountant,
+        fmt=fmt,
+    )
+    emit(state.api().preview_release(body))
+
+
+@cli.command()
+@click.argument("release_id")
+@pass_state
+def status(state: CliState, release_id: str) -> None:
+    """Show release RELEASE_ID."""
+    emit(state.api().get_release(release_id))
+
+
+@cli.command()
+@click.option("--dataset-id", help="Only releases of this dataset.")
+@pass_state
+def releases(state: CliState, dataset_id: str | None) -> None:
+    """List releases."""
+    emit(state.api().list_releases(dataset_id=dataset_id))
+
+
+@cli.command()
+@click.argument("release_id")
+@click.option(
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the artifact (atomically).",
+)
+@pass_state
+def download(state: CliState, release_id: str, output: Path) -> None:
+    """Download the artifact of RELEASE_ID, verifying its sha256."""
+    api = state.api()
+    emit(_download(api, api.get_release(release_id), output))
+
+
+# -- budgets -------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("dataset_id", required=False)
+@pass_state
+def budgets(state: CliState, dataset_id: str | None) -> None:
+    """List budgets, or show the ledger of DATASET_ID."""
+    api = state.api()
+    emit(api.get_budget(dataset_id) if dataset_id else api.list_budgets())
+
+
+def main() -> None:
+    cli.main(prog_name="dprelease")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Object-level access: who may see which dataset and release.
+
+Owners see their own datasets and releases; analysts see releases of datasets they were
+granted; admins read everything. Anything else answers 404, exactly like a missing id.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.auth.schemas import Role
+from service.errors import NotFound
+from service.models import Dataset, Grant, Principal, Release
+
+
+def has_grant(session: Session, *, dataset_id: str, principal_id: str) -> bool:
+    stmt = select(Grant.id).where(
+        Grant.dataset_id == dataset_id, Grant.principal_id == principal_id
+    )
+    return session.scalars(stmt).first() is not None
+
+
+def granted_dataset_ids(session: Session, *, principal_id: str) -> list[str]:
+    stmt = select(Grant.dataset_id).where(Grant.principal_id == principal_id)
+    return list(session.scalars(stmt))
+
+
+def can_read_dataset(session: Session, *, principal: Principal, dataset: Dataset) -> bool:
+    if principal.role == Role.admin:
+        return True
+    if principal.role == Role.owner:
+        return dataset.owner_id == principal.id
+    return has_grant(session, dataset_id=dataset.id, principal_id=principal.id)
+
+
+def dataset_for(
+    session: Session, *, principal: Principal, dataset_id: str, manage: bool = False
+) -> Dataset:
+    """The dataset if the caller may read it (or, with ``manage``, act as its owner)."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    allowed = (
+        dataset.owner_id == principal.id
+        if manage
+        else can_read_dataset(session, principal=principal, dataset=dataset)
+    )
+    if not allowed:
+        raise NotFound(f"dataset {dataset_id} not found")
+    return dataset
+
+
+def release_for(session: Session, *, principal: Principal, release_id: str) -> Release:
+    release = session.get(Release, release_id)
+    if release is None:
+        raise NotFound(f"release {release_id} not found")
+    dataset = session.get(Dataset, release.dataset_id)
+    if dataset is None or not can_read_dataset(session, principal=principal, dataset=dataset):
+        raise NotFound(f"release {release_id} not found")
+    return release

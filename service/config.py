@@ -1,0 +1,89 @@
+"""The one settings class (environment prefix ``DPRELEASE_``).
+
+Embedded mode is what you get with no configuration: a SQLite ledger and an object store in a
+local directory under ``DPRELEASE_HOME``, with jobs run in-process by the same task code the
+Celery worker runs. Real mode is selected by pointing the database at Postgres; it then refuses
+the embedded conveniences that would be unsafe in production (a generated admin key, a local
+object store, in-process jobs).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DPRELEASE_", extra="ignore")
+
+    home: Path = Field(default=Path("var"), description="Data directory of the embedded mode")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; unset: SQLite under home (embedded mode)"
+    )
+    celery_broker_url: str | None = Field(
+        default=None, description="Celery broker (Redis); unset: jobs run in-process"
+    )
+    s3_endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint")
+    s3_bucket: str | None = Field(default=None, description="Bucket for raw data and releases")
+    s3_public_endpoint_url: str | None = Field(
+        default=None, description="Endpoint put in presigned download URLs (default: endpoint)"
+    )
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_presign_seconds: int = Field(default=900, gt=0, le=7 * 24 * 3600)
+    admin_key: SecretStr | None = Field(
+        default=None, description="The first admin API key; generated in embedded mode if unset"
+    )
+    max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    max_release_samples: int = Field(default=10_000_000, gt=0)
+    task_max_attempts: int = Field(default=3, ge=1, le=10)
+    run_migrations: bool = Field(default=True, description="Apply migrations at start")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Where mechanisms run: CUDA when present under auto"
+    )
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None or self.database_url.startswith("sqlite")
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'dprelease.db').resolve()}"
+
+    @property
+    def uses_s3(self) -> bool:
+        return self.s3_endpoint_url is not None or self.s3_bucket is not None
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_defaults(self) -> Settings:
+        if self.uses_s3 and not self.s3_bucket:
+            raise ValueError("DPRELEASE_S3_BUCKET is required when S3 is configured")
+        if self.embedded:
+            return self
+        problems = []
+        if self.admin_key is None:
+            problems.append("DPRELEASE_ADMIN_KEY must be set (no generated key outside embedded)")
+        elif len(self.admin_key.get_secret_value()) < 32:
+            problems.append("DPRELEASE_ADMIN_KEY must be at least 32 characters")
+        if not self.uses_s3:
+            problems.append("DPRELEASE_S3_BUCKET (and endpoint) must be set: workers need S3")
+        if not self.celery_broker_url:
+            problems.append("DPRELEASE_CELERY_BROKER_URL must be set outside embedded mode")
+        if problems:
+            raise ValueError("unsafe configuration for real mode: " + "; ".join(problems))
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, UploadFile, status
+
+from service.datasets import service
+from service.datasets.schemas import DatasetList, DatasetOut, GrantIn, GrantOut
+from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service.errors import InvalidInput
+from service.errors_http import responses
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+
+_READ_CHUNK = 1 << 20
+
+
+async def _read_limited(upload: UploadFile, limit: int) -> bytes:
+    # Read at most limit + 1 bytes: enough to know the file is too large without holding it.
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await upload.read(_READ_CHUNK)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise InvalidInput(f"file is larger than the limit of {limit} bytes")
+    return b"".join(parts)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(401, 403, 422),
+    summary="Upload a dataset (CSV, Parquet or NPZ) with its public bounds and budget",
+)
+async def create_dataset(
+    file: Annotated[UploadFile, File(description="CSV, Parquet or NPZ (arrays X and y)")],
+    metadata: Annotated[str, Form(description="JSON: name, label_column, feature_range, …")],
+    session: SessionDep,
+    owner: OwnerDep,
+    runtime: RuntimeDep,
+) -> DatasetOut:
+    limit = runtime.settings.max_upload_bytes
+    content = await _read_limited(file, limit)
+    dataset = service.create(
+        session,
+        principal=owner,
+        content=content,
+        filename=file.filename or "",
+        metadata_json=metadata,
+        max_bytes=limit,
+        store=runtime.store,
+    )
+    return service.to_out(session, dataset)
+
+
+@router.get("", responses=responses(401), summary="Datasets this key may see")
+def list_datasets(session: SessionDep, principal: PrincipalDep) -> DatasetList:
+    datasets = service.list_visible(session, principal=principal)
+    return DatasetList(items=[service.to_out(session, d) for d in datasets])
+
+
+@router.get("/{dataset_id}", responses=responses(401, 404), summary="One dataset")
+def get_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+    dataset = service.get(session, principal=principal, dataset_id=dataset_id)
+    return service.to_out(session, dataset)
+
+
+@router.post(
+    "/{dataset_id}/grants",
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(401, 403, 404, 422),
+    summary="Let an analyst list and download this dataset's releases (owner)",
+)
+def create_grant(dataset_id: str, body: GrantIn, session: SessionDep, owner: OwnerDep) -> GrantOut:
+    return service.grant(
+        session, principal=owner, dataset_id=dataset_id, analyst_id=body.principal_id
+    )

@@ -1,0 +1,389 @@
+"""Turn an uploaded CSV, Parquet or NPZ file into a clipped feature matrix and label indices.
+
+Pure functions of the upload and its metadata: no I/O, no framework. Every problem with the
+upload raises ``InvalidInput`` with a message that says what to fix.
+
+Positions in messages: CSV/Parquet rows are counted from 1 over data rows (the header is not a
+row); NPZ positions are numpy's 0-based indices, written ``X[i]`` and ``y[i]``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from service.datasets.schemas import DatasetMetadata, Range
+from service.errors import InvalidInput
+
+SUPPORTED_FORMATS = ("csv", "parquet", "npz")
+_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
+
+Label = int | str
+Where = Callable[[int], str]  # 0-based position -> "in row 4" / "at y[3]"
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing ndarray fields has no single truth value
+class ParsedDataset:
+    X: np.ndarray  # float64 (n, d), already clipped into [lo, hi]
+    feature_shape: tuple[int, ...]
+    feature_names: list[str]
+    labels: np.ndarray  # int64 (n,), index into `classes`
+    classes: list[Label]
+    classes_declared: bool
+    lo: np.ndarray  # float64 (d,)
+    hi: np.ndarray  # float64 (d,)
+    clipped_values: int
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+
+def detect_format(filename: str) -> str:
+    fmt = _EXTENSIONS.get(PurePath(filename).suffix.lower())
+    if fmt is None:
+        raise InvalidInput(
+            f"cannot tell the format of {filename!r} from its extension; supported formats: "
+            f"{', '.join(SUPPORTED_FORMATS)} (file names ending in {', '.join(_EXTENSIONS)})"
+        )
+    return fmt
+
+
+def parse_dataset(
+    *, content: bytes, filename: str, metadata: DatasetMetadata, max_bytes: int
+) -> ParsedDataset:
+    """Validate and parse one upload.
+
+    CSV/Parquet: ``metadata.label_column`` names the label column; every other column is a
+    feature, in file order. NPZ: arrays ``X`` (n, ...) and ``y`` (n,); features are ``X``
+    flattened per record and named "0", "1", ….
+
+    Matching labels to declared ``classes``: Parquet and NPZ compare by value *and* type, so
+    the label 3 matches a declared 3 but not a declared "3". CSV has no types: when any
+    declared class is a string the label column is read as text (so "001" stays "001"),
+    otherwise integer-looking labels are ints; and whenever CSV labels end up as text they are
+    compared with ``str()`` of each declared class. Whole-number float labels (1.0) are ints.
+    """
+    fmt = detect_format(filename)
+    if len(content) > max_bytes:
+        raise InvalidInput(
+            f"file is {len(content)} bytes; the limit is {max_bytes} bytes",
+            detail={"size_bytes": len(content), "limit_bytes": max_bytes},
+        )
+    if not content:
+        raise InvalidInput("file is empty")
+
+    declared = metadata.classes
+    if fmt == "npz":
+        X, feature_shape, raw_labels, where = _read_npz(content, max_bytes)
+        names = [str(i) for i in range(X.shape[1])]
+        as_text = False
+    else:
+        read_text = declared is not None and any(isinstance(c, str) for c in declared)
+        X, names, raw_labels, where = _read_table(
+            content, fmt, metadata.label_column, fmt == "csv" and read_text, max_bytes
+        )
+        feature_shape = (X.shape[1],)
+        as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
+
+    labels, classes = _index_labels(raw_labels, declared, where, as_text)
+    lo, hi = _bounds(metadata.feature_range, names)
+    # lo < hi (schema-checked), so the two counts never overlap.
+    clipped = int(np.count_nonzero(lo > X)) + int(np.count_nonzero(hi < X))
+    np.clip(X, lo, hi, out=X)  # X is always a fresh copy, never a view of the upload
+    return ParsedDataset(
+        X=X,
+        feature_shape=feature_shape,
+        feature_names=names,
+        labels=labels,
+        classes=classes,
+        classes_declared=declared is not None,
+        lo=lo,
+        hi=hi,
+        clipped_values=clipped,
+    )
+
+
+# --- readers ---------------------------------------------------------------------------------
+
+
+def _unreadable(fmt: str, exc: BaseException) -> InvalidInput:
+    lines = str(exc).strip().splitlines()
+    reason = lines[0][:200] if lines else type(exc).__name__
+    return InvalidInput(f"file could not be read as {fmt}: {reason}")
+
+
+def _read_table(
+    content: bytes, fmt: str, label: str | None, as_text: bool, max_bytes: int
+) -> tuple[np.ndarray, list[str], np.ndarray, Where]:
+    if label is None:
+        raise InvalidInput(f"{fmt} uploads need `label_column`: the name of the label column")
+    try:
+        if fmt == "csv":
+            df = pd.read_csv(io.BytesIO(content), dtype={label: str} if as_text else None)
+        else:
+            parquet_file = pq.ParquetFile(io.BytesIO(content))
+            fields = parquet_file.schema_arrow.names
+            if len(set(fields)) != len(fields):
+                dup = next(f for f in fields if fields.count(f) > 1)
+                raise InvalidInput(f"column name {dup!r} appears more than once")
+            meta = parquet_file.metadata
+            # Parquet compresses well, so bound what decoding may allocate before doing it: no
+            # more values than max_bytes, which an uncompressed upload could not exceed either.
+            cells = meta.num_rows * meta.num_columns
+            if cells > max_bytes:
+                raise InvalidInput(
+                    f"file holds {meta.num_rows} rows x {meta.num_columns} columns = {cells} "
+                    f"values; the limit is {max_bytes} values"
+                )
+            df = pq.read_table(io.BytesIO(content)).to_pandas()
+    except (InvalidInput, MemoryError):
+        raise
+    except Exception as exc:  # whatever a parser raises on bad bytes is the file's fault
+        raise _unreadable(fmt, exc) from exc
+
+    columns = [str(c) for c in df.columns]
+    if label not in columns:
+        raise InvalidInput(
+            f"label column {label!r} is not in the file; its columns are {_some(columns)}"
+        )
+    if len(df) == 0:
+        raise InvalidInput("file has no rows")
+    df.columns = pd.Index(columns)
+    names = [c for c in columns if c != label]
+    if not names:
+        raise InvalidInput(f"file has no feature columns besides the label column {label!r}")
+
+    X = np.empty((len(df), len(names)), dtype=np.float64)
+    for j, name in enumerate(names):
+        column = df[name]
+        X[:, j] = column.to_numpy() if column.dtype.kind in "iuf" else _coerce(column, name)
+    finite = np.isfinite(X)
+    if not finite.all():
+        j = int(np.argmax(~finite.all(axis=0)))
+        i = int(np.argmax(~finite[:, j]))
+        problem = "is missing a value" if np.isnan(X[i, j]) else "holds an infinite value"
+        raise InvalidInput(f"column {names[j]!r} {problem} in row {i + 1}")
+
+    return X, names, _table_labels(df[label], label), _row_position
+
+
+def _coerce(column: pd.Series, name: str) -> np.ndarray:
+    """Numbers out of a column pandas did not type as numeric (text, objects, bools, dates)."""
+    if column.dtype.kind == "b":
+        raise InvalidInput(f"column {name!r} holds booleans; encode them as 0/1")
+    values = column.to_numpy(dtype=object)
+    out = np.empty(len(values), dtype=np.float64)
+    # Stops at the first bad value, so a rejected column costs only up to that row.
+    for i, v in enumerate(values):
+        if isinstance(v, bool | np.bool_):
+            raise InvalidInput(f"column {name!r} holds booleans (row {i + 1}); encode them as 0/1")
+        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+            out[i] = np.nan  # reported as a missing value by the caller
+            continue
+        try:
+            out[i] = float(v)
+        except (TypeError, ValueError):
+            raise InvalidInput(
+                f"column {name!r} holds non-numeric values (first bad row {i + 1}: {_short(v)})"
+            ) from None
+    return out
+
+
+def _table_labels(column: pd.Series, name: str) -> np.ndarray:
+    missing = column.isna().to_numpy()
+    if missing.any():
+        raise InvalidInput(
+            f"label column {name!r} is missing a value in row {int(np.argmax(missing)) + 1}"
+        )
+    kind = column.dtype.kind
+    if kind == "b":
+        raise InvalidInput(f"label column {name!r} holds booleans; use integers or strings")
+    if kind in "iu":
+        return column.to_numpy(dtype=np.int64)
+    if kind == "f":
+        return _whole(column.to_numpy(), _row_position)
+    values = column.to_numpy(dtype=object)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise InvalidInput(
+                f"label column {name!r} holds {type(v).__name__} values (row {i + 1}: "
+                f"{_short(v)}); labels must be integers or strings"
+            )
+    return values
+
+
+def _read_npz(
+    content: bytes, max_bytes: int
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, Where]:
+    if not zipfile.is_zipfile(io.BytesIO(content)):
+        reason = (
+            "it is a single .npy array; save X and y together with numpy.savez(f, X=..., y=...)"
+            if content.startswith(b"\x93NUMPY")
+            else "it is not a zip archive"
+        )
+        raise InvalidInput(f"file could not be read as npz: {reason}")
+    try:
+        with np.load(io.BytesIO(content), allow_pickle=False) as npz:
+            missing = [k for k in ("X", "y") if k not in npz.files]
+            if missing:
+                raise InvalidInput(
+                    f"npz file has no array named {' or '.join(map(repr, missing))}; it needs "
+                    f"'X' (features) and 'y' (labels) and holds {_some(npz.files)}"
+                )
+            members = set(npz.zip.namelist())
+            size = sum(
+                npz.zip.getinfo(f"{k}.npy" if f"{k}.npy" in members else k).file_size
+                for k in ("X", "y")
+            )
+            # Compression must not let an upload expand past what an uncompressed one may hold.
+            if size > max_bytes:
+                raise InvalidInput(
+                    f"arrays X and y take {size} bytes uncompressed; the limit is {max_bytes} bytes"
+                )
+            X, y = npz["X"], npz["y"]
+    except (InvalidInput, MemoryError):
+        raise
+    except Exception as exc:  # whatever numpy/zipfile raise on bad bytes is the file's fault
+        raise _unreadable("npz", exc) from exc
+
+    for key, arr in (("X", X), ("y", y)):
+        if not isinstance(arr, np.ndarray):
+            raise InvalidInput(f"file could not be read as npz: member {key!r} is not a .npy array")
+    if X.dtype.kind == "b":
+        raise InvalidInput("X holds booleans; store them as 0/1 integers")
+    if X.dtype.kind not in "iuf":
+        raise InvalidInput(f"X must hold integers or floats, not {X.dtype}")
+    if X.ndim < 2:
+        raise InvalidInput(
+            f"X must have shape (n, features...) with one row per record; got shape {X.shape}"
+        )
+    if y.ndim != 1:
+        raise InvalidInput(f"y must be 1-D with one label per row of X; got shape {y.shape}")
+    n = X.shape[0]
+    if n != y.shape[0]:
+        raise InvalidInput(f"X has {n} rows but y has {y.shape[0]} labels")
+    if n == 0:
+        raise InvalidInput("file has no rows (X and y are empty)")
+    feature_shape = tuple(int(s) for s in X.shape[1:])
+    if math.prod(feature_shape) == 0:
+        raise InvalidInput(f"X has no features: shape {X.shape}")
+
+    features = X.reshape(n, -1).astype(np.float64)  # a copy: clipping may write to it
+    if X.dtype.kind == "f":
+        bad = ~np.isfinite(features)
+        if bad.any():
+            i, j = divmod(int(np.argmax(bad)), features.shape[1])
+            raise InvalidInput(f"X[{i}] holds NaN or infinity (flat feature index {j})")
+
+    if y.dtype.kind in "iu":
+        labels = y.astype(np.int64)
+    elif y.dtype.kind == "f":
+        labels = _whole(y, _y_position)
+    elif y.dtype.kind == "U":
+        labels = y
+    else:
+        raise InvalidInput(f"y must hold integers or strings (numpy 'U' dtype), not {y.dtype}")
+    return features, feature_shape, labels, _y_position
+
+
+def _y_position(i: int) -> str:
+    return f"at y[{i}]"
+
+
+def _row_position(i: int) -> str:
+    return f"in row {i + 1}"
+
+
+# --- labels and bounds -----------------------------------------------------------------------
+
+
+def _whole(values: np.ndarray, where: Where) -> np.ndarray:
+    """Float labels as int64, provided every one is a whole number."""
+    bad = ~np.isfinite(values) | (np.abs(values) >= 2.0**63)
+    bad[~bad] = values[~bad] != np.round(values[~bad])
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidInput(
+            f"label {values[i].item()!r} {where(i)} is not a whole number; "
+            "labels must be integers or strings"
+        )
+    return values.astype(np.int64)
+
+
+def _index_labels(
+    raw: np.ndarray, declared: Sequence[Label] | None, where: Where, as_text: bool
+) -> tuple[np.ndarray, list[Label]]:
+    uniques, inverse = np.unique(raw, return_inverse=True)
+    present: list[Label] = uniques.tolist()  # numpy scalars -> Python int / str
+    if declared is None:
+        if len(present) < 2:
+            raise InvalidInput(
+                f"found only one class ({present[0]!r}) among the labels; declare `classes` "
+                "to list every class, including those absent from this file"
+            )
+        return inverse.reshape(-1).astype(np.int64), present
+
+    position = {str(c) if as_text else c: k for k, c in enumerate(declared)}
+    lookup = np.array([position.get(u, -1) for u in present], dtype=np.int64)
+    labels = lookup[inverse.reshape(-1)]
+    unknown = labels < 0
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        label = raw[i].item() if isinstance(raw[i], np.generic) else raw[i]
+        hint = ""
+        if not as_text and not any(type(c) is type(label) for c in declared):
+            kinds = "strings" if isinstance(label, str) else "integers"
+            hint = f" (labels in this file are {kinds}; 3 and '3' are different classes)"
+        raise InvalidInput(
+            f"label {label!r} {where(i)} is not among the declared classes "
+            f"{_some(list(declared))}{hint}"
+        )
+    return labels, list(declared)
+
+
+def _bounds(
+    feature_range: Range | Mapping[str, Range], names: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(feature_range, Mapping):
+        lo, hi = feature_range
+        return np.full(len(names), lo, dtype=np.float64), np.full(len(names), hi, dtype=np.float64)
+    known = set(names)
+    missing = [n for n in names if n not in feature_range]
+    unknown = [k for k in feature_range if k not in known]
+    problems = []
+    if missing:
+        problems.append(f"no range for {len(missing)} feature(s): {_some(missing)}")
+    if unknown:
+        problems.append(f"{len(unknown)} name(s) that are not features: {_some(unknown)}")
+    if problems:
+        raise InvalidInput(
+            "feature_range must give [lo, hi] for every feature and nothing else; "
+            + "; ".join(problems)
+        )
+    pairs = np.array([feature_range[n] for n in names], dtype=np.float64)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def _some(items: Sequence[Any], limit: int = 10) -> str:
+    shown = ", ".join(repr(x) for x in items[:limit])
+    more = f", … ({len(items)} in all)" if len(items) > limit else ""
+    return f"[{shown}{more}]"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

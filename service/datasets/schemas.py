@@ -1,0 +1,120 @@
+"""Request and response bodies of the datasets domain."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ClassLabel = Annotated[int | str, Field(description="A class label as it appears in the file")]
+
+
+class Budget(BaseModel):
+    """A privacy budget (ε, δ) under replace-one neighbours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epsilon: float = Field(gt=0, description="Total ε the dataset may spend; finite, > 0")
+    delta: float = Field(gt=0, lt=1, description="δ at which every spend is measured; 0 < δ < 1")
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+Range = tuple[float, float]
+
+
+class DatasetMetadata(BaseModel):
+    """The JSON sent as the ``metadata`` part of ``POST /datasets``.
+
+    ``feature_range`` and ``classes`` are public facts declared by the owner; dprelease never
+    derives them from the data.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    label_column: str | None = Field(
+        default=None, description="CSV/Parquet: the column holding labels (required there)"
+    )
+    feature_range: Range | dict[str, Range] = Field(
+        description=(
+            "Public bounds [lo, hi] for every feature, or an object mapping every feature "
+            "column to its [lo, hi] (NPZ features are named by their flat index: '0', '1', …)"
+        )
+    )
+    classes: list[ClassLabel] | None = Field(
+        default=None,
+        description="The declared label set; when omitted, the labels present are recorded "
+        "as declared by the owner",
+    )
+    budget: Budget
+
+    @field_validator("feature_range")
+    @classmethod
+    def _ranges_valid(cls, value: Range | dict[str, Range]) -> Range | dict[str, Range]:
+        ranges = value.values() if isinstance(value, dict) else [value]
+        for lo, hi in ranges:
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise ValueError("feature_range bounds must be finite numbers")
+            if not lo < hi:
+                raise ValueError(f"feature_range needs lo < hi, got [{lo}, {hi}]")
+        if isinstance(value, dict) and not value:
+            raise ValueError("feature_range object must name at least one column")
+        return value
+
+    @model_validator(mode="after")
+    def _classes_distinct(self) -> DatasetMetadata:
+        if self.classes is not None:
+            if len(self.classes) < 2:
+                raise ValueError("classes must list at least two labels")
+            if len({str(c) for c in self.classes}) != len(self.classes):
+                raise ValueError("classes must be distinct")
+        return self
+
+
+class BudgetStatus(BaseModel):
+    epsilon: float
+    delta: float
+    spent: float = Field(description="ε of committed releases, composed at the budget's δ")
+    reserved: float = Field(description="ε of committed and in-flight releases, composed")
+    remaining: float = Field(description="budget ε minus the reserved total, rounded down")
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str
+    format: str
+    n_rows: int
+    n_features: int
+    feature_shape: list[int]
+    classes: list[ClassLabel]
+    classes_declared_by_owner: bool
+    sha256: str
+    size_bytes: int
+    clipped_values: int = Field(description="Feature values outside feature_range, clipped")
+    budget: BudgetStatus
+    created_at: datetime
+
+
+class DatasetList(BaseModel):
+    items: list[DatasetOut]
+
+
+class GrantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    principal_id: str = Field(description="The analyst principal to grant access to releases")
+
+
+class GrantOut(BaseModel):
+    id: str
+    dataset_id: str
+    principal_id: str
+    created_at: datetime

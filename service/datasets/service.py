@@ -1,0 +1,144 @@
+"""Upload, validation and reading of datasets."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from service.access import dataset_for, granted_dataset_ids
+from service.auth.schemas import Role
+from service.budgets import repository as budget_repository
+from service.budgets import service as ledger
+from service.datasets import repository
+from service.datasets.parsing import detect_format, parse_dataset
+from service.datasets.schemas import DatasetMetadata, DatasetOut, GrantOut
+from service.deps import on_rollback
+from service.errors import InvalidInput, NotFound
+from service.models import Dataset, Grant, Principal, new_id
+from service.storage import ObjectStore, sha256_hex
+
+
+def parse_metadata(raw: str) -> DatasetMetadata:
+    try:
+        payload = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
+    try:
+        return DatasetMetadata.model_validate(payload)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'metadata'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidInput(f"invalid metadata: {problems}") from exc
+
+
+def create(
+    session: Session,
+    *,
+    principal: Principal,
+    content: bytes,
+    filename: str,
+    metadata_json: str,
+    max_bytes: int,
+    store: ObjectStore,
+) -> Dataset:
+    """Validate everything first; store nothing unless all of it is usable."""
+    metadata = parse_metadata(metadata_json)
+    fmt = detect_format(filename)
+    parsed = parse_dataset(
+        content=content, filename=filename, metadata=metadata, max_bytes=max_bytes
+    )
+    dataset_id = new_id()
+    key = f"datasets/{dataset_id}/raw.{fmt}"
+    dataset = repository.add(
+        session,
+        Dataset(
+            id=dataset_id,
+            owner_id=principal.id,
+            name=metadata.name,
+            format=fmt,
+            filename=filename,
+            storage_key=key,
+            sha256=sha256_hex(content),
+            size_bytes=len(content),
+            n_rows=parsed.n_rows,
+            n_features=parsed.n_features,
+            feature_shape=list(parsed.feature_shape),
+            label_column=metadata.label_column,
+            classes=list(parsed.classes),
+            classes_declared=parsed.classes_declared,
+            feature_range=_jsonable_range(metadata),
+            clipped_values=parsed.clipped_values,
+        ),
+    )
+    budget_repository.add_budget(
+        session,
+        dataset_id=dataset_id,
+        epsilon=metadata.budget.epsilon,
+        delta=metadata.budget.delta,
+    )
+    store.put(key, content)
+    on_rollback(session, lambda: store.delete(key))
+    return dataset
+
+
+def _jsonable_range(metadata: DatasetMetadata) -> object:
+    fr = metadata.feature_range
+    if isinstance(fr, dict):
+        return {name: [lo, hi] for name, (lo, hi) in fr.items()}
+    return [fr[0], fr[1]]
+
+
+def to_out(session: Session, dataset: Dataset) -> DatasetOut:
+    budget = budget_repository.get_budget(session, dataset_id=dataset.id)
+    if budget is None:
+        raise NotFound(f"dataset {dataset.id} not found")
+    return DatasetOut(
+        id=dataset.id,
+        name=dataset.name,
+        format=dataset.format,
+        n_rows=dataset.n_rows,
+        n_features=dataset.n_features,
+        feature_shape=dataset.feature_shape,
+        classes=dataset.classes,
+        classes_declared_by_owner=dataset.classes_declared,
+        sha256=dataset.sha256,
+        size_bytes=dataset.size_bytes,
+        clipped_values=dataset.clipped_values,
+        budget=ledger.status_of(session, budget=budget),
+        created_at=dataset.created_at,
+    )
+
+
+def list_visible(session: Session, *, principal: Principal) -> list[Dataset]:
+    if principal.role == Role.admin:
+        return repository.list_by_ids(session, ids=None)
+    if principal.role == Role.owner:
+        return repository.list_owned(session, owner_id=principal.id)
+    return repository.list_by_ids(
+        session, ids=granted_dataset_ids(session, principal_id=principal.id)
+    )
+
+
+def get(session: Session, *, principal: Principal, dataset_id: str) -> Dataset:
+    return dataset_for(session, principal=principal, dataset_id=dataset_id)
+
+
+def grant(session: Session, *, principal: Principal, dataset_id: str, analyst_id: str) -> GrantOut:
+    dataset = dataset_for(session, principal=principal, dataset_id=dataset_id, manage=True)
+    analyst = repository.get_principal(session, principal_id=analyst_id)
+    if analyst is None or analyst.role != Role.analyst:
+        raise InvalidInput(f"principal {analyst_id} is not an analyst; grants go to analysts")
+    existing = repository.find_grant(session, dataset_id=dataset.id, principal_id=analyst_id)
+    row = existing or repository.add_grant(
+        session, Grant(dataset_id=dataset.id, principal_id=analyst_id, granted_by=principal.id)
+    )
+    return GrantOut(
+        id=row.id,
+        dataset_id=row.dataset_id,
+        principal_id=row.principal_id,
+        created_at=row.created_at,
+    )

@@ -1,0 +1,65 @@
+"""Typed errors raised by services and mapped to HTTP statuses at the request boundary.
+
+Every error carries a machine-readable ``code`` and a message a person can act on; some carry
+``detail`` (a JSON object) with the numbers behind the refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    status_code: ClassVar[int] = 400
+    code: ClassVar[str] = "bad_request"
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or {}
+
+
+class InvalidInput(ServiceError):
+    """Input that passed schema validation but is still unusable (422)."""
+
+    status_code = 422
+    code = "invalid_input"
+
+
+class NotAuthenticated(ServiceError):
+    status_code = 401
+    code = "not_authenticated"
+
+
+class Forbidden(ServiceError):
+    """The caller is known but its role may not do this (403)."""
+
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ServiceError):
+    """Missing, or belonging to another tenant: both answer 404 so ids leak nothing."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    code = "conflict"
+
+
+class BudgetExceeded(Conflict):
+    code = "budget_exceeded"
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class NotReady(Conflict):
+    """The release exists but has no artifact yet (409)."""
+
+    code = "not_ready"

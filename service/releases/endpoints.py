@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import FileResponse, RedirectResponse, Response
+
+from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service.errors import NotReady
+from service.errors_http import responses
+from service.releases import service
+from service.releases.schemas import PreviewOut, ReleaseList, ReleaseOut, ReleaseRequest
+
+router = APIRouter(prefix="/releases", tags=["releases"])
+
+_MEDIA = {
+    "npz": "application/octet-stream",
+    "csv": "text/csv",
+    "parquet": "application/vnd.apache.parquet",
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=responses(401, 403, 404, 409, 422),
+    summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
+)
+def create_release(
+    body: ReleaseRequest, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+) -> ReleaseOut:
+    release = service.create(
+        session,
+        principal=owner,
+        request=body,
+        settings=runtime.settings,
+        dispatcher=runtime.dispatcher,
+    )
+    return service.to_out(release)
+
+
+@router.post(
+    "/preview",
+    responses=responses(401, 403, 404, 422),
+    summary="What a release would cost and leave, without charging or storing anything",
+)
+def preview_release(
+    body: ReleaseRequest, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+) -> PreviewOut:
+    return service.preview(session, principal=owner, request=body, settings=runtime.settings)
+
+
+@router.get("", responses=responses(401, 404), summary="Releases this key may see")
+def list_releases(
+    session: SessionDep,
+    principal: PrincipalDep,
+    dataset_id: Annotated[str | None, Query()] = None,
+) -> ReleaseList:
+    return service.list_visible(session, principal=principal, dataset_id=dataset_id)
+
+
+@router.get("/{release_id}", responses=responses(401, 404), summary="Status of a release")
+def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
+    return service.to_out(service.get(session, principal=principal, release_id=release_id))
+
+
+@router.get(
+    "/{release_id}/download",
+    responses={
+        **responses(401, 404, 409),
+        200: {"description": "The release file (embedded mode)"},
+        307: {"description": "Redirect to a presigned URL of the object store"},
+    },
+    response_class=Response,
+    summary="Download a succeeded release",
+)
+def download_release(
+    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> Response:
+    release = service.get(session, principal=principal, release_id=release_id)
+    if release.status != "succeeded" or release.artifact_key is None:
+        raise NotReady(
+            f"release {release_id} has no artifact yet (status {release.status})",
+            detail={"status": release.status, "progress": release.progress},
+        )
+    filename = f"release-{release.id}.{release.format}"
+    url = runtime.store.presigned_url(release.artifact_key, filename=filename)
+    if url is not None:
+        return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+    path = runtime.store.local_path(release.artifact_key)
+    assert path is not None
+    return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)

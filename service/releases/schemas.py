@@ -1,0 +1,136 @@
+"""Release requests and responses. ``params`` names match ``dprelease account`` keys."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ReleaseStatus = Literal["queued", "running", "succeeded", "failed"]
+ReleaseFormat = Literal["npz", "csv", "parquet"]
+
+
+def _finite_positive(value: float | None, name: str) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0")
+    return value
+
+
+class DPMixParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")
+    n_samples: int = Field(ge=1, description="T: number of mixtures released")
+
+
+class NoiseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sigma_x: float = Field(description="Std of the Gaussian noise on (preprocessed) features")
+    sigma_y: float | None = Field(default=None, description="Label noise std (default: sigma_x)")
+
+    @field_validator("sigma_x", "sigma_y")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        return _finite_positive(value, "noise")
+
+
+class ReleaseRequest(BaseModel):
+    """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: str
+    mechanism: Literal["dpmix"]
+    params: DPMixParams
+    epsilon: float | None = Field(default=None, description="Target ε; calibration meets it")
+    delta: float | None = Field(
+        default=None, gt=0, lt=1, description="δ of this release (default: the budget's δ)"
+    )
+    noise: NoiseIn | None = None
+    noise_ratio: float | None = Field(
+        default=None, description="σ_y/σ_x when calibrating (default 1)"
+    )
+    accountant: Literal["tight"] = "tight"
+    format: ReleaseFormat = "npz"
+
+    @field_validator("epsilon", "noise_ratio")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        return _finite_positive(value, "epsilon and noise_ratio")
+
+    @model_validator(mode="after")
+    def _epsilon_xor_noise(self) -> ReleaseRequest:
+        if (self.epsilon is None) == (self.noise is None):
+            raise ValueError("give exactly one of 'epsilon' (calibrate) or 'noise' (report ε)")
+        if self.noise is not None and self.noise_ratio is not None:
+            raise ValueError("'noise_ratio' applies to calibration; with 'noise' set sigma_y")
+        return self
+
+
+class Noise(BaseModel):
+    sigma_x: float
+    sigma_y: float
+
+
+class Charge(BaseModel):
+    epsilon: float = Field(description="ε this release costs at its δ (a valid upper bound)")
+    delta: float
+
+
+class Artifact(BaseModel):
+    format: ReleaseFormat
+    bytes: int
+    sha256: str
+
+
+class Timings(BaseModel):
+    queued_seconds: float | None = None
+    run_seconds: float | None = None
+
+
+class ReleaseOut(BaseModel):
+    id: str
+    dataset_id: str
+    mechanism: str
+    params: dict[str, Any]
+    accountant: str
+    format: ReleaseFormat
+    status: ReleaseStatus
+    progress: float = Field(ge=0, le=1)
+    noise: Noise
+    charge: Charge
+    error: str | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    timings: Timings
+    artifact: Artifact | None
+
+
+class ReleaseList(BaseModel):
+    items: list[ReleaseOut]
+
+
+class BudgetPreview(BaseModel):
+    epsilon: float
+    delta: float
+    spent: float
+    reserved: float
+    remaining: float
+    total_after: float = Field(description="Composed spend if this release were admitted")
+    remaining_after: float
+    admissible: bool
+
+
+class PreviewOut(BaseModel):
+    dataset_id: str
+    mechanism: str
+    params: dict[str, Any]
+    accountant: str
+    noise: Noise
+    charge: Charge
+    budget: BudgetPreview

@@ -1,0 +1,204 @@
+"""Planning (calibration), admission and reading of releases."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from dpcore.accounting import Cost, epsilon_from_rdp
+from dpcore.accounting import dpmix as dpmix_accountant
+from dpcore.calibration import CalibrationError
+from service.access import dataset_for, granted_dataset_ids, release_for
+from service.budgets import repository as budget_repository
+from service.budgets import service as ledger
+from service.config import Settings
+from service.deps import after_commit
+from service.errors import InvalidInput, NotFound
+from service.models import Dataset, Principal, Release
+from service.releases import repository
+from service.releases.schemas import (
+    Artifact,
+    Charge,
+    Noise,
+    PreviewOut,
+    ReleaseList,
+    ReleaseOut,
+    ReleaseRequest,
+    Timings,
+)
+from service.runtime import Dispatcher
+
+
+@dataclass(frozen=True)
+class Plan:
+    dataset: Dataset
+    event: dpmix_accountant.DPMixEvent
+    cost: Cost
+    params: dict[str, Any]
+
+    @property
+    def noise(self) -> Noise:
+        return Noise(sigma_x=self.event.sigma_x, sigma_y=self.event.sigma_y)
+
+    @property
+    def charge(self) -> Charge:
+        return Charge(epsilon=self.cost.epsilon, delta=self.cost.delta)
+
+
+def plan(
+    session: Session, *, principal: Principal, request: ReleaseRequest, settings: Settings
+) -> Plan:
+    dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
+    budget = budget_repository.get_budget(session, dataset_id=dataset.id)
+    if budget is None:
+        raise NotFound(f"dataset {dataset.id} not found")
+    delta = request.delta if request.delta is not None else budget.delta
+    if delta > budget.delta:
+        raise InvalidInput(
+            f"delta {delta:g} is larger than the dataset's budget delta {budget.delta:g}"
+        )
+    params = request.params
+    if params.mixture_degree > dataset.n_rows:
+        raise InvalidInput(
+            f"mixture_degree {params.mixture_degree} exceeds the dataset's {dataset.n_rows} rows"
+        )
+    if params.n_samples > settings.max_release_samples:
+        raise InvalidInput(
+            f"n_samples {params.n_samples} exceeds this server's limit "
+            f"{settings.max_release_samples} (DPRELEASE_MAX_RELEASE_SAMPLES)"
+        )
+    common = {
+        "n": dataset.n_rows,
+        "mixture_degree": params.mixture_degree,
+        "n_samples": params.n_samples,
+    }
+    try:
+        if request.epsilon is not None:
+            # Aim just under the target so the charge, rounded up, still meets it.
+            target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
+            event = dpmix_accountant.calibrate(
+                **common, epsilon=target, delta=delta, noise_ratio=request.noise_ratio or 1.0
+            )
+        else:
+            assert request.noise is not None
+            sigma_y = request.noise.sigma_y or request.noise.sigma_x
+            event = dpmix_accountant.DPMixEvent(
+                **common, sigma_x=request.noise.sigma_x, sigma_y=sigma_y
+            )
+    except (CalibrationError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    rdp = event.rdp()
+    epsilon = ledger.round_up(epsilon_from_rdp(rdp, delta=delta))
+    if not math.isfinite(epsilon):
+        raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
+    cost = Cost(epsilon=epsilon, delta=delta, rdp=rdp)
+    return Plan(dataset=dataset, event=event, cost=cost, params=params.model_dump())
+
+
+def preview(
+    session: Session, *, principal: Principal, request: ReleaseRequest, settings: Settings
+) -> PreviewOut:
+    p = plan(session, principal=principal, request=request, settings=settings)
+    budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
+    return PreviewOut(
+        dataset_id=p.dataset.id,
+        mechanism=request.mechanism,
+        params=p.params,
+        accountant=request.accountant,
+        noise=p.noise,
+        charge=p.charge,
+        budget=budget,  # type: ignore[arg-type]
+    )
+
+
+def create(
+    session: Session,
+    *,
+    principal: Principal,
+    request: ReleaseRequest,
+    settings: Settings,
+    dispatcher: Dispatcher,
+) -> Release:
+    p = plan(session, principal=principal, request=request, settings=settings)
+    release = repository.add(
+        session,
+        Release(
+            dataset_id=p.dataset.id,
+            requested_by=principal.id,
+            mechanism=request.mechanism,
+            params=p.params,
+            accountant=request.accountant,
+            format=request.format,
+            sigma_x=p.event.sigma_x,
+            sigma_y=p.event.sigma_y,
+            epsilon=p.cost.epsilon,
+            delta=p.cost.delta,
+            status="queued",
+        ),
+    )
+    ledger.admit(
+        session,
+        dataset_id=p.dataset.id,
+        release_id=release.id,
+        mechanism=request.mechanism,
+        params=p.params,
+        description=p.event.describe(),
+        cost=p.cost,
+    )
+    release_id = release.id
+    after_commit(session, lambda: dispatcher.enqueue(release_id))
+    return release
+
+
+def get(session: Session, *, principal: Principal, release_id: str) -> Release:
+    return release_for(session, principal=principal, release_id=release_id)
+
+
+def list_visible(session: Session, *, principal: Principal, dataset_id: str | None) -> ReleaseList:
+    if dataset_id is not None:
+        dataset_for(session, principal=principal, dataset_id=dataset_id)
+        ids: list[str] | None = [dataset_id]
+    elif principal.role == "admin":
+        ids = None
+    elif principal.role == "owner":
+        ids = [d.id for d in budget_repository.visible_datasets(session, owner_id=principal.id)]
+    else:
+        ids = granted_dataset_ids(session, principal_id=principal.id)
+    return ReleaseList(items=[to_out(r) for r in repository.list_for(session, dataset_ids=ids)])
+
+
+def to_out(release: Release) -> ReleaseOut:
+    artifact = None
+    if release.status == "succeeded" and release.artifact_sha256 is not None:
+        artifact = Artifact(
+            format=release.format,  # type: ignore[arg-type]
+            bytes=release.artifact_bytes or 0,
+            sha256=release.artifact_sha256,
+        )
+    timings = Timings()
+    if release.started_at is not None:
+        timings.queued_seconds = (release.started_at - release.created_at).total_seconds()
+        if release.finished_at is not None:
+            timings.run_seconds = (release.finished_at - release.started_at).total_seconds()
+    return ReleaseOut(
+        id=release.id,
+        dataset_id=release.dataset_id,
+        mechanism=release.mechanism,
+        params=release.params,
+        accountant=release.accountant,
+        format=release.format,  # type: ignore[arg-type]
+        status=release.status,  # type: ignore[arg-type]
+        progress=release.progress,
+        noise=Noise(sigma_x=release.sigma_x, sigma_y=release.sigma_y),
+        charge=Charge(epsilon=release.epsilon, delta=release.delta),
+        error=release.error,
+        attempts=release.attempts,
+        created_at=release.created_at,
+        started_at=release.started_at,
+        finished_at=release.finished_at,
+        timings=timings,
+        artifact=artifact,
+    )

@@ -1,0 +1,162 @@
+"""Object storage: a local directory (embedded mode) or any S3-compatible store.
+
+Writes are create-only: a key is written once and never overwritten, so a retried job can
+never replace an artifact that a download or a ledger entry already refers to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from service.config import Settings
+
+
+class ObjectExists(Exception):
+    """A create-only write found the key already present."""
+
+
+class ObjectStore(Protocol):
+    def put(self, key: str, data: bytes) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def exists(self, key: str) -> bool: ...
+    def delete(self, key: str) -> None: ...
+    def local_path(self, key: str) -> Path | None: ...
+    def presigned_url(self, key: str, *, filename: str) -> str | None: ...
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class LocalObjectStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root not in path.parents:
+            raise ValueError(f"object key escapes the store: {key!r}")
+        return path
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            # link() fails if the key exists: an atomic create-only publish.
+            try:
+                os.link(tmp, path)
+            except FileExistsError as exc:
+                raise ObjectExists(key) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def get(self, key: str) -> bytes:
+        return self._path(key).read_bytes()
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def local_path(self, key: str) -> Path | None:
+        return self._path(key)
+
+    def presigned_url(self, key: str, *, filename: str) -> str | None:
+        return None
+
+
+class S3ObjectStore:
+    def __init__(self, settings: Settings) -> None:
+        assert settings.s3_bucket is not None
+        self.bucket = settings.s3_bucket
+        secret = settings.s3_secret_access_key
+        common = {
+            "region_name": settings.s3_region,
+            "aws_access_key_id": settings.s3_access_key_id,
+            "aws_secret_access_key": secret.get_secret_value() if secret else None,
+            "config": Config(signature_version="s3v4", retries={"max_attempts": 5}),
+        }
+        self.client = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, **common)
+        # Presigned URLs must name a host the downloader can reach (e.g. localhost:9000
+        # outside docker-compose while the API talks to minio:9000).
+        public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
+        self.presigner = boto3.client("s3", endpoint_url=public, **common)
+        self.presign_seconds = settings.s3_presign_seconds
+
+    def ensure_bucket(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self.client.create_bucket(Bucket=self.bucket)
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=data,
+                IfNoneMatch="*",
+                ChecksumAlgorithm="SHA256",
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in {"PreconditionFailed", "ConditionalRequestConflict"}:
+                raise ObjectExists(key) from exc
+            raise
+
+    def get(self, key: str) -> bytes:
+        body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return body
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return False
+            raise
+        return True
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def local_path(self, key: str) -> Path | None:
+        return None
+
+    def presigned_url(self, key: str, *, filename: str) -> str | None:
+        url: str = self.presigner.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": key,
+                "ResponseContentDisposition": f'attachment; filename="{filename}"',
+            },
+            ExpiresIn=self.presign_seconds,
+        )
+        return url
+
+
+def make_store(settings: Settings) -> ObjectStore:
+    if settings.uses_s3:
+        store = S3ObjectStore(settings)
+        store.ensure_bucket()
+        return store
+    return LocalObjectStore(settings.home / "objects")

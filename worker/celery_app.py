@@ -1,0 +1,37 @@
+"""The Celery application: ``celery -A worker.celery_app worker``.
+
+Jobs are acknowledged late and re-delivered if a worker dies (the task is idempotent by
+release id), one job is prefetched at a time, and the number of attempts is bounded both by
+Celery retries and by the attempt counter stored on the release.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from celery import Celery
+
+from service.config import get_settings
+from service.runtime import Runtime, build_runtime
+
+RUN_RELEASE = "dprelease.run_release"
+
+_settings = get_settings()
+celery_app = Celery("dprelease", broker=_settings.celery_broker_url or "memory://")
+celery_app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_ignore_result=True,
+    task_serializer="json",
+    accept_content=["json"],
+    # Longer than the longest job, so a running job is not handed to a second worker.
+    broker_transport_options={"visibility_timeout": 6 * 3600},
+    broker_connection_retry_on_startup=True,
+    include=["worker.tasks"],
+)
+
+
+@lru_cache
+def worker_runtime() -> Runtime:
+    return build_runtime(get_settings(), in_process_jobs=False)

@@ -1,0 +1,331 @@
+"""Running one release job. The same code serves the Celery task and the embedded mode.
+
+A job is idempotent by release id: it does nothing for a release already in a terminal state,
+and it never draws fresh noise for a release whose artifact already exists (a previous attempt
+that stored its output and died before recording it is finished from the stored object).
+The ledger entry is committed in the same transaction that marks the release succeeded, and
+refunded only when a job fails before any output existed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import platform
+import secrets
+import time
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+from typing import Any
+
+import numpy as np
+import torch
+from botocore.exceptions import BotoCoreError, EndpointConnectionError
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+
+from dpcore.mechanisms import dpmix
+from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit
+from service.budgets import service as ledger
+from service.datasets.parsing import ParsedDataset, parse_dataset
+from service.datasets.schemas import Budget, DatasetMetadata
+from service.db import transaction
+from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.runtime import Runtime
+from service.storage import ObjectExists, sha256_hex
+from worker.artifacts import serialise
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("succeeded", "failed")
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OperationalError,
+    EndpointConnectionError,
+    BotoCoreError,
+    ConnectionError,
+    TimeoutError,
+)
+_PROGRESS_EVERY_S = 0.5
+
+
+class TransientError(Exception):
+    """Worth another attempt (a database or object store that did not answer)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    release_id: str
+    dataset_id: str
+    mechanism: str
+    params: dict[str, Any]
+    fmt: str
+    sigma_x: float
+    sigma_y: float
+    epsilon: float
+    delta: float
+    accountant: str
+    attempt: int
+    dataset_key: str
+    dataset_sha256: str
+    dataset_filename: str
+    metadata: DatasetMetadata
+
+    @property
+    def artifact_key(self) -> str:
+        return f"releases/{self.release_id}/release.{self.fmt}"
+
+    @property
+    def metadata_key(self) -> str:
+        return f"releases/{self.release_id}/metadata.json"
+
+
+def run_release(runtime: Runtime, release_id: str) -> None:
+    """Embedded mode: run with bounded attempts and backoff, ending in a terminal state."""
+    attempts = runtime.settings.task_max_attempts
+    for attempt in range(1, attempts + 1):
+        try:
+            execute(runtime, release_id)
+            return
+        except TransientError as exc:
+            log.warning("release %s attempt %d: %s", release_id, attempt, exc)
+            if attempt == attempts:
+                fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
+                return
+            time.sleep(min(30.0, 2.0**attempt))
+
+
+def execute(runtime: Runtime, release_id: str) -> None:
+    """One attempt. Raises TransientError when another attempt may succeed; any other
+    failure is recorded as terminal here."""
+    try:
+        job = _start(runtime, release_id)
+        if job is None:
+            return
+        _produce(runtime, job)
+    except TRANSIENT_ERRORS as exc:
+        raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+    except TransientError:
+        raise
+    except Exception as exc:
+        log.exception("release %s failed", release_id)
+        fail(runtime, release_id, f"{type(exc).__name__}: {exc}")
+
+
+def _start(runtime: Runtime, release_id: str) -> Job | None:
+    with transaction(runtime.session_factory) as session:
+        stmt = select(Release).where(Release.id == release_id).with_for_update()
+        release = session.scalars(stmt).first()
+        if release is None:
+            log.error("release %s does not exist", release_id)
+            return None
+        if release.status in TERMINAL:
+            return None
+        if release.attempts >= runtime.settings.task_max_attempts:
+            release.status = "failed"
+            release.error = f"gave up after {release.attempts} attempts"
+            release.finished_at = utcnow()
+            _settle_after_failure(runtime, session, release)
+            return None
+        dataset = session.get(Dataset, release.dataset_id)
+        budget = session.get(DatasetBudget, release.dataset_id)
+        assert dataset is not None and budget is not None
+        release.status = "running"
+        release.attempts += 1
+        release.started_at = release.started_at or utcnow()
+        metadata = DatasetMetadata(
+            name=dataset.name,
+            label_column=dataset.label_column,
+            feature_range=_range_from_json(dataset.feature_range),
+            classes=dataset.classes,
+            budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
+        )
+        return Job(
+            release_id=release.id,
+            dataset_id=dataset.id,
+            mechanism=release.mechanism,
+            params=dict(release.params),
+            fmt=release.format,
+            sigma_x=release.sigma_x,
+            sigma_y=release.sigma_y,
+            epsilon=release.epsilon,
+            delta=release.delta,
+            accountant=release.accountant,
+            attempt=release.attempts,
+            dataset_key=dataset.storage_key,
+            dataset_sha256=dataset.sha256,
+            dataset_filename=dataset.filename,
+            metadata=metadata,
+        )
+
+
+def _range_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {name: (lo, hi) for name, (lo, hi) in value.items()}
+    return (value[0], value[1])
+
+
+def _produce(runtime: Runtime, job: Job) -> None:
+    store = runtime.store
+    if store.exists(job.artifact_key):
+        # A previous attempt stored its output and died before recording it: finish from the
+        # stored object instead of drawing new noise (a second, different release).
+        _succeed(runtime, job, store.get(job.artifact_key))
+        return
+    raw = store.get(job.dataset_key)
+    if sha256_hex(raw) != job.dataset_sha256:
+        raise RuntimeError("stored dataset does not match its recorded sha256")
+    parsed = parse_dataset(
+        content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
+    )
+    device = _device(runtime.settings.device)
+    X, Y = _run_mechanism(runtime, job, parsed, device)
+    meta = _release_metadata(job, parsed, device)
+    payload = serialise(
+        job.fmt,
+        X=X,
+        Y=Y,
+        feature_names=parsed.feature_names,
+        classes=parsed.classes,
+        metadata=meta,
+    )
+    if not store.exists(job.metadata_key):
+        with contextlib.suppress(ObjectExists):
+            store.put(job.metadata_key, json.dumps(meta, indent=2, sort_keys=True).encode())
+    try:
+        store.put(job.artifact_key, payload)
+    except ObjectExists:
+        # Another attempt won the race; the stored object is the release.
+        payload = store.get(job.artifact_key)
+    _succeed(runtime, job, payload)
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _run_mechanism(
+    runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    if job.mechanism != "dpmix":
+        raise ValueError(f"unknown mechanism {job.mechanism!r}")
+    features = clip_rows_l2(scale_to_unit(parsed.X, parsed.lo, parsed.hi))
+    labels = one_hot(parsed.labels, len(parsed.classes))
+    generator = torch.Generator(device=device)
+    # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
+    generator.manual_seed(secrets.randbits(63))
+    n_samples = int(job.params["n_samples"])
+    chunks_x: list[np.ndarray] = []
+    chunks_y: list[np.ndarray] = []
+    done = 0
+    last_report = time.monotonic()
+    for mixed_x, mixed_y in dpmix.generate(
+        torch.as_tensor(features, dtype=torch.float32, device=device),
+        torch.as_tensor(labels, dtype=torch.float32, device=device),
+        mixture_degree=int(job.params["mixture_degree"]),
+        n_samples=n_samples,
+        sigma_x=job.sigma_x,
+        sigma_y=job.sigma_y,
+        generator=generator,
+    ):
+        chunks_x.append(mixed_x.cpu().numpy())
+        chunks_y.append(mixed_y.cpu().numpy())
+        done += mixed_x.shape[0]
+        if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+            _report_progress(runtime, job.release_id, 0.95 * done / n_samples)
+            last_report = time.monotonic()
+    return np.concatenate(chunks_x), np.concatenate(chunks_y)
+
+
+def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
+    with transaction(runtime.session_factory) as session:
+        release = session.get(Release, release_id)
+        if release is not None and release.status == "running":
+            release.progress = round(min(max(progress, 0.0), 1.0), 4)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for package in ("dprelease", "torch", "numpy", "dp-accounting", "scipy"):
+        try:
+            out[package] = importlib_metadata.version(package)
+        except importlib_metadata.PackageNotFoundError:
+            out[package] = "unknown"
+    return out
+
+
+def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> dict[str, Any]:
+    return {
+        "release_id": job.release_id,
+        "dataset_id": job.dataset_id,
+        "dataset_sha256": job.dataset_sha256,
+        "mechanism": job.mechanism,
+        "params": job.params,
+        "noise": {"sigma_x": job.sigma_x, "sigma_y": job.sigma_y},
+        "charge": {"epsilon": job.epsilon, "delta": job.delta},
+        "accountant": {
+            "name": job.accountant,
+            "method": "RDP, sampling without replacement (Wang-Balle-Kasiviswanathan), "
+            "dp_accounting RdpAccountant",
+            "neighbouring_relation": "replace-one (n public)",
+            "n": parsed.n_rows,
+            "feature_sensitivity_per_record": "sqrt(2) (features in [0,1], L2 norm <= 1)",
+            "label_sensitivity_per_record": "sqrt(2) (one-hot)",
+        },
+        "preprocessing": {
+            "features": "clip to declared feature_range, scale to [0, 1], scale rows to "
+            "L2 norm <= 1",
+            "labels": "one-hot over the declared classes",
+        },
+        "columns": {
+            "X": "n_samples x n_features, preprocessed scale",
+            "y": "n_samples x n_classes, noisy mixed one-hot labels",
+        },
+        "feature_shape": list(parsed.feature_shape),
+        "classes": list(parsed.classes),
+        "noise_source": "torch.Generator seeded from the OS CSPRNG (fast sampler)",
+        "device": device.type,
+        "versions": _versions(),
+        "created_at": utcnow().isoformat(),
+    }
+
+
+def _succeed(runtime: Runtime, job: Job, payload: bytes) -> None:
+    with transaction(runtime.session_factory) as session:
+        release = session.scalars(
+            select(Release).where(Release.id == job.release_id).with_for_update()
+        ).one()
+        if release.status in TERMINAL:
+            return
+        release.status = "succeeded"
+        release.progress = 1.0
+        release.error = None
+        release.finished_at = utcnow()
+        release.artifact_key = job.artifact_key
+        release.metadata_key = job.metadata_key
+        release.artifact_bytes = len(payload)
+        release.artifact_sha256 = sha256_hex(payload)
+        ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+
+
+def fail(runtime: Runtime, release_id: str, error: str) -> None:
+    with transaction(runtime.session_factory) as session:
+        release = session.scalars(
+            select(Release).where(Release.id == release_id).with_for_update()
+        ).first()
+        if release is None or release.status in TERMINAL:
+            return
+        release.status = "failed"
+        release.error = error[:2000]
+        release.finished_at = utcnow()
+        _settle_after_failure(runtime, session, release)
+
+
+def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> None:
+    # Output that exists may have been read: it stays charged. Otherwise nothing escaped.
+    artifact_key = f"releases/{release.id}/release.{release.format}"
+    wrote_output = runtime.store.exists(artifact_key)
+    state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
+    ledger.settle(session, release_id=release.id, state=state)

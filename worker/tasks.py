@@ -1,0 +1,21 @@
+"""Celery task wrapper around ``worker.runner``: it owns retries, the runner owns the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.celery_app import RUN_RELEASE, celery_app, worker_runtime
+from worker.runner import TransientError, execute, fail
+
+
+@celery_app.task(name=RUN_RELEASE, bind=True, max_retries=None)
+def run_release_task(self: Any, release_id: str) -> None:
+    runtime = worker_runtime()
+    attempts = runtime.settings.task_max_attempts
+    try:
+        execute(runtime, release_id)
+    except TransientError as exc:
+        if self.request.retries + 1 >= attempts:
+            fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
+            return
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
