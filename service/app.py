@@ -37,10 +37,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = runtime
         if rt is None:
-            if settings.embedded:
-                settings.home.mkdir(parents=True, exist_ok=True)
-            if settings.run_migrations:
-                bootstrap.upgrade(settings.effective_database_url)
+            bootstrap.prepare(settings)
             rt = build_runtime(settings)
         bootstrap.ensure_admin(rt)
         app.state.runtime = rt

@@ -30,6 +30,14 @@ def upgrade(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "head")
 
 
+def prepare(settings: Settings) -> None:
+    """Create the embedded data directory and apply migrations (unless turned off)."""
+    if settings.embedded:
+        settings.home.mkdir(parents=True, exist_ok=True)
+    if settings.run_migrations:
+        upgrade(settings.effective_database_url)
+
+
 def admin_key_file(settings: Settings) -> Path:
     return settings.home / "admin.key"
 

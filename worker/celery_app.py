@@ -7,7 +7,7 @@ Celery retries and by the attempt counter stored on the release.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 
 from celery import Celery
 
@@ -32,6 +32,20 @@ celery_app.conf.update(
 )
 
 
-@lru_cache
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def configure(runtime: Runtime | None) -> None:
+    """Use ``runtime`` for tasks of this process (tests, embedding); None resets."""
+    global _runtime
+    with _runtime_lock:
+        _runtime = runtime
+
+
 def worker_runtime() -> Runtime:
-    return build_runtime(get_settings(), in_process_jobs=False)
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = build_runtime(get_settings(), in_process_jobs=False)
+        return _runtime

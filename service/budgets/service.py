@@ -33,8 +33,11 @@ def round_up(value: float) -> float:
     return math.nextafter(value * (1 + ROUNDING_SLACK), math.inf) if value > 0 else 0.0
 
 
-def round_down(value: float) -> float:
-    return max(0.0, math.nextafter(value * (1 - ROUNDING_SLACK), -math.inf))
+def remaining(budget: float, spent: float) -> float:
+    """What is left of ``budget`` after ``spent`` (already rounded up), rounded down."""
+    if spent <= 0:
+        return budget
+    return max(0.0, math.nextafter(budget - spent, -math.inf))
 
 
 def encode_rdp(curve: Sequence[float] | None) -> list[float | None] | None:
@@ -70,7 +73,7 @@ def status_of(session: Session, *, budget: DatasetBudget) -> BudgetStatus:
         delta=budget.delta,
         spent=_composed(committed, budget, None),
         reserved=reserved_total,
-        remaining=round_down(budget.epsilon - reserved_total),
+        remaining=remaining(budget.epsilon, reserved_total),
     )
 
 
@@ -82,7 +85,7 @@ def preview(session: Session, *, dataset_id: str, cost: Cost) -> dict[str, Any]:
     return {
         **status.model_dump(),
         "total_after": total_after,
-        "remaining_after": round_down(budget.epsilon - total_after),
+        "remaining_after": remaining(budget.epsilon, total_after),
         "admissible": total_after <= budget.epsilon,
     }
 

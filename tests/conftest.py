@@ -1,0 +1,219 @@
+"""Harnesses that run the real app in both modes.
+
+- embedded: SQLite and a local object store under a temporary home, jobs run in-process;
+- real: Postgres (``DPRELEASE_TEST_DATABASE_URL``) built from the migrations, a moto S3 server
+  on a free port reached over HTTP, and a Celery worker consuming from Redis
+  (``DPRELEASE_TEST_REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from service import bootstrap
+from service.app import create_app
+from service.config import Settings
+from service.runtime import Runtime, build_runtime
+
+TEST_DATABASE_URL = os.environ.get(
+    "DPRELEASE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/dprelease_test"
+)
+TEST_REDIS_URL = os.environ.get("DPRELEASE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+ADMIN_KEY = "dpr_test-admin-key-" + "x" * 32
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def npz_bytes(X: np.ndarray, y: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, X=X, y=y)
+    return buffer.getvalue()
+
+
+def toy_dataset(n: int = 200, d: int = 6, k: int = 3, seed: int = 0) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, size=n)
+    X = rng.uniform(0, 10, size=(n, d)) + y[:, None]
+    return X, y
+
+
+@dataclass
+class Harness:
+    mode: str
+    client: TestClient
+    runtime: Runtime
+    admin_key: str
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def new_key(self, role: str, name: str | None = None) -> tuple[str, str]:
+        """A fresh principal with ``role``: (key, principal_id)."""
+        r = self.client.post(
+            "/api-keys",
+            json={"name": name or f"{role}-{uuid.uuid4().hex[:6]}", "role": role},
+            headers=self.headers(self.admin_key),
+        )
+        assert r.status_code == 201, r.text
+        body = r.json()
+        return body["key"], body["principal_id"]
+
+    def upload(
+        self,
+        key: str,
+        content: bytes,
+        *,
+        filename: str = "data.npz",
+        metadata: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Any:
+        meta = metadata or {
+            "name": "toy",
+            "feature_range": [0, 13],
+            "budget": {"epsilon": 5.0, "delta": 1e-5},
+        }
+        meta.update(overrides)
+        return self.client.post(
+            "/datasets",
+            files={"file": (filename, content)},
+            data={"metadata": json.dumps(meta)},
+            headers=self.headers(key),
+        )
+
+    def release_body(self, dataset_id: str, **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "dataset_id": dataset_id,
+            "mechanism": "dpmix",
+            "params": {"mixture_degree": 8, "n_samples": 300},
+            "epsilon": 1.0,
+            "format": "npz",
+        }
+        body.update(overrides)
+        return body
+
+    def wait(self, key: str, release_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.client.get(f"/releases/{release_id}", headers=self.headers(key))
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            if body["status"] in ("succeeded", "failed"):
+                return body
+            if time.monotonic() > deadline:
+                raise AssertionError(f"release {release_id} still {body['status']}")
+            time.sleep(0.05)
+
+    def download(self, key: str, release_id: str) -> bytes:
+        r = self.client.get(
+            f"/releases/{release_id}/download", headers=self.headers(key), follow_redirects=False
+        )
+        if r.status_code == 307:
+            import httpx
+
+            # Fetch the presigned URL as a browser would: without our API key.
+            direct = httpx.get(r.headers["location"])
+            assert direct.status_code == 200, direct.text
+            return direct.content
+        assert r.status_code == 200, r.text
+        return r.content
+
+
+def _embedded_runtime(home: Path) -> Runtime:
+    settings = Settings(home=home)  # type: ignore[call-arg]
+    bootstrap.prepare(settings)
+    return build_runtime(settings)
+
+
+@pytest.fixture
+def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    for var in [v for v in os.environ if v.startswith("DPRELEASE_") and "TEST" not in v]:
+        monkeypatch.delenv(var)
+    runtime = _embedded_runtime(tmp_path / "home")
+    app = create_app(runtime=runtime)
+    with TestClient(app) as client:
+        admin = (tmp_path / "home" / "admin.key").read_text().strip()
+        yield Harness("embedded", client, runtime, admin)
+    runtime.dispatcher.shutdown()
+    runtime.engine.dispose()
+
+
+def reset_database(url: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def real_services() -> Iterator[dict[str, Any]]:
+    """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis."""
+    from celery.contrib.testing.worker import start_worker
+    from moto.server import ThreadedMotoServer
+
+    import redis
+    from worker import celery_app as celery_module
+
+    reset_database(TEST_DATABASE_URL)
+    bootstrap.upgrade(TEST_DATABASE_URL)
+    redis.Redis.from_url(TEST_REDIS_URL).flushdb()
+
+    port = free_port()
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    s3.start()
+    settings = Settings(  # type: ignore[call-arg]
+        database_url=TEST_DATABASE_URL,
+        celery_broker_url=TEST_REDIS_URL,
+        s3_endpoint_url=f"http://127.0.0.1:{port}",
+        s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
+        s3_access_key_id="test",
+        s3_secret_access_key="test",  # type: ignore[arg-type]
+        admin_key=ADMIN_KEY,  # type: ignore[arg-type]
+        task_max_attempts=2,
+    )
+    worker_runtime = build_runtime(settings, in_process_jobs=False)
+    celery_module.configure(worker_runtime)
+    app = celery_module.celery_app
+    app.conf.broker_url = TEST_REDIS_URL
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+            yield {"settings": settings, "worker_runtime": worker_runtime}
+    finally:
+        celery_module.configure(None)
+        worker_runtime.engine.dispose()
+        s3.stop()
+
+
+@pytest.fixture
+def real(real_services: dict[str, Any]) -> Iterator[Harness]:
+    runtime = build_runtime(real_services["settings"], in_process_jobs=False)
+    app = create_app(runtime=runtime)
+    with TestClient(app) as client:
+        yield Harness("real", client, runtime, ADMIN_KEY)
+    runtime.engine.dispose()
+
+
+@pytest.fixture(params=["embedded", "real"])
+def harness(request: pytest.FixtureRequest) -> Harness:
+    """Each test using this runs once per mode, through the same code path."""
+    h: Harness = request.getfixturevalue(request.param)
+    return h

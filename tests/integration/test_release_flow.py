@@ -1,0 +1,215 @@
+"""Upload → preview → release → download → ledger, in embedded and real modes."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dpcore.accounting.dpmix import DPMixEvent
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+def _dataset(h: Harness, owner: str, **meta: object) -> dict[str, object]:
+    X, y = toy_dataset()
+    r = h.upload(owner, npz_bytes(X, y), **meta)
+    assert r.status_code == 201, r.text
+    body: dict[str, object] = r.json()
+    return body
+
+
+def test_release_end_to_end(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    assert ds["n_rows"] == 200 and ds["n_features"] == 6 and ds["classes"] == [0, 1, 2]
+    assert ds["budget"] == {
+        "epsilon": 5.0,
+        "delta": 1e-5,
+        "spent": 0.0,
+        "reserved": 0.0,
+        "remaining": 5.0,
+    }
+
+    body = h.release_body(ds["id"], epsilon=2.0, delta=1e-5)
+    preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert preview.status_code == 200, preview.text
+    p = preview.json()
+    assert p["charge"]["epsilon"] <= 2.0
+    assert p["budget"]["admissible"] is True
+    assert p["budget"]["remaining_after"] == pytest.approx(5.0 - p["charge"]["epsilon"], abs=1e-6)
+    # The calibrated noise costs what the accountant says, independently recomputed.
+    event = DPMixEvent(200, 8, 300, p["noise"]["sigma_x"], p["noise"]["sigma_y"])
+    assert event.epsilon(1e-5) <= 2.0
+    assert event.epsilon(1e-5) == pytest.approx(p["charge"]["epsilon"], rel=1e-6)
+    # Preview charges nothing.
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert ledger["entries"] == [] and ledger["reserved"] == 0.0
+
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    created = r.json()
+    assert created["status"] in ("queued", "running", "succeeded")
+    assert created["noise"] == p["noise"] and created["charge"] == p["charge"]
+
+    done = h.wait(owner, created["id"])
+    assert done["status"] == "succeeded", done
+    assert done["progress"] == 1.0 and done["attempts"] == 1
+    assert done["timings"]["run_seconds"] is not None
+    content = h.download(owner, created["id"])
+    assert hashlib.sha256(content).hexdigest() == done["artifact"]["sha256"]
+    assert len(content) == done["artifact"]["bytes"]
+
+    npz = np.load(io.BytesIO(content))
+    assert npz["X"].shape == (300, 6) and npz["y"].shape == (300, 3)
+    meta = json.loads(str(npz["metadata"]))
+    assert meta["mechanism"] == "dpmix" and meta["release_id"] == created["id"]
+    assert meta["noise"] == p["noise"] and meta["charge"] == p["charge"]
+    assert meta["dataset_sha256"] == ds["sha256"]
+    assert {"torch", "numpy", "dp-accounting"} <= set(meta["versions"])
+    # Mixed one-hot labels: rows sum to ≈ 1 plus noise of std σ_y·√k.
+    row_sums = npz["y"].sum(axis=1)
+    assert abs(row_sums.mean() - 1.0) < 5 * p["noise"]["sigma_y"] * np.sqrt(3 / 300) + 1e-3
+
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert [e["state"] for e in ledger["entries"]] == ["committed"]
+    assert ledger["spent"] == pytest.approx(p["charge"]["epsilon"], rel=1e-8)
+    assert ledger["entries"][0]["release_id"] == created["id"]
+    assert ledger["entries"][0]["running_total"] == ledger["spent"]
+
+
+def test_budget_refusal_leaves_ledger_unchanged(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    first = h.client.post(
+        "/releases", json=h.release_body(ds["id"], epsilon=5.0), headers=h.headers(owner)
+    )
+    assert first.status_code == 202, first.text
+    before = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+
+    second = h.client.post(
+        "/releases", json=h.release_body(ds["id"], epsilon=0.5), headers=h.headers(owner)
+    )
+    assert second.status_code == 409, second.text
+    err = second.json()["error"]
+    assert err["code"] == "budget_exceeded"
+    assert err["detail"]["requested"]["epsilon"] <= 0.5
+    assert err["detail"]["remaining"] < 0.5
+    assert err["detail"]["total_after"] > 5.0
+    h.wait(owner, first.json()["id"])
+    after = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert len(after["entries"]) == len(before["entries"]) == 1
+    releases = h.client.get(f"/releases?dataset_id={ds['id']}", headers=h.headers(owner)).json()
+    assert len(releases["items"]) == 1
+
+
+def test_composition_is_tighter_than_summing(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner, budget={"epsilon": 3.0, "delta": 1e-5})
+    ids = []
+    for _ in range(3):
+        r = h.client.post(
+            "/releases", json=h.release_body(ds["id"], epsilon=1.2), headers=h.headers(owner)
+        )
+        # Three releases of ε≈1.2 sum to 3.6 > 3, but RDP composition fits them.
+        assert r.status_code == 202, r.text
+        ids.append(r.json()["id"])
+    for rid in ids:
+        assert h.wait(owner, rid)["status"] == "succeeded"
+    summary = h.client.get("/budgets", headers=h.headers(owner)).json()["items"]
+    (mine,) = [s for s in summary if s["dataset_id"] == ds["id"]]
+    assert mine["release_count"] == 3
+    assert mine["spent"] <= 3.0
+    assert mine["spent"] < sum(
+        h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()["charge"]["epsilon"]
+        for rid in ids
+    )
+
+
+def test_noise_mode_reports_epsilon(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    body = h.release_body(ds["id"], noise={"sigma_x": 0.5, "sigma_y": 1.0})
+    del body["epsilon"]
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    expected = DPMixEvent(200, 8, 300, 0.5, 1.0).epsilon(1e-5)
+    assert r.json()["charge"]["epsilon"] == pytest.approx(expected, rel=1e-8)
+    assert r.json()["charge"]["epsilon"] >= expected
+    assert r.json()["noise"] == {"sigma_x": 0.5, "sigma_y": 1.0}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_tabular_formats(harness: Harness, fmt: str) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    r = h.client.post(
+        "/releases",
+        json=h.release_body(ds["id"], format=fmt, params={"mixture_degree": 4, "n_samples": 50}),
+        headers=h.headers(owner),
+    )
+    assert r.status_code == 202, r.text
+    done = h.wait(owner, r.json()["id"])
+    assert done["status"] == "succeeded", done
+    content = h.download(owner, done["id"])
+    if fmt == "parquet":
+        table = pq.read_table(io.BytesIO(content))
+        meta = json.loads(table.schema.metadata[b"dprelease"])
+        assert meta["release_id"] == done["id"]
+        columns = table.column_names
+    else:
+        columns = content.decode().splitlines()[0].replace('"', "").split(",")
+        assert len(content.decode().strip().splitlines()) == 51
+    assert columns == [f"x_{i}" for i in range(6)] + ["y_0", "y_1", "y_2"]
+
+
+def test_failed_job_before_output_is_refunded(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    # Corrupt the stored raw data: the worker checks its sha256 and must fail cleanly.
+    key = f"datasets/{ds['id']}/raw.npz"
+    h.runtime.store.delete(key)
+    h.runtime.store.put(key, b"not the dataset")
+    r = h.client.post("/releases", json=h.release_body(ds["id"]), headers=h.headers(owner))
+    assert r.status_code == 202
+    done = h.wait(owner, r.json()["id"])
+    assert done["status"] == "failed"
+    assert "sha256" in done["error"]
+    assert done["artifact"] is None
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert [e["state"] for e in ledger["entries"]] == ["refunded"]
+    assert ledger["spent"] == 0.0 and ledger["remaining"] == 5.0
+    dl = h.client.get(f"/releases/{done['id']}/download", headers=h.headers(owner))
+    assert dl.status_code == 409
+
+
+def test_release_validation(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    cases = [
+        (h.release_body(ds["id"], params={"mixture_degree": 201, "n_samples": 10}), "exceeds"),
+        (h.release_body(ds["id"], delta=1e-3), "larger than the dataset's budget delta"),
+        (h.release_body(ds["id"], epsilon=-1), "epsilon"),
+        (h.release_body(ds["id"], noise={"sigma_x": 1.0}), "exactly one"),
+        (h.release_body(ds["id"], mechanism="nope"), "mechanism"),
+        (h.release_body(ds["id"], params={"mixture_degree": 0, "n_samples": 10}), "mixture"),
+    ]
+    for body, phrase in cases:
+        r = h.client.post("/releases", json=body, headers=h.headers(owner))
+        assert r.status_code == 422, (body, r.text)
+        assert phrase in r.json()["error"]["message"], r.text
+    missing = h.client.post(
+        "/releases", json=h.release_body("no-such-dataset"), headers=h.headers(owner)
+    )
+    assert missing.status_code == 404
+    assert h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()["entries"] == []
