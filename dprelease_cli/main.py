@@ -337,6 +337,23 @@ def upload(
     emit(dataset)
 
 
+@cli.command("idx-to-npz")
+@click.argument("images", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("labels", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
+def idx_to_npz_command(images: Path, labels: Path, output: Path) -> None:
+    """Convert IDX image and label files (e.g. MNIST, gzipped or not) to an NPZ with X and y
+    (works offline)."""
+    from dprelease_cli.idx import idx_to_npz
+
+    try:
+        payload = idx_to_npz(images, labels)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    output.write_bytes(payload)
+    emit({"path": str(output), "bytes": len(payload)})
+
+
 @cli.command()
 @click.argument("dataset_id", required=False)
 @pass_state

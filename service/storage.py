@@ -11,7 +11,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import boto3
 from botocore.config import Config
@@ -87,18 +87,11 @@ class S3ObjectStore:
     def __init__(self, settings: Settings) -> None:
         assert settings.s3_bucket is not None
         self.bucket = settings.s3_bucket
-        secret = settings.s3_secret_access_key
-        common = {
-            "region_name": settings.s3_region,
-            "aws_access_key_id": settings.s3_access_key_id,
-            "aws_secret_access_key": secret.get_secret_value() if secret else None,
-            "config": Config(signature_version="s3v4", retries={"max_attempts": 5}),
-        }
-        self.client = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, **common)
+        self.client = _s3_client(settings, settings.s3_endpoint_url)
         # Presigned URLs must name a host the downloader can reach (e.g. localhost:9000
         # outside docker-compose while the API talks to minio:9000).
         public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
-        self.presigner = boto3.client("s3", endpoint_url=public, **common)
+        self.presigner = _s3_client(settings, public)
         self.presign_seconds = settings.s3_presign_seconds
 
     def ensure_bucket(self) -> None:
@@ -152,6 +145,18 @@ class S3ObjectStore:
             ExpiresIn=self.presign_seconds,
         )
         return url
+
+
+def _s3_client(settings: Settings, endpoint_url: str | None) -> Any:
+    secret = settings.s3_secret_access_key
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=settings.s3_region,
+        aws_access_key_id=settings.s3_access_key_id,
+        aws_secret_access_key=secret.get_secret_value() if secret else None,
+        config=Config(signature_version="s3v4", retries={"max_attempts": 5}),
+    )
 
 
 def make_store(settings: Settings) -> ObjectStore:

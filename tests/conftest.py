@@ -167,10 +167,10 @@ def reset_database(url: str) -> None:
 @pytest.fixture(scope="session")
 def real_services() -> Iterator[dict[str, Any]]:
     """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis."""
+    import redis
     from celery.contrib.testing.worker import start_worker
     from moto.server import ThreadedMotoServer
 
-    import redis
     from worker import celery_app as celery_module
 
     reset_database(TEST_DATABASE_URL)

@@ -1,0 +1,103 @@
+"""The README walkthrough with the CLI, against the real app (embedded mode)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from dprelease_cli.main import CliState, cli
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+def _run(h: Harness, key: str, *args: str) -> dict:  # type: ignore[type-arg]
+    result = CliRunner().invoke(
+        cli,
+        ["--url", "http://testserver", "--key", key, *args],
+        obj=CliState(http=h.client),
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) -> None:
+    h = embedded
+    created = _run(h, h.admin_key, "keys", "create", "--name", "alice", "--role", "owner")
+    owner = created["key"]
+    data = tmp_path / "toy.npz"
+    data.write_bytes(npz_bytes(*toy_dataset()))
+    ds = _run(
+        h,
+        owner,
+        "upload",
+        str(data),
+        "--name",
+        "toy",
+        "--feature-range",
+        "0",
+        "13",
+        "--epsilon",
+        "3",
+        "--delta",
+        "1e-5",
+    )
+    preview = _run(
+        h,
+        owner,
+        "preview",
+        ds["id"],
+        "-p",
+        "mixture_degree=8",
+        "-p",
+        "n_samples=100",
+        "--epsilon",
+        "1",
+    )
+    assert preview["budget"]["admissible"] is True
+    out = tmp_path / "release.npz"
+    rel = _run(
+        h,
+        owner,
+        "release",
+        ds["id"],
+        "-p",
+        "mixture_degree=8",
+        "-p",
+        "n_samples=100",
+        "--epsilon",
+        "1",
+        "--output",
+        str(out),
+        "--poll-interval",
+        "0.05",
+    )
+    assert rel["status"] == "succeeded"
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == rel["artifact"]["sha256"]
+    assert np.load(out)["X"].shape == (100, 6)
+    budgets = _run(h, owner, "budgets", ds["id"])
+    assert [e["release_id"] for e in budgets["entries"]] == [rel["id"]]
+
+    refused = CliRunner().invoke(
+        cli,
+        [
+            "--url",
+            "http://testserver",
+            "--key",
+            owner,
+            "release",
+            ds["id"],
+            "-p",
+            "mixture_degree=8",
+            "-p",
+            "n_samples=100",
+            "--epsilon",
+            "3",
+        ],
+        obj=CliState(http=h.client),
+    )
+    assert refused.exit_code == 1
+    assert "budget" in refused.stderr
