@@ -1,9 +1,12 @@
 """Calibration: the smallest noise whose privacy cost does not exceed a target.
 
-Every accountant here is monotone (more noise, smaller ε), so calibration is a bracketed
-root search in log σ. The answer is always the upper end of the final bracket, whose ε was
-evaluated and found ≤ target: calibration can land a hair above the exact smallest σ but
-never below it, so it never overshoots the target ε.
+Every accountant here is monotone (more noise, smaller ε), so calibration keeps a bracket
+[σ_lo, σ_hi] in log σ with ε(σ_lo) > target ≥ ε(σ_hi), and narrows it until its width is
+below ``rtol``. Brent's method proposes where the crossing is (a few evaluations on these
+smooth curves); probes on both sides of its answer narrow the bracket, and bisection finishes
+whatever Brent could not (flat stretches, plateaus). The answer is σ_hi, whose ε was evaluated
+and found ≤ target: within ``rtol`` above the exact smallest σ, never below it, so calibration
+never overshoots the target ε.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ class CalibrationError(ValueError):
     """No noise level in the searched range meets the target."""
 
 
+_STEP = math.log(4.0)
+_LOG_MIN_SIGMA = math.log(1e-300)
+
+
 def smallest_noise(
     epsilon_of: Callable[[float], float],
     target: float,
@@ -29,39 +36,51 @@ def smallest_noise(
     """Return ``(sigma, epsilon_of(sigma))`` with the smallest sigma whose ε is ≤ ``target``.
 
     ``epsilon_of`` must be non-increasing in sigma. The result is within a relative ``rtol``
-    of the exact threshold, and its ε is guaranteed ≤ ``target``.
+    above the exact threshold, and its ε is guaranteed ≤ ``target``.
     """
     if not (math.isfinite(target) and target > 0):
         raise CalibrationError(f"target epsilon must be finite and > 0, got {target}")
+    if not (math.isfinite(initial) and initial > 0):
+        raise CalibrationError(f"initial sigma must be finite and > 0, got {initial}")
     cache: dict[float, float] = {}
 
-    def eps(sigma: float) -> float:
-        if sigma not in cache:
-            cache[sigma] = epsilon_of(sigma)
-        return cache[sigma]
+    def eps(t: float) -> float:
+        # Every evaluation goes through exp(t): the σ returned is exactly the σ evaluated.
+        if t not in cache:
+            cache[t] = epsilon_of(math.exp(t))
+        return cache[t]
 
-    lo = hi = initial
-    if eps(hi) > target:
-        while eps(hi) > target:
-            lo, hi = hi, hi * 4
-            if hi > max_sigma:
+    def above(t: float) -> bool:
+        return eps(t) > target
+
+    log_max = math.log(max_sigma)
+    t_lo = t_hi = min(math.log(initial), log_max)
+    if above(t_hi):
+        while above(t_hi):
+            if t_hi >= log_max:
                 raise CalibrationError(f"no sigma up to {max_sigma:g} reaches epsilon {target}")
+            t_lo, t_hi = t_hi, min(t_hi + _STEP, log_max)
     else:
-        while eps(lo) <= target:
-            lo, hi = lo / 4, lo
-            if lo < 1e-12:
-                return hi, eps(hi)
+        while not above(t_lo):
+            if t_lo <= _LOG_MIN_SIGMA:
+                return math.exp(t_lo), eps(t_lo)
+            t_lo, t_hi = max(t_lo - _STEP, _LOG_MIN_SIGMA), t_lo
 
-    # In log space the ε-curve is smooth enough for Brent to converge in a few evaluations.
-    def gap(log_sigma: float) -> float:
-        return eps(math.exp(log_sigma)) - target
+    def narrow(t: float) -> None:
+        nonlocal t_lo, t_hi
+        if t_lo < t < t_hi:
+            if above(t):
+                t_lo = t
+            else:
+                t_hi = t
 
-    root = brentq(gap, math.log(lo), math.log(hi), xtol=rtol / 4, rtol=1e-12)
-    candidate = math.exp(root)
-    # Step up until the candidate is on the safe side; Brent's root may sit just below.
-    step = 1 + rtol / 2
-    for _ in range(64):
-        if eps(candidate) <= target:
-            return candidate, eps(candidate)
-        candidate *= step
-    return hi, eps(hi)
+    # Relative width in σ ≈ width in log σ.
+    try:
+        root = brentq(lambda t: eps(t) - target, t_lo, t_hi, xtol=rtol / 4, rtol=1e-12)
+        narrow(root - rtol / 2)
+        narrow(root + rtol / 2)
+    except ValueError:
+        pass  # no sign change on the proposal (ε == target at an end): bisection decides
+    while t_hi - t_lo > rtol:
+        narrow((t_lo + t_hi) / 2)
+    return math.exp(t_hi), eps(t_hi)

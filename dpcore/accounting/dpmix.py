@@ -19,6 +19,7 @@ multiplier (1/z_x² + 1/z_y²)^(-1/2), z = σ/Δ (dp_accounting composes nested 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,6 +46,15 @@ class DPMixEvent:
     label_sensitivity: float = LABEL_SENSITIVITY
 
     def __post_init__(self) -> None:
+        # Plain Python numbers only: dp_accounting treats a numpy scalar noise multiplier as
+        # an unsupported event and would silently drop one of the two Gaussians.
+        for name in ("n", "mixture_degree", "n_samples"):
+            try:
+                object.__setattr__(self, name, operator.index(getattr(self, name)))
+            except TypeError as exc:
+                raise ValueError(f"{name} must be an integer, got {getattr(self, name)!r}") from exc
+        for name in ("sigma_x", "sigma_y", "feature_sensitivity", "label_sensitivity"):
+            object.__setattr__(self, name, float(getattr(self, name)))
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if not 1 <= self.mixture_degree <= self.n:

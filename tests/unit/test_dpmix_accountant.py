@@ -302,12 +302,6 @@ def test_calibrate_noise_ratio_sets_sigma_y() -> None:
     assert event.epsilon(DELTA) <= 2.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="suspected bug: DPMixEvent.dp_event passes numpy.float32 multipliers to "
-    "dp_accounting, whose _effective_gaussian_noise_multiplier treats non-`float` values "
-    "as the answer and silently drops the label Gaussian",
-)
 def test_numpy_float32_sigmas_give_same_epsilon() -> None:
     plain = DPMixEvent(10_000, 64, 100, 0.05, 0.05)
     f32 = DPMixEvent(10_000, 64, 100, np.float32(0.05), np.float32(0.05))  # type: ignore[arg-type]

@@ -18,7 +18,9 @@ def gen(seed: int = 0) -> torch.Generator:
     return g
 
 
-def identity_data(n: int, k: int, dtype: torch.dtype = torch.float64):  # type: ignore[no-untyped-def]
+def identity_data(
+    n: int, k: int, dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Features = identity rows (a mixture reveals its subset); labels one-hot of i mod k."""
     features = torch.eye(n, dtype=dtype)
     labels = torch.nn.functional.one_hot(torch.arange(n) % k, k).to(dtype)

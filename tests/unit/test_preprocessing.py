@@ -99,10 +99,16 @@ def test_sensitivity_random_rows() -> None:
 
 def test_sqrt2_is_attained() -> None:
     # Orthogonal unit rows (disjoint supports) reach the bound: √2 is tight, not 2.
-    X = clip_rows_l2(scale_to_unit(np.array([[255.0, 0.0, 0.0], [0.0, 0.0, 255.0]]), 0.0, 255.0))
+    X = clip_rows_l2(
+        scale_to_unit(
+            np.array([[255.0, 0.0, 0.0], [0.0, 0.0, 255.0]]), np.zeros(3), np.full(3, 255.0)
+        )
+    )
     assert max_pairwise_distance(X) == pytest.approx(math.sqrt(2), rel=1e-15)
     Y = clip_rows_l2(
-        scale_to_unit(np.array([[200.0, 255.0, 0, 0], [0, 0, 30.0, 255.0]]), 0.0, 255.0)
+        scale_to_unit(
+            np.array([[200.0, 255.0, 0, 0], [0, 0, 30.0, 255.0]]), np.zeros(4), np.full(4, 255.0)
+        )
     )
     assert max_pairwise_distance(Y) == pytest.approx(math.sqrt(2), rel=1e-15)
 
