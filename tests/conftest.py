@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,43 +165,58 @@ def reset_database(url: str) -> None:
     engine.dispose()
 
 
+@contextmanager
+def scratch_database(base_url: str) -> Iterator[str]:
+    """A database of its own for this test session, so concurrent runs never share state."""
+    server, _, base_name = base_url.rpartition("/")
+    name = f"{base_name}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(f"{server}/{base_name}", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def real_services() -> Iterator[dict[str, Any]]:
-    """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis."""
-    import redis
+    """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis, all
+    private to this session (own database, bucket and queue)."""
     from celery.contrib.testing.worker import start_worker
     from moto.server import ThreadedMotoServer
 
     from worker import celery_app as celery_module
 
-    reset_database(TEST_DATABASE_URL)
-    bootstrap.upgrade(TEST_DATABASE_URL)
-    redis.Redis.from_url(TEST_REDIS_URL).flushdb()
-
     port = free_port()
     s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     s3.start()
-    settings = Settings(  # type: ignore[call-arg]
-        database_url=TEST_DATABASE_URL,
-        celery_broker_url=TEST_REDIS_URL,
-        s3_endpoint_url=f"http://127.0.0.1:{port}",
-        s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
-        s3_access_key_id="test",
-        s3_secret_access_key="test",  # type: ignore[arg-type]
-        admin_key=ADMIN_KEY,  # type: ignore[arg-type]
-        task_max_attempts=2,
-    )
-    worker_runtime = build_runtime(settings, in_process_jobs=False)
-    celery_module.configure(worker_runtime)
-    app = celery_module.celery_app
-    app.conf.broker_url = TEST_REDIS_URL
-    try:
-        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
-            yield {"settings": settings, "worker_runtime": worker_runtime}
-    finally:
-        celery_module.configure(None)
-        worker_runtime.engine.dispose()
-        s3.stop()
+    with scratch_database(TEST_DATABASE_URL) as database_url:
+        bootstrap.upgrade(database_url)
+        settings = Settings(  # type: ignore[call-arg]
+            database_url=database_url,
+            celery_broker_url=TEST_REDIS_URL,
+            s3_endpoint_url=f"http://127.0.0.1:{port}",
+            s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
+            s3_access_key_id="test",
+            s3_secret_access_key="test",  # type: ignore[arg-type]
+            admin_key=ADMIN_KEY,  # type: ignore[arg-type]
+            task_max_attempts=2,
+        )
+        worker_runtime = build_runtime(settings, in_process_jobs=False)
+        celery_module.configure(worker_runtime)
+        app = celery_module.celery_app
+        app.conf.broker_url = TEST_REDIS_URL
+        app.conf.task_default_queue = f"dprelease-test-{uuid.uuid4().hex[:8]}"
+        try:
+            with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+                yield {"settings": settings, "worker_runtime": worker_runtime}
+        finally:
+            celery_module.configure(None)
+            worker_runtime.engine.dispose()
+            s3.stop()
 
 
 @pytest.fixture

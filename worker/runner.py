@@ -189,9 +189,12 @@ def _produce(runtime: Runtime, job: Job) -> None:
         classes=parsed.classes,
         metadata=meta,
     )
+    # The provenance file (owner side, never served to analysts) adds the raw data's hash:
+    # a deterministic function of the private data must not travel with the release.
+    provenance = {**meta, "dataset_sha256": job.dataset_sha256}
     if not store.exists(job.metadata_key):
         with contextlib.suppress(ObjectExists):
-            store.put(job.metadata_key, json.dumps(meta, indent=2, sort_keys=True).encode())
+            store.put(job.metadata_key, json.dumps(provenance, indent=2, sort_keys=True).encode())
     try:
         store.put(job.artifact_key, payload)
     except ObjectExists:
@@ -260,7 +263,6 @@ def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> 
     return {
         "release_id": job.release_id,
         "dataset_id": job.dataset_id,
-        "dataset_sha256": job.dataset_sha256,
         "mechanism": job.mechanism,
         "params": job.params,
         "noise": {"sigma_x": job.sigma_x, "sigma_y": job.sigma_y},

@@ -18,6 +18,7 @@ multiplier (1/z_x² + 1/z_y²)^(-1/2), z = σ/Δ (dp_accounting composes nested 
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import asdict, dataclass
@@ -87,15 +88,22 @@ class DPMixEvent:
         return dpa.SelfComposedDpEvent(mixture, self.n_samples)
 
     def rdp(self) -> tuple[float, ...]:
-        accountant = dpa.rdp.RdpAccountant(list(ORDERS), dpa.NeighboringRelation.REPLACE_ONE)
-        accountant.compose(self.dp_event())
-        return tuple(float(v) for v in np.asarray(accountant._rdp))
+        return _rdp_curve(self)
 
     def epsilon(self, delta: float) -> float:
         return epsilon_from_rdp(self.rdp(), delta=delta)
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": "dpmix", "accountant": "tight", **asdict(self)}
+
+
+@functools.lru_cache(maxsize=512)
+def _rdp_curve(event: DPMixEvent) -> tuple[float, ...]:
+    # Events are immutable and hashable; calibration, preview and admission ask again for the
+    # curve of the same event.
+    accountant = dpa.rdp.RdpAccountant(list(ORDERS), dpa.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(event.dp_event())
+    return tuple(float(v) for v in np.asarray(accountant.rdp))
 
 
 def calibrate(

@@ -54,19 +54,19 @@ async def create_dataset(
         max_bytes=limit,
         store=runtime.store,
     )
-    return service.to_out(session, dataset)
+    return service.to_out(session, dataset, viewer=owner)
 
 
 @router.get("", responses=responses(401), summary="Datasets this key may see")
 def list_datasets(session: SessionDep, principal: PrincipalDep) -> DatasetList:
     datasets = service.list_visible(session, principal=principal)
-    return DatasetList(items=[service.to_out(session, d) for d in datasets])
+    return DatasetList(items=[service.to_out(session, d, viewer=principal) for d in datasets])
 
 
 @router.get("/{dataset_id}", responses=responses(401, 404), summary="One dataset")
 def get_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
     dataset = service.get(session, principal=principal, dataset_id=dataset_id)
-    return service.to_out(session, dataset)
+    return service.to_out(session, dataset, viewer=principal)
 
 
 @router.post(

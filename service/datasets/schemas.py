@@ -96,9 +96,13 @@ class DatasetOut(BaseModel):
     feature_shape: list[int]
     classes: list[ClassLabel]
     classes_declared_by_owner: bool
-    sha256: str
+    sha256: str | None = Field(
+        description="sha256 of the uploaded file; computed from private data: owner only"
+    )
     size_bytes: int
-    clipped_values: int = Field(description="Feature values outside feature_range, clipped")
+    clipped_values: int | None = Field(
+        description="Feature values outside feature_range, clipped; owner only"
+    )
     budget: BudgetStatus
     created_at: datetime
 

@@ -92,10 +92,13 @@ def _jsonable_range(metadata: DatasetMetadata) -> object:
     return [fr[0], fr[1]]
 
 
-def to_out(session: Session, dataset: Dataset) -> DatasetOut:
+def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetOut:
+    """The dataset as ``viewer`` may see it: statistics computed from the raw data (its hash,
+    the clipped count) are the owner's alone; they are not covered by any privacy charge."""
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
+    owner = dataset.owner_id == viewer.id
     return DatasetOut(
         id=dataset.id,
         name=dataset.name,
@@ -105,9 +108,9 @@ def to_out(session: Session, dataset: Dataset) -> DatasetOut:
         feature_shape=dataset.feature_shape,
         classes=dataset.classes,
         classes_declared_by_owner=dataset.classes_declared,
-        sha256=dataset.sha256,
+        sha256=dataset.sha256 if owner else None,
         size_bytes=dataset.size_bytes,
-        clipped_values=dataset.clipped_values,
+        clipped_values=dataset.clipped_values if owner else None,
         budget=ledger.status_of(session, budget=budget),
         created_at=dataset.created_at,
     )

@@ -36,7 +36,7 @@ def create_release(
         settings=runtime.settings,
         dispatcher=runtime.dispatcher,
     )
-    return service.to_out(release)
+    return service.to_out(release, viewer=owner)
 
 
 @router.post(
@@ -61,7 +61,8 @@ def list_releases(
 
 @router.get("/{release_id}", responses=responses(401, 404), summary="Status of a release")
 def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
-    return service.to_out(service.get(session, principal=principal, release_id=release_id))
+    release = service.get(session, principal=principal, release_id=release_id)
+    return service.to_out(release, viewer=principal)
 
 
 @router.get(

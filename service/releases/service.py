@@ -167,10 +167,13 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
         ids = [d.id for d in budget_repository.visible_datasets(session, owner_id=principal.id)]
     else:
         ids = granted_dataset_ids(session, principal_id=principal.id)
-    return ReleaseList(items=[to_out(r) for r in repository.list_for(session, dataset_ids=ids)])
+    return ReleaseList(
+        items=[to_out(r, viewer=principal) for r in repository.list_for(session, dataset_ids=ids)]
+    )
 
 
-def to_out(release: Release) -> ReleaseOut:
+def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
+    """Analysts see that a release failed, not why: error text may quote the raw data."""
     artifact = None
     if release.status == "succeeded" and release.artifact_sha256 is not None:
         artifact = Artifact(
@@ -194,7 +197,7 @@ def to_out(release: Release) -> ReleaseOut:
         progress=release.progress,
         noise=Noise(sigma_x=release.sigma_x, sigma_y=release.sigma_y),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
-        error=release.error,
+        error=release.error if viewer.role != "analyst" or release.error is None else "failed",
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,

@@ -97,6 +97,13 @@ def test_tenants_and_grants(harness: Harness) -> None:
     ] == [rel]
     assert len(h.download(s["analyst"], rel)) > 0
     assert status(s["stranger"], "GET", f"/releases/{rel}") == 404
+    # Statistics of the raw data are the owner's alone.
+    seen = {
+        who: h.client.get(f"/datasets/{ds}", headers=h.headers(s[who])).json()
+        for who in ("owner", "analyst")
+    }
+    assert seen["owner"]["sha256"] and seen["owner"]["clipped_values"] == 0
+    assert seen["analyst"]["sha256"] is None and seen["analyst"]["clipped_values"] is None
     # Grants go to analysts only.
     bad = h.client.post(
         f"/datasets/{ds}/grants",
@@ -108,6 +115,8 @@ def test_tenants_and_grants(harness: Harness) -> None:
     # Admins read every dataset, release and budget, but do not release.
     admin = h.admin_key
     assert status(admin, "GET", f"/datasets/{ds}") == 200
+    admin_view = h.client.get(f"/datasets/{ds}", headers=h.headers(admin)).json()
+    assert admin_view["sha256"] is None and admin_view["clipped_values"] is None
     assert status(admin, "GET", f"/budgets/{ds}") == 200
     assert ds in [
         b["dataset_id"] for b in h.client.get("/budgets", headers=h.headers(admin)).json()["items"]

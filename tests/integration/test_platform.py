@@ -22,7 +22,7 @@ from tests.conftest import (
     TEST_DATABASE_URL,
     Harness,
     npz_bytes,
-    reset_database,
+    scratch_database,
     toy_dataset,
 )
 from worker import runner
@@ -46,25 +46,21 @@ def test_local_store_rejects_escaping_keys(tmp_path: Path) -> None:
         store.put("../outside", b"x")
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_migrations_upgrade_head_and_check(backend: str, tmp_path: Path) -> None:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'm.db'}"
-    else:
-        url = TEST_DATABASE_URL.rsplit("/", 1)[0] + "/dprelease_migrations"
-        from sqlalchemy import create_engine, text
-
-        admin = create_engine(url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text("DROP DATABASE IF EXISTS dprelease_migrations"))
-            conn.execute(text("CREATE DATABASE dprelease_migrations"))
-        admin.dispose()
-        reset_database(url)
+def _upgrade_check_downgrade(url: str) -> None:
     config = bootstrap.alembic_config(url)
     command.upgrade(config, "head")
     command.check(config)  # raises if the models and the migrations disagree
     command.downgrade(config, "base")
     command.upgrade(config, "head")
+
+
+def test_migrations_sqlite(tmp_path: Path) -> None:
+    _upgrade_check_downgrade(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_migrations_postgres() -> None:
+    with scratch_database(TEST_DATABASE_URL) as url:
+        _upgrade_check_downgrade(url)
 
 
 def test_openapi_is_committed_and_current() -> None:

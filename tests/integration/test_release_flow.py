@@ -69,7 +69,11 @@ def test_release_end_to_end(harness: Harness) -> None:
     meta = json.loads(str(npz["metadata"]))
     assert meta["mechanism"] == "dpmix" and meta["release_id"] == created["id"]
     assert meta["noise"] == p["noise"] and meta["charge"] == p["charge"]
-    assert meta["dataset_sha256"] == ds["sha256"]
+    # No function of the raw data travels with the release (a hash would let anyone who knows
+    # all records but one test candidates for the last); the owner-side provenance has it.
+    assert "dataset_sha256" not in meta and ds["sha256"] not in json.dumps(meta)
+    provenance = json.loads(h.runtime.store.get(f"releases/{created['id']}/metadata.json"))
+    assert provenance["dataset_sha256"] == ds["sha256"]
     assert {"torch", "numpy", "dp-accounting"} <= set(meta["versions"])
     # Mixed one-hot labels: rows sum to ≈ 1 plus noise of std σ_y·√k.
     row_sums = npz["y"].sum(axis=1)
@@ -190,6 +194,13 @@ def test_failed_job_before_output_is_refunded(harness: Harness) -> None:
     assert ledger["spent"] == 0.0 and ledger["remaining"] == 5.0
     dl = h.client.get(f"/releases/{done['id']}/download", headers=h.headers(owner))
     assert dl.status_code == 409
+    # A granted analyst learns that it failed, not the error text (it may quote raw data).
+    analyst, analyst_id = h.new_key("analyst")
+    h.client.post(
+        f"/datasets/{ds['id']}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
+    )
+    seen = h.client.get(f"/releases/{done['id']}", headers=h.headers(analyst)).json()
+    assert seen["status"] == "failed" and seen["error"] == "failed"
 
 
 def test_release_validation(harness: Harness) -> None:
