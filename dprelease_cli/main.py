@@ -594,6 +594,11 @@ def budgets(state: CliState, dataset_id: str | None) -> None:
     emit(api.get_budget(dataset_id) if dataset_id else api.list_budgets())
 
 
+from dprelease_cli.account import account  # noqa: E402  (offline subcommand)
+
+cli.add_command(account)
+
+
 def main() -> None:
     cli.main(prog_name="dprelease")
 

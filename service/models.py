@@ -155,6 +155,7 @@ class LedgerEntry(Base):
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
     rdp: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
+    mu: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), default="reserved")
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)

@@ -1,9 +1,12 @@
 """Composition of a dataset's ledger entries into one (ε, δ) spend.
 
-Two bounds are valid and the smaller is reported:
+Every one of these bounds is valid and the smallest is reported:
 - RDP composition: add the curves of the entries that have one, convert at the remaining δ
   (the budget's δ minus the δ's of entries known only as (ε, δ)), then add those entries' ε;
+- GDP composition, when every entry is μ-GDP: √(Σμ²)-GDP, converted exactly;
 - basic composition: Σε at Σδ, usable when Σδ does not pass the budget's δ.
+A μ-GDP entry also carries its RDP curve α μ²/2, so it joins the RDP composition of mixed
+ledgers.
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpcore.accounting import gdp
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 
 
 @dataclass(frozen=True)
 class Cost:
-    """What one release costs: (ε, δ) and, when known, its RDP curve on ``ORDERS``."""
+    """What one release costs: (ε, δ) and, when known, its RDP curve on ``ORDERS`` and its
+    GDP μ."""
 
     epsilon: float
     delta: float
     rdp: tuple[float, ...] | None = None
+    mu: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
@@ -32,6 +38,11 @@ class Cost:
             raise ValueError(f"cost delta must be in [0, 1), got {self.delta}")
         if self.rdp is not None and len(self.rdp) != len(ORDERS):
             raise ValueError(f"cost rdp needs {len(ORDERS)} values, got {len(self.rdp)}")
+        if self.mu is not None:
+            if not (math.isfinite(self.mu) and self.mu >= 0):
+                raise ValueError(f"cost mu must be finite and >= 0, got {self.mu}")
+            if self.rdp is None:
+                object.__setattr__(self, "rdp", gdp.rdp_curve(self.mu))
 
 
 def compose_epsilon(costs: Sequence[Cost], *, delta: float) -> float:
@@ -51,4 +62,6 @@ def compose_epsilon(costs: Sequence[Cost], *, delta: float) -> float:
         curve = np.sum([np.asarray(c.rdp, dtype=np.float64) for c in with_curve], axis=0)
         rdp_eps = epsilon_from_rdp(curve.tolist(), delta=delta_left)
         bounds.append(rdp_eps + math.fsum(c.epsilon for c in without))
+    if all(c.mu is not None for c in costs):
+        bounds.append(gdp.epsilon_of(math.sqrt(math.fsum(c.mu**2 for c in costs)), delta))  # type: ignore[operator]
     return min(bounds)

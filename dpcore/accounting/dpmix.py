@@ -21,14 +21,16 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import dp_accounting as dpa
 import numpy as np
 
+from dpcore.accounting.composition import Cost
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
-from dpcore.calibration import smallest_noise
+from dpcore.accounting.registry import Accountant, Key, register
 
 FEATURE_SENSITIVITY = math.sqrt(2.0)  # per record, after preprocessing (see module docstring)
 LABEL_SENSITIVITY = math.sqrt(2.0)  # one-hot labels
@@ -93,6 +95,13 @@ class DPMixEvent:
     def epsilon(self, delta: float) -> float:
         return epsilon_from_rdp(self.rdp(), delta=delta)
 
+    def cost(self, delta: float) -> Cost:
+        rdp = self.rdp()
+        return Cost(epsilon=epsilon_from_rdp(rdp, delta=delta), delta=delta, rdp=rdp)
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
+
     def describe(self) -> dict[str, Any]:
         return {"mechanism": "dpmix", "accountant": "tight", **asdict(self)}
 
@@ -118,12 +127,58 @@ def calibrate(
     """The DPMix event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤ epsilon."""
     if not (math.isfinite(noise_ratio) and noise_ratio > 0):
         raise ValueError(f"noise_ratio must be finite and > 0, got {noise_ratio}")
+    keys = {
+        "n": n,
+        "mixture_degree": mixture_degree,
+        "n_samples": n_samples,
+        "noise_ratio": noise_ratio,
+    }
+    event = TIGHT.calibrate(epsilon, delta, keys)
+    assert isinstance(event, DPMixEvent)
+    return event
 
-    def event(sigma_x: float) -> DPMixEvent:
-        return DPMixEvent(n, mixture_degree, n_samples, sigma_x, noise_ratio * sigma_x)
 
-    # Start near the answer: the unamplified Gaussian's σ scaled by the sampling ratio.
-    guess = math.sqrt(2 * math.log(1.25 / delta)) * 2 / (epsilon * mixture_degree)
-    guess *= max(mixture_degree / n * math.sqrt(n_samples), 1e-3)
-    sigma_x, _ = smallest_noise(lambda s: event(s).epsilon(delta), epsilon, initial=guess)
-    return event(sigma_x)
+_COMMON_KEYS = (
+    Key("n", int, "number of records (public)"),
+    Key("mixture_degree", int, "ℓ: distinct records averaged per mixture"),
+    Key("n_samples", int, "T: number of mixtures released"),
+    Key("sigma_y", float, "label noise std when it differs from --sigma (σ_x)", required=False),
+    Key(
+        "noise_ratio",
+        float,
+        "σ_y/σ_x used when calibrating (ignored when sigma_y is set)",
+        required=False,
+        default=1.0,
+    ),
+)
+
+
+def _tight(sigma: float, keys: Mapping[str, Any]) -> DPMixEvent:
+    sigma_y = keys["sigma_y"] if keys["sigma_y"] is not None else keys["noise_ratio"] * sigma
+    return DPMixEvent(keys["n"], keys["mixture_degree"], keys["n_samples"], sigma, sigma_y)
+
+
+def _guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    # The unamplified Gaussian's σ, scaled by the sampling ratio and √T.
+    ell, n, T = keys["mixture_degree"], keys["n"], keys["n_samples"]
+    sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 / (epsilon * ell)
+    return sigma * max(ell / n * math.sqrt(T), 1e-3)
+
+
+TIGHT = register(
+    Accountant(
+        mechanism="dpmix",
+        name="tight",
+        summary="RDP of sampling without replacement (WBK Thm 27, dp_accounting), "
+        "sensitivity √2/ℓ for features and labels, composed over T mixtures",
+        keys=(
+            *_COMMON_KEYS,
+            Key(
+                "d_x", int, "feature dimension (used by the paper accountant only)", required=False
+            ),
+            Key("d_y", int, "label dimension (used by the paper accountant only)", required=False),
+        ),
+        build=_tight,
+        guess=_guess,
+    )
+)

@@ -54,7 +54,7 @@ def decode_rdp(values: Sequence[float | None] | None) -> tuple[float, ...] | Non
 
 
 def cost_of(entry: LedgerEntry) -> Cost:
-    return Cost(epsilon=entry.epsilon, delta=entry.delta, rdp=decode_rdp(entry.rdp))
+    return Cost(epsilon=entry.epsilon, delta=entry.delta, rdp=decode_rdp(entry.rdp), mu=entry.mu)
 
 
 def _composed(entries: Sequence[LedgerEntry], budget: DatasetBudget, extra: Cost | None) -> float:
@@ -133,6 +133,7 @@ def admit(
             epsilon=cost.epsilon,
             delta=cost.delta,
             rdp=encode_rdp(cost.rdp),
+            mu=cost.mu,
             state=RESERVED,
         ),
     )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from dpcore.accounting import Cost, epsilon_from_rdp
-from dpcore.accounting import dpmix as dpmix_accountant
+from dpcore.accounting import Cost, registry
+from dpcore.accounting.registry import Event
 from dpcore.calibration import CalibrationError
 from service.access import dataset_for, granted_dataset_ids, release_for
 from service.budgets import repository as budget_repository
@@ -35,22 +35,38 @@ from service.runtime import Dispatcher
 @dataclass(frozen=True)
 class Plan:
     dataset: Dataset
-    event: dpmix_accountant.DPMixEvent
+    event: Event
     cost: Cost
     params: dict[str, Any]
 
     @property
     def noise(self) -> Noise:
-        return Noise(sigma_x=self.event.sigma_x, sigma_y=self.event.sigma_y)
+        return Noise(**self.event.noise())
 
     @property
     def charge(self) -> Charge:
         return Charge(epsilon=self.cost.epsilon, delta=self.cost.delta)
 
 
+def accountant_keys(dataset: Dataset, request: ReleaseRequest) -> dict[str, Any]:
+    """The public facts an accountant needs, from the dataset and the request."""
+    keys: dict[str, Any] = {
+        "n": dataset.n_rows,
+        "d_x": dataset.n_features,
+        "d_y": len(dataset.classes),
+        **request.params.model_dump(),
+    }
+    if request.noise is not None and request.noise.sigma_y is not None:
+        keys["sigma_y"] = request.noise.sigma_y
+    if request.noise_ratio is not None:
+        keys["noise_ratio"] = request.noise_ratio
+    return keys
+
+
 def plan(
     session: Session, *, principal: Principal, request: ReleaseRequest, settings: Settings
 ) -> Plan:
+    """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
@@ -70,31 +86,22 @@ def plan(
             f"n_samples {params.n_samples} exceeds this server's limit "
             f"{settings.max_release_samples} (DPRELEASE_MAX_RELEASE_SAMPLES)"
         )
-    common = {
-        "n": dataset.n_rows,
-        "mixture_degree": params.mixture_degree,
-        "n_samples": params.n_samples,
-    }
     try:
+        accountant = registry.get(request.mechanism, request.accountant)
+        keys = accountant_keys(dataset, request)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
-            event = dpmix_accountant.calibrate(
-                **common, epsilon=target, delta=delta, noise_ratio=request.noise_ratio or 1.0
-            )
+            event = accountant.calibrate(target, delta, keys)
         else:
             assert request.noise is not None
-            sigma_y = request.noise.sigma_y or request.noise.sigma_x
-            event = dpmix_accountant.DPMixEvent(
-                **common, sigma_x=request.noise.sigma_x, sigma_y=sigma_y
-            )
+            event = accountant.at_sigma(request.noise.sigma_x, keys)
+        cost = event.cost(delta)
     except (CalibrationError, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
-    rdp = event.rdp()
-    epsilon = ledger.round_up(epsilon_from_rdp(rdp, delta=delta))
-    if not math.isfinite(epsilon):
+    if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
-    cost = Cost(epsilon=epsilon, delta=delta, rdp=rdp)
+    cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
     return Plan(dataset=dataset, event=event, cost=cost, params=params.model_dump())
 
 
@@ -132,8 +139,8 @@ def create(
             params=p.params,
             accountant=request.accountant,
             format=request.format,
-            sigma_x=p.event.sigma_x,
-            sigma_y=p.event.sigma_y,
+            sigma_x=p.noise.sigma_x,
+            sigma_y=p.noise.sigma_y,
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
             status="queued",

@@ -1,0 +1,87 @@
+"""``dprelease account``: the service's accountants, offline, for researchers and auditors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from dpcore.accounting import registry
+
+
+def _keys_help() -> str:
+    lines = ["\b", "Keys (KEY=VALUE) per mechanism and accountant:"]
+    for acc in registry.all_accountants():
+        lines.append(f"  {acc.mechanism} --accountant {acc.name}: {acc.summary}")
+        for key in acc.keys:
+            optional = "" if key.required else f" (optional, default {key.default})"
+            choices = f" [{'|'.join(key.choices)}]" if key.choices else ""
+            lines.append(f"      {key.name}{choices}: {key.help}{optional}")
+    return "\n".join(lines)
+
+
+def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"expected KEY=VALUE, got {pair!r}")
+        if name in out:
+            raise click.UsageError(f"key {name!r} given twice")
+        out[name] = value
+    return out
+
+
+class _AccountCommand(click.Command):
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        for line in _keys_help().splitlines():
+            formatter.write(line + "\n")
+
+
+@click.command("account", cls=_AccountCommand)
+@click.argument("mechanism")
+@click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
+@click.option(
+    "--accountant",
+    type=click.Choice(["paper", "tight"]),
+    default="tight",
+    show_default=True,
+    help="The paper's own analysis or dprelease's tightest valid one.",
+)
+@click.option("--delta", type=float, required=True, help="δ at which ε is reported.")
+@click.option("--sigma", type=float, help="Noise scale (σ_x for dpmix): report its ε.")
+@click.option("--epsilon", type=float, help="Target ε: report the smallest noise meeting it.")
+def account(
+    mechanism: str,
+    pairs: tuple[str, ...],
+    accountant: str,
+    delta: float,
+    sigma: float | None,
+    epsilon: float | None,
+) -> None:
+    """Privacy cost of MECHANISM without a server: ε for a given noise (--sigma) or the
+    smallest noise for a target ε (--epsilon). Prints one JSON object."""
+    if (sigma is None) == (epsilon is None):
+        raise click.UsageError("give exactly one of --sigma or --epsilon")
+    try:
+        acc = registry.get(mechanism, accountant)
+        keys = _parse_pairs(pairs)
+        if sigma is not None:
+            event = acc.at_sigma(sigma, keys)
+        else:
+            assert epsilon is not None
+            event = acc.calibrate(epsilon, delta, keys)
+        result: dict[str, Any] = {
+            "mechanism": mechanism,
+            "accountant": accountant,
+            "epsilon": event.epsilon(delta),
+            "delta": delta,
+            "noise": event.noise(),
+            "target_epsilon": epsilon,
+            "event": event.describe(),
+        }
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(result, indent=2))
