@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from dpcore.accounting import registry
 from dpcore.mechanisms import dpmix
 from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit
 from service.budgets import service as ledger
@@ -269,12 +270,9 @@ def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> 
         "charge": {"epsilon": job.epsilon, "delta": job.delta},
         "accountant": {
             "name": job.accountant,
-            "method": "RDP, sampling without replacement (Wang-Balle-Kasiviswanathan), "
-            "dp_accounting RdpAccountant",
+            "method": registry.get(job.mechanism, job.accountant).summary,
             "neighbouring_relation": "replace-one (n public)",
             "n": parsed.n_rows,
-            "feature_sensitivity_per_record": "sqrt(2) (features in [0,1], L2 norm <= 1)",
-            "label_sensitivity_per_record": "sqrt(2) (one-hot)",
         },
         "preprocessing": {
             "features": "clip to declared feature_range, scale to [0, 1], scale rows to "

@@ -28,9 +28,10 @@ from typing import Any
 import dp_accounting as dpa
 import numpy as np
 
+from dpcore.accounting import gdp
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
-from dpcore.accounting.registry import Accountant, Key, register
+from dpcore.accounting.registry import Accountant, Event, Key, register
 
 FEATURE_SENSITIVITY = math.sqrt(2.0)  # per record, after preprocessing (see module docstring)
 LABEL_SENSITIVITY = math.sqrt(2.0)  # one-hot labels
@@ -138,7 +139,61 @@ def calibrate(
     return event
 
 
-_COMMON_KEYS = (
+@dataclass(frozen=True)
+class DPMixRecordEvent:
+    """The record-assignment variant, tight: each record joins k = ⌈Tℓ/n⌉ mixtures (a
+    data-independent assignment), so replacing it moves k mixture means by at most √2/ℓ in
+    features and in labels: the Gaussian mechanism, μ-GDP with
+    μ² = k·(2/(ℓ²σ_x²) + 2/(ℓ²σ_y²)), converted exactly."""
+
+    n: int
+    mixture_degree: int
+    n_samples: int
+    sigma_x: float
+    sigma_y: float
+
+    def __post_init__(self) -> None:
+        for name in ("sigma_x", "sigma_y"):
+            value = float(getattr(self, name))
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value}")
+            object.__setattr__(self, name, value)
+        if not 1 <= self.mixture_degree <= self.n or self.n_samples < 1:
+            raise ValueError("need 1 <= mixture_degree <= n and n_samples >= 1")
+
+    @property
+    def mixtures_per_record(self) -> int:
+        return math.ceil(self.n_samples * self.mixture_degree / self.n)
+
+    @property
+    def mu(self) -> float:
+        ell = self.mixture_degree
+        per_mixture = 2 / (ell**2 * self.sigma_x**2) + 2 / (ell**2 * self.sigma_y**2)
+        return math.sqrt(self.mixtures_per_record * per_mixture)
+
+    def epsilon(self, delta: float) -> float:
+        return gdp.epsilon_of(self.mu, delta)
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "dpmix",
+            "accountant": "tight",
+            "assignment": "record",
+            "mixtures_per_record": self.mixtures_per_record,
+            "mu": self.mu,
+            **asdict(self),
+        }
+
+
+ASSIGNMENTS = ("mixture", "record")
+
+COMMON_KEYS = (
     Key("n", int, "number of records (public)"),
     Key("mixture_degree", int, "ℓ: distinct records averaged per mixture"),
     Key("n_samples", int, "T: number of mixtures released"),
@@ -151,14 +206,28 @@ _COMMON_KEYS = (
         default=1.0,
     ),
 )
+ASSIGNMENT_KEY = Key(
+    "assignment",
+    str,
+    "mixture: each mixture draws ℓ records (Thm 1); record: each record joins Tp mixtures (Thm 3)",
+    required=False,
+    default="mixture",
+    choices=ASSIGNMENTS,
+)
 
 
-def _tight(sigma: float, keys: Mapping[str, Any]) -> DPMixEvent:
-    sigma_y = keys["sigma_y"] if keys["sigma_y"] is not None else keys["noise_ratio"] * sigma
-    return DPMixEvent(keys["n"], keys["mixture_degree"], keys["n_samples"], sigma, sigma_y)
+def sigma_y_of(sigma: float, keys: Mapping[str, Any]) -> float:
+    return float(keys["sigma_y"] if keys["sigma_y"] is not None else keys["noise_ratio"] * sigma)
 
 
-def _guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+def _tight(sigma: float, keys: Mapping[str, Any]) -> Event:
+    args = (keys["n"], keys["mixture_degree"], keys["n_samples"], sigma, sigma_y_of(sigma, keys))
+    if keys["assignment"] == "record":
+        return DPMixRecordEvent(*args)
+    return DPMixEvent(*args)
+
+
+def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # The unamplified Gaussian's σ, scaled by the sampling ratio and √T.
     ell, n, T = keys["mixture_degree"], keys["n"], keys["n_samples"]
     sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 / (epsilon * ell)
@@ -169,16 +238,18 @@ TIGHT = register(
     Accountant(
         mechanism="dpmix",
         name="tight",
-        summary="RDP of sampling without replacement (WBK Thm 27, dp_accounting), "
-        "sensitivity √2/ℓ for features and labels, composed over T mixtures",
+        summary="mixture assignment: RDP of sampling without replacement (WBK Thm 27, "
+        "dp_accounting) composed over T; record assignment: Gaussian mechanism (GDP); "
+        "sensitivity √2/ℓ for features and labels",
         keys=(
-            *_COMMON_KEYS,
+            *COMMON_KEYS,
             Key(
                 "d_x", int, "feature dimension (used by the paper accountant only)", required=False
             ),
             Key("d_y", int, "label dimension (used by the paper accountant only)", required=False),
+            ASSIGNMENT_KEY,
         ),
         build=_tight,
-        guess=_guess,
+        guess=guess_sigma,
     )
 )

@@ -53,7 +53,10 @@ class ReleaseRequest(BaseModel):
     noise_ratio: float | None = Field(
         default=None, description="σ_y/σ_x when calibrating (default 1)"
     )
-    accountant: Literal["tight"] = "tight"
+    accountant: Literal["paper", "tight"] = Field(
+        default="tight",
+        description="tight: dprelease's tightest valid analysis; paper: the paper's theorem",
+    )
     format: ReleaseFormat = "npz"
 
     @field_validator("epsilon", "noise_ratio")

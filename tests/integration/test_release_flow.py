@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.accounting.dpmix_paper import DPMixPaperEvent
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
@@ -224,3 +225,28 @@ def test_release_validation(harness: Harness) -> None:
     )
     assert missing.status_code == 404
     assert h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()["entries"] == []
+
+
+def test_paper_accountant_through_the_service(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner, budget={"epsilon": 50.0, "delta": 1e-5})
+    body = h.release_body(ds["id"], accountant="paper", epsilon=20.0)
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    p = r.json()
+    assert p["accountant"] == "paper" and p["charge"]["epsilon"] <= 20.0
+    # Same numbers as the offline accountant (`dprelease account dpmix --accountant paper`).
+    paper = DPMixPaperEvent(200, 8, 300, p["noise"]["sigma_x"], p["noise"]["sigma_y"], 6, 3)
+    assert paper.epsilon(1e-5) == pytest.approx(p["charge"]["epsilon"], rel=1e-8)
+    tight = h.client.post(
+        "/releases/preview", json={**body, "accountant": "tight"}, headers=h.headers(owner)
+    ).json()
+    assert tight["noise"]["sigma_x"] < p["noise"]["sigma_x"]
+    created = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert created.status_code == 202, created.text
+    done = h.wait(owner, created.json()["id"])
+    assert done["status"] == "succeeded" and done["accountant"] == "paper"
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert ledger["entries"][0]["accountant"] == "paper"
+    assert ledger["spent"] <= p["charge"]["epsilon"]
