@@ -14,6 +14,8 @@ def _keys_help() -> str:
     lines = ["\b", "Keys (KEY=VALUE) per mechanism and accountant:"]
     for acc in registry.all_accountants():
         lines.append(f"  {acc.mechanism} --accountant {acc.name}: {acc.summary}")
+        if not acc.valid_bound:
+            lines.append(f"      (not a valid bound: {acc.caveat})")
         for key in acc.keys:
             optional = "" if key.required else f" (optional, default {key.default})"
             choices = f" [{'|'.join(key.choices)}]" if key.choices else ""
@@ -80,6 +82,8 @@ def account(
             "delta": delta,
             "noise": event.noise(),
             "target_epsilon": epsilon,
+            "valid_upper_bound": acc.valid_bound,
+            **({"caveat": acc.caveat} if acc.caveat else {}),
             "event": event.describe(),
         }
     except ValueError as exc:

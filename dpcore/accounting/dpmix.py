@@ -26,12 +26,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import dp_accounting as dpa
-import numpy as np
 
 from dpcore.accounting import gdp
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.accounting.registry import Accountant, Event, Key, register
+from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
 
 FEATURE_SENSITIVITY = math.sqrt(2.0)  # per record, after preprocessing (see module docstring)
 LABEL_SENSITIVITY = math.sqrt(2.0)  # one-hot labels
@@ -111,9 +111,10 @@ class DPMixEvent:
 def _rdp_curve(event: DPMixEvent) -> tuple[float, ...]:
     # Events are immutable and hashable; calibration, preview and admission ask again for the
     # curve of the same event.
-    accountant = dpa.rdp.RdpAccountant(list(ORDERS), dpa.NeighboringRelation.REPLACE_ONE)
-    accountant.compose(event.dp_event())
-    return tuple(float(v) for v in np.asarray(accountant.rdp))
+    # The same bound dp_accounting's RdpAccountant computes for ``event.dp_event()`` (tests
+    # pin the two against each other), evaluated ~50x faster: calibration calls this often.
+    per_mixture = rdp_wor_gaussian(event.mixture_degree / event.n, event.noise_multiplier, ORDERS)
+    return tuple(float(v) for v in event.n_samples * per_mixture)
 
 
 def calibrate(

@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from dp_accounting.rdp.rdp_privacy_accountant import _get_forward_diffs
 from scipy.special import gammaln, logsumexp
 
 from dpcore.accounting.composition import Cost
@@ -46,6 +45,7 @@ from dpcore.accounting.dpmix import (
 )
 from dpcore.accounting.orders import ORDERS
 from dpcore.accounting.registry import Accountant, Key, register
+from dpcore.accounting.wor_gaussian import forward_diff_logs
 
 PAPER_MAX_ORDER = 256
 
@@ -62,7 +62,7 @@ def theorem1_rdp(*, q: float, delta_sq_over_ell_sq: float) -> np.ndarray:
     if eps2 == 0 or q == 0:
         return np.zeros(PAPER_MAX_ORDER - 1)
     z = 1.0 / math.sqrt(delta_sq_over_ell_sq)  # Gaussian with ε(α) = α/(2z²)
-    log_b, _ = _get_forward_diffs(lambda x: x * (x + 1) / (2.0 * z * z), PAPER_MAX_ORDER)
+    log_b = forward_diff_logs(z, PAPER_MAX_ORDER)
     alphas = np.arange(2, PAPER_MAX_ORDER + 1)
     log_q = math.log(q) if q > 0 else -math.inf
     # j = 2 term: p² C(α,2) min(4(e^{ε(2)} − 1), 2e^{ε(2)}).

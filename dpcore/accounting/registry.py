@@ -65,6 +65,10 @@ class Accountant:
     keys: tuple[Key, ...]
     build: Builder = field(repr=False)
     guess: Guess = field(repr=False, default=lambda keys, epsilon, delta: 1.0)
+    # False where the analysis misses a case under replace-one neighbours: such an accountant
+    # reproduces a paper's number for researchers but may not back a ledger charge.
+    valid_bound: bool = True
+    caveat: str = ""
 
     def parse_keys(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         known = {k.name: k for k in self.keys}

@@ -49,14 +49,20 @@ MAX_EXACT_ORDER = 256
 #: Largest finite order accepted (the cap-only path is O(α) memory); pass ``inf`` beyond it.
 MAX_FINITE_ORDER = 2**20
 
-# libm's scalar functions applied elementwise: dp_accounting's ``_log_sub_sign`` and
-# ``_log_add`` call ``math.log1p``/``math.exp``, which are not bitwise equal to numpy's SIMD
-# versions; see the module docstring for why the last bit matters.
-_libm_log1p = np.frompyfunc(math.log1p, 1, 1)
-_libm_exp = np.frompyfunc(math.exp, 1, 1)
-
 _LOG2 = np.log(2)
 _LOG4 = np.log(4)
+
+
+def _libm_log1p(x: np.ndarray) -> np.ndarray:
+    # libm's log1p elementwise: dp_accounting's ``_log_sub_sign``/``_log_add`` call
+    # ``math.log1p``, which is not bitwise equal to numpy's SIMD ``np.log1p``; the difference
+    # passes amplify that last bit (see the module docstring). Raises ValueError at x ≤ −1.
+    return np.fromiter(map(math.log1p, x.tolist()), float, x.size)
+
+
+def _libm_exp(x: np.ndarray) -> np.ndarray:
+    # ``math.exp`` elementwise, as in dp_accounting's ``_log_add`` (``np.exp`` differs too).
+    return np.fromiter(map(math.exp, x.tolist()), float, x.size)
 
 
 def _cgf(x: np.ndarray | float, sigma: float) -> np.ndarray | float:
@@ -64,63 +70,64 @@ def _cgf(x: np.ndarray | float, sigma: float) -> np.ndarray | float:
     return x * 1.0 * (x + 1) / (2.0 * sigma**2)
 
 
-def _diff_pass_general(
-    v: np.ndarray, signs: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """One pass of ``_stable_inplace_diff_in_log`` over all entries, any signs.
-
-    Entry j becomes log|x_{j+1} − x_j| (same signs) or log(|x_j| + |x_{j+1}|) (different
-    signs), branch for branch as dp_accounting's ``_log_sub_sign`` / ``_log_add``.
-    """
-    a, b = v[:-1], v[1:]
-    sa, sb = signs[:-1], signs[1:]
-    same = sa == sb
-    gt = same & (b > a)
-    lt = same & (b < a)
-    eq = same & ~(b > a) & ~(b < a)  # Python's `else` branch, NaN included
-    add = ~same
-    mag = np.empty_like(a)
-    new_signs = sb.copy()  # gt, eq and add keep sb; lt flips it
-    if gt.any():
-        mag[gt] = b[gt] + _libm_log1p(-np.exp(a[gt] - b[gt])).astype(float)
-    if lt.any():
-        mag[lt] = a[lt] + np.log1p(-np.exp(b[lt] - a[lt]))
-        new_signs[lt] = ~sb[lt]
-    mag[eq] = -np.inf
-    if add.any():
-        lo = np.minimum(a[add], b[add])
-        hi = np.maximum(a[add], b[add])
-        out = hi.copy()
-        fin = lo != -np.inf
-        out[fin] = _libm_log1p(_libm_exp(lo[fin] - hi[fin])).astype(float) + hi[fin]
-        mag[add] = out
-    return mag, new_signs
-
-
-def _forward_diff_logs(sigma: float, k_max: int) -> np.ndarray:
+def forward_diff_logs(sigma: float, k_max: int) -> np.ndarray:
     """``deltas[0..k_max]`` of dp_accounting's ``_get_forward_diffs(cgf, n)`` for any n ≥ k_max.
 
-    deltas[k] is log|Δ^{k+1} v| at 0 for v = (1, e^{cgf(0)}, e^{cgf(1)}, …). It depends only on
-    v_0..v_{k+1}, so one computation serves every order. Signs are tracked as dp_accounting
-    does, although in exact arithmetic they are all positive (e^{cgf} is a Gaussian mixture of
-    exponentials); with large σ rounding noise can flip them.
+    deltas[k] is log|Δ^{k+1} x| at 0 for x = (1, e^{cgf(0)}, e^{cgf(1)}, …), computed by k + 1
+    passes of ``_stable_inplace_diff_in_log``. It depends only on x_0..x_{k+1}, so one
+    computation serves every order; pass k needs only entries 0..k_max − k. Each pass is one
+    vector step: entry j becomes log|x_{j+1} − x_j| (same signs, ``_log_sub_sign``) or
+    log(|x_j| + |x_{j+1}|) (different signs, ``_log_add``), with dp_accounting's formulas,
+    operand order and functions, so the result is bitwise identical to its ``deltas``.
+
+    In exact arithmetic every difference is positive (e^{cgf} is a Gaussian mixture of
+    exponentials), so the sign bookkeeping is skipped while all signs are positive and
+    x increases; with large σ (≳ 10) rounding noise flips signs in the high passes, and the
+    general branch reproduces dp_accounting's handling of them.
     """
-    x = np.arange(-1.0, k_max + 1.0)  # v_m uses cgf(m − 1), m = 0..k_max + 1
-    v = np.asarray(_cgf(x, sigma), dtype=float)
-    v[0] = 0.0  # dp_accounting's func_vec[0] = 0 (log 1); avoid −0.0 from cgf(−1)
-    signs: np.ndarray | None = None  # None: all positive
+    x = np.arange(-1.0, k_max + 1.0)  # x_m = exp(cgf(m − 1)), m = 0..k_max + 1
+    v = np.asarray(_cgf(x, sigma), dtype=float)  # log |x_m|
+    v[0] = 0.0  # dp_accounting's func_vec[0] = 0 (log 1); cgf(−1) would give −0.0
+    signs: np.ndarray | None = None  # sign of x_m; None while all are positive
     deltas = np.empty(k_max + 1)
     with np.errstate(all="ignore"):
         for k in range(k_max + 1):
             a, b = v[:-1], v[1:]
-            if signs is None and bool(np.all(b > a)):
-                # The common case: x_{j+1} > x_j > 0 everywhere, so _log_sub_sign's first
-                # branch: log x_{j+1} + log1p(−x_j / x_{j+1}).
-                v = b + _libm_log1p(-np.exp(a - b)).astype(float)
-            else:
-                v, signs = _diff_pass_general(
-                    v, np.ones(v.size, dtype=bool) if signs is None else signs
-                )
+            if signs is None:
+                # Common case, _log_sub_sign's first branch: log x_{j+1} + log1p(−x_j/x_{j+1}).
+                t = np.exp(a - b)
+                np.negative(t, out=t)
+                try:
+                    v = b + _libm_log1p(t)
+                except ValueError:  # some x_{j+1} ≤ x_j: redo this pass with the full logic
+                    signs = np.ones(v.size, dtype=bool)
+                else:
+                    deltas[k] = v[0]
+                    continue
+            s_b = signs[1:]
+            same = signs[:-1] == s_b
+            d = a - b
+            lt = same & (d > 0)  # _log_sub_sign's second branch: the difference is negative
+            neg_gap = np.abs(d)
+            np.negative(neg_gap, out=neg_gap)  # log-ratio of the smaller to the larger: lo − hi
+            t = np.exp(neg_gap)
+            np.negative(t, out=t, where=same)  # same signs: log1p(−e^{lo−hi})
+            if not same.all():  # different signs: _log_add's math.log1p(math.exp(lo − hi))
+                idx = np.flatnonzero(~same)
+                t[idx] = _libm_exp(neg_gap[idx])
+            equal = t == -1.0  # _log_sub_sign's `else` branch (x_j = x_{j+1}): log 0
+            any_equal = bool(equal.any())
+            if any_equal:
+                t[equal] = 0.0
+            log1p_t = _libm_log1p(t)
+            if lt.any():  # that branch calls np.log1p, not math.log1p
+                log1p_t[lt] = np.log1p(t[lt])
+            v = np.maximum(a, b) + log1p_t
+            if any_equal:
+                v[equal] = -np.inf
+            signs = s_b ^ lt  # a negative difference flips the sign
+            if signs.all():
+                signs = None
             deltas[k] = v[0]
     return deltas
 
@@ -157,7 +164,7 @@ def _log_moments(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
         i = np.arange(2, top + 1)
         # Per-i factor, independent of α: T_2, and for i ≥ 3 the min of the difference term and
         # the cap (dp_accounting's delta_lo/delta_hi indices 2⌊i/2⌋ − 1 and 2⌈i/2⌉ − 1).
-        deltas = _forward_diff_logs(sigma, 2 * ((top + 1) // 2) - 1)
+        deltas = forward_diff_logs(sigma, 2 * ((top + 1) // 2) - 1)
         lo = deltas[np.maximum(2 * (i // 2) - 1, 0)]
         hi = deltas[np.maximum(2 * ((i + 1) // 2) - 1, 0)]
         with np.errstate(invalid="ignore"):
@@ -211,7 +218,7 @@ def _sum_terms(
         pos = s_top > 0  # the largest is a term, not the leading 1
         m = np.where(pos, s_top, 0.0)
         e = np.exp(s - m[:, None])
-        e[rows[pos], top[pos]] = np.where(pos, np.exp(-m), 0.0)[pos]  # swap it for the 1
+        e[rows[pos], top[pos]] = np.exp(-m[pos])  # swap the largest term for the 1
         res = m + np.log1p(e.sum(axis=1))
     return np.where(np.isnan(res), np.inf, res)
 
@@ -242,7 +249,9 @@ def _check_q_sigma(q: float, noise_multiplier: float) -> None:
         raise ValueError(f"noise_multiplier must be finite and ≥ 0, got {noise_multiplier!r}")
 
 
-def rdp_wor_gaussian(q: float, noise_multiplier: float, orders: Sequence[float]) -> np.ndarray:
+def rdp_wor_gaussian(
+    q: float, noise_multiplier: float, orders: Sequence[float] | np.ndarray
+) -> np.ndarray:
     """RDP of the sampled-without-replacement Gaussian mechanism at each order.
 
     Same values as dp_accounting's ``_compute_rdp_sample_wor_gaussian(q, noise_multiplier,

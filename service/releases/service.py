@@ -88,6 +88,12 @@ def plan(
         )
     try:
         accountant = registry.get(request.mechanism, request.accountant)
+        if not accountant.valid_bound:
+            raise InvalidInput(
+                f"the {request.accountant} accountant of {request.mechanism} is not a valid "
+                f"bound under replace-one neighbours ({accountant.caveat}); use 'tight', or "
+                f"reproduce the paper's number offline with `dprelease account`"
+            )
         keys = accountant_keys(dataset, request)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
