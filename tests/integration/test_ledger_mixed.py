@@ -1,0 +1,77 @@
+"""The ledger composes entries of every kind: RDP curves, GDP μ, and bare (ε, δ)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpcore.accounting import Cost, compose_epsilon, gdp
+from dpcore.accounting.dpmix import DPMixEvent
+from service.budgets import service as ledger
+from service.errors import BudgetExceeded
+from service.models import Release
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+def _release_row(session, dataset_id: str, owner_id: str) -> str:  # type: ignore[no-untyped-def]
+    release = Release(
+        dataset_id=dataset_id,
+        requested_by=owner_id,
+        mechanism="test",
+        params={},
+        accountant="tight",
+        format="npz",
+        sigma_x=1.0,
+        sigma_y=1.0,
+        epsilon=0.0,
+        delta=0.0,
+    )
+    session.add(release)
+    session.flush()
+    return release.id
+
+
+def test_mixed_entries_compose_like_dpcore(harness: Harness) -> None:
+    h = harness
+    owner, owner_id = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset()), budget={"epsilon": 6.0, "delta": 1e-5}).json()
+    rdp_event = DPMixEvent(200, 8, 300, 0.8, 0.8)
+    costs = [
+        rdp_event.cost(1e-6),
+        Cost(epsilon=gdp.epsilon_of(0.4, 1e-6), delta=1e-6, mu=0.4),
+        Cost(epsilon=0.5, delta=1e-6),
+    ]
+    with h.runtime.session_factory() as session, session.begin():
+        for cost in costs:
+            rid = _release_row(session, ds["id"], owner_id)
+            ledger.admit(
+                session,
+                dataset_id=ds["id"],
+                release_id=rid,
+                mechanism="test",
+                params={},
+                description={"accountant": "tight"},
+                cost=cost,
+            )
+    expected = compose_epsilon(costs, delta=1e-5)
+    got = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert got["reserved"] == pytest.approx(expected, rel=2e-9)
+    assert got["reserved"] >= expected  # rounded against the user
+    assert got["reserved"] < sum(c.epsilon for c in costs)  # better than basic composition
+    assert [e["state"] for e in got["entries"]] == ["reserved"] * 3
+    totals = [e["running_total"] for e in got["entries"]]
+    assert totals == sorted(totals)
+
+    # One more cost that does not fit is refused and nothing is written.
+    with h.runtime.session_factory() as session, pytest.raises(BudgetExceeded), session.begin():
+        rid = _release_row(session, ds["id"], owner_id)
+        ledger.admit(
+            session,
+            dataset_id=ds["id"],
+            release_id=rid,
+            mechanism="test",
+            params={},
+            description={},
+            cost=Cost(epsilon=6.0, delta=1e-6),
+        )
+    after = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert len(after["entries"]) == 3
