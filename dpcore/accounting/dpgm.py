@@ -1,0 +1,482 @@
+"""DPGM accountants: DP kernel k-means, then DP-SGD (Acs, Melis, Castelluccia, De Cristofaro,
+*Differentially Private Mixture of Generative Neural Networks*, Sections III-A to III-D).
+
+Mechanism and the meaning of every σ (replace-one neighbours, n public). dprelease's σ is the
+**standard deviation of the noise per unit of the per-record bound** (what is actually added).
+The paper writes its noise as N(0, √2·σ′·bound) with its own scale σ′, so σ′ = σ/√2.
+
+- k-means, T_K = ``kmeans_iterations`` iterations (Alg. 2). Each iteration adds N(0, σ_K²) to
+  each of the k cluster sizes and N(0, σ_K² C_s² I) to each cluster's sum of clipped random
+  Fourier features ‖ẑ(x)‖ ≤ C_s. ``rbf=true``: C_s = 1 is a public constant and the features are
+  clipped to it (Alg. 2 line 5; the paper's Theorem 2 bounds only the *expected* norm, so the
+  clipping is what makes the bound hold) and DPNorm is not run. ``rbf=false``: DPNorm (Alg. 3)
+  releases a histogram of the feature norms with N(0, σ_C²) per bin; it is charged once per
+  iteration, as in the paper's Eq. 3 (Alg. 2 runs it once: charging T_K runs covers both).
+- DP-SGD, T_S = ``sgd_steps`` steps (Alg. 4). Each step draws a Poisson batch, every record
+  independently with probability q = L/n (L = ``batch_size``), and releases, computed from that
+  batch only, (a) DPNorm's histogram of the per-record gradient norms + N(0, σ_C² I) and (b) the
+  sum of the gradients clipped to the released C_s + N(0, σ_S² C_s² I), σ_S = ``--sigma``.
+  Several models (one per cluster) are covered as long as each record's clipped gradient
+  enters one model's block (the concatenation still has norm ≤ C_s). Not covered: Alg. 1 line
+  4 as printed (pick cluster s with probability |D̂_s|/|D|, then sample within it): it uses the
+  private cluster sizes and does not sample records independently.
+
+``tight`` (a valid upper bound):
+
+- k-means: replacing x by x′ either moves one record between clusters i ≠ j (sizes change by
+  ±1: √2; sums by −ẑ(x) and +ẑ(x′): ≤ √2·C_s) or keeps it in one cluster (sizes unchanged; the
+  sum moves by ẑ(x′) − ẑ(x), up to 2·C_s because RFF features take both signs: the paper's
+  √2·C_s misses this case). In noise units both cases give ‖Δ‖ ≤ 2/σ_K, so an iteration is the
+  Gaussian mechanism with μ = 2/σ_K; DPNorm's histogram moves by e_j − e_i: μ = √2/σ_C. GDP
+  composes adaptively: μ_K² = T_K·(4/σ_K² + [not rbf]·2/σ_C²), exact.
+- SGD step: after whitening each block by its noise std, a record contributes a vector of norm
+  ≤ 1/σ_C (a one-hot histogram entry) plus ≤ 1/σ_S (its clipped gradient): the two releases of
+  one batch are ONE Poisson-subsampled Gaussian with noise multiplier
+  z = (1/σ_C² + 1/σ_S²)^(−1/2) relative to a per-record contribution bound 1. That the
+  gradient's clip norm depends on the histogram released from the same batch does not matter:
+  conditioned on the first release, the second is a mixture with posterior inclusion weights
+  whose hockey-stick divergence, for every weight pair and threshold, is largest when the two
+  records' contributions are antipodal with full norm (checked numerically in the tests), i.e.
+  the static combined Gaussian dominates the adaptive pair.
+- Everything is composed in dp_accounting's PLD accountant under ``REPLACE_ONE``, whose
+  convention (``GaussianPrivacyLoss`` with ``AdjacencyType.REPLACE``) compares
+  (1−q)N(0, z²) + qN(−1, z²) with (1−q)N(0, z²) + qN(+1, z²): the noise multiplier is relative to
+  ONE record's contribution bound and the replaced contributions differ by up to twice it
+  (antipodal records, the worst case). So the SGD part is
+  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` × T_S, and the k-means part, a Gaussian whose
+  *replace-one* shift is μ_K noise stds, is ``GaussianDpEvent(2/μ_K)`` (tests check its ε equals
+  the exact μ_K-GDP conversion). PLD discretisation is pessimistic (dp_accounting's default),
+  so the reported ε is an upper bound. Cost: (ε, δ) only: no valid RDP curve or μ is derived
+  for the replace-one Poisson-subsampled part.
+
+``paper`` (Theorem 4, *not* a valid bound under replace-one; reported, never ledgered): with
+σ′ = σ/√2 for σ_K, σ_C, σ_S,
+
+    α_K(λ) = T_K (λ² + λ)([not rbf]/(4σ′_C²) + 1/(2σ′_K²))                      (Eq. 3)
+    α_S(λ) = T_S · min_{j ∈ J} j α_G(λ/j; σ′_C) + (1 − j) α_G(λ/(1 − j); σ′_S)    (Eq. 4)
+    α_G(λ; σ) = log max(E1, E2),  E1 = ∫ μ0 (μ0/μ1)^λ,  E2 = ∫ μ1 (μ1/μ0)^λ,
+    μ0 = N(0, σ²), μ1 = (1 − q) N(0, σ²) + q N(1, σ²),
+    ε = min_{λ ∈ {1, …, λ_max}} (α_K(λ) + α_S(λ) + log(1/δ)) / λ                  (Thm 4)
+
+with J the 10 Hölder weights 0.05, 0.15, …, 0.95 and E1/E2 by numerical integration in log
+space (trapezoid rule on a grid fine enough for the integrands' analyticity strip). For integer
+λ, E2 is the sampled-Gaussian moment Σ_k C(λ+1, k)(1−q)^{λ+1−k} q^k e^{(k²−k)/(2σ²)} and
+α_G(λ) = λ·RDP(λ + 1) of the add/remove subsampled Gaussian. Why it is not valid: Lemma 1's
+Gaussian moment (λ² + λ)/(4σ²) is half the true (λ² + λ)/(2σ²) (its proof's normal privacy loss
+N(1/(2σ²), 1/σ²) has that mgf), so Eq. 3 is half of what the k-means Gaussians cost; the k-means
+sum's sensitivity is 2·C_s when x and x′ share a cluster; and E1/E2 are the add/remove pair
+(shift 1 with σ′), while replace-one shifts two contributions ±C_s. The Hölder composition of
+Theorem 3 itself is valid (looser than one combined Gaussian).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import dp_accounting as dpa
+import numpy as np
+from scipy.special import logsumexp
+
+from dpcore.accounting.composition import Cost
+from dpcore.accounting.registry import Accountant, Event, Key, register
+
+SQRT2 = math.sqrt(2.0)
+#: The paper's "10 different values of j_1" (j_2 = 1 − j_1): midpoints of a tenth grid.
+HOLDER_WEIGHTS: tuple[float, ...] = tuple((i + 0.5) / 10 for i in range(10))
+PAPER_LAMBDA_MAX = 32
+#: dp_accounting's default PLD grid; coarser grids stay valid (pessimistic) but lose accuracy
+#: over thousands of compositions.
+PLD_DISCRETIZATION = 1e-4
+
+_TAIL_STDS = 14.0  # integrands are ≤ e^{−98} of their peak this many σ outside the peak range
+_WINDOW = 60.0  # log-integrand values further below the maximum are dropped (e^{−60})
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    out = int(value)
+    if out < low:
+        raise ValueError(f"{name} must be >= {low}, got {out}")
+    return out
+
+
+def _check_sigma(name: str, value: Any) -> float:
+    out = float(value)
+    if not (math.isfinite(out) and out > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return out
+
+
+def _parse_flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+# --- paper: E1/E2 by numerical integration -------------------------------------------------
+
+
+def _log_ratio(x: np.ndarray, sigma: float, q: float) -> np.ndarray:
+    """log(μ1/μ0)(x) = log(1 − q + q·exp((2x − 1)/(2σ²))), stable for every x."""
+    if q >= 1.0:
+        return (2 * x - 1) / (2 * sigma**2)
+    return np.logaddexp(math.log1p(-q), math.log(q) + (2 * x - 1) / (2 * sigma**2))
+
+
+def _log_integral(
+    log_f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float, sigma: float
+) -> float:
+    """log ∫_lo^hi e^{log_f}, for a log-integrand with log_f'' ≥ −1/σ² or log-concave.
+
+    A coarse pass (step σ/2) finds where log_f is within ``_WINDOW`` of its maximum: with
+    log_f'' ≥ −1/σ² the function exceeds the chord between two coarse points by at most 1/32,
+    and a concave function's superlevel set is an interval ending before the next coarse point,
+    so nothing outside the windows (each extended by one coarse step) matters. Each window is
+    then integrated by the trapezoid rule with step min(σ, σ²)/8.
+    """
+    coarse_step = sigma / 2
+    coarse = np.linspace(lo, hi, max(math.ceil((hi - lo) / coarse_step), 1) + 1)
+    values = log_f(coarse)
+    keep = values > values.max() - _WINDOW
+    # Runs of kept coarse points, each grown by one point on both sides.
+    grown = keep.copy()
+    grown[1:] |= keep[:-1]
+    grown[:-1] |= keep[1:]
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], grown.astype(np.int8), [0]))))
+    step = min(sigma, sigma * sigma) / 8
+    parts = []
+    for first, stop in zip(edges[::2], edges[1::2], strict=True):
+        a, b = coarse[first], coarse[stop - 1]
+        x = np.linspace(a, b, max(math.ceil((b - a) / step), 1) + 1)
+        h = x[1] - x[0]
+        logs = log_f(x)
+        logs[0] += math.log(0.5)
+        logs[-1] += math.log(0.5)
+        parts.append(float(logsumexp(logs)) + math.log(h))
+    return float(logsumexp(parts))
+
+
+def log_e1_e2(lam: float, sigma: float, q: float) -> tuple[float, float]:
+    """(log E1(λ, σ), log E2(λ, σ)) of the paper's Eq. 4 for real λ > 0, integrated numerically.
+
+    E2 = ∫ μ0 (μ1/μ0)^{λ+1} has log-integrand f = log μ0 + (λ+1)·L with L = log(μ1/μ0) convex,
+    so f'' ≥ −1/σ²; its stationary points x = (λ+1)·w(x), w ∈ (0, 1), lie in [0, λ+1], and outside
+    that range f falls at least like a Gaussian of std σ. E1 = ∫ μ0 e^{−λL} is log-concave with
+    its peak in [−λ, 0]. Both are integrated over their peak range padded by 14σ (tails below
+    e^{−98} of the peak). The integrands are analytic in a strip of half-width πσ² (the zeros of
+    1 − q + q e^z), so the trapezoid rule with step min(σ, σ²)/8 converges to double precision.
+    """
+    if not (lam > 0 and sigma > 0 and 0 < q <= 1):
+        raise ValueError(f"need lam > 0, sigma > 0, 0 < q <= 1; got {lam}, {sigma}, {q}")
+    pad = _TAIL_STDS * sigma
+    log_norm = -0.5 * math.log(2 * math.pi) - math.log(sigma)
+
+    def log_f1(x: np.ndarray) -> np.ndarray:
+        return log_norm - x * x / (2 * sigma**2) - lam * _log_ratio(x, sigma, q)
+
+    def log_f2(x: np.ndarray) -> np.ndarray:
+        return log_norm - x * x / (2 * sigma**2) + (lam + 1) * _log_ratio(x, sigma, q)
+
+    return (
+        _log_integral(log_f1, -lam - pad, pad, sigma),
+        _log_integral(log_f2, -pad, lam + 1 + pad, sigma),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _alpha_g_table(
+    sigma: float, q: float, lambda_max: int, weights: tuple[float, ...]
+) -> np.ndarray:
+    """α_G(λ/j) = log max(E1, E2) at λ = 1 … λ_max (rows) and j ∈ ``weights`` (columns)."""
+    out = np.empty((lambda_max, len(weights)))
+    for row in range(lambda_max):
+        for col, weight in enumerate(weights):
+            out[row, col] = max(log_e1_e2((row + 1) / weight, sigma, q))
+    return out
+
+
+def alpha_sgd(*, sigma_norm: float, sigma_sgd: float, q: float, lambda_max: int) -> np.ndarray:
+    """Eq. 4 for one SGD step at λ = 1 … λ_max (index λ − 1), at the paper's scales σ′:
+    min over j_1 ∈ J of j_1 α_G(λ/j_1; σ′_C) + j_2 α_G(λ/j_2; σ′_S), j_2 = 1 − j_1."""
+    j1 = HOLDER_WEIGHTS
+    j2 = tuple(1.0 - j for j in j1)
+    norm_part = np.asarray(j1) * _alpha_g_table(sigma_norm, q, lambda_max, j1)
+    sgd_part = np.asarray(j2) * _alpha_g_table(sigma_sgd, q, lambda_max, j2)
+    return np.min(norm_part + sgd_part, axis=1)
+
+
+@dataclass(frozen=True)
+class DPGMPaperEvent:
+    """DPGM as Theorem 4 computes it (σ's in dprelease units; σ′ = σ/√2 inside)."""
+
+    n: int
+    batch_size: int
+    sgd_steps: int
+    kmeans_iterations: int
+    sigma_sgd: float
+    sigma_kmeans: float
+    sigma_norm: float
+    rbf: bool = True
+    lambda_max: int = PAPER_LAMBDA_MAX
+
+    def __post_init__(self) -> None:
+        _coerce(self)
+        object.__setattr__(self, "lambda_max", _check_int("lambda_max", self.lambda_max, 1))
+
+    @property
+    def q(self) -> float:
+        return self.batch_size / self.n
+
+    def alpha_kmeans(self) -> np.ndarray:
+        """Eq. 3 at λ = 1 … λ_max."""
+        lam = np.arange(1, self.lambda_max + 1, dtype=float)
+        sk, sc = self.sigma_kmeans / SQRT2, self.sigma_norm / SQRT2
+        per_iteration = 1 / (2 * sk**2) + (0.0 if self.rbf else 1 / (4 * sc**2))
+        return self.kmeans_iterations * (lam**2 + lam) * per_iteration
+
+    def alpha_sgd(self) -> np.ndarray:
+        """Eq. 4 (T_S steps) at λ = 1 … λ_max."""
+        if self.sgd_steps == 0:
+            return np.zeros(self.lambda_max)
+        per_step = alpha_sgd(
+            sigma_norm=self.sigma_norm / SQRT2,
+            sigma_sgd=self.sigma_sgd / SQRT2,
+            q=self.q,
+            lambda_max=self.lambda_max,
+        )
+        return self.sgd_steps * per_step
+
+    def epsilon(self, delta: float) -> float:
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        lam = np.arange(1, self.lambda_max + 1, dtype=float)
+        total = self.alpha_kmeans() + self.alpha_sgd() + math.log(1 / delta)
+        return float(np.min(total / lam))
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta)
+
+    def noise(self) -> dict[str, float]:
+        return _noise(self)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": "dpgm", "accountant": "paper", "q": self.q, **asdict(self)}
+
+
+# --- tight ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DPGMEvent:
+    """DPGM under replace-one: k-means as exact GDP, DP-SGD as a replace-one Poisson-subsampled
+    Gaussian, composed in dp_accounting's PLD accountant (see the module docstring)."""
+
+    n: int
+    batch_size: int
+    sgd_steps: int
+    kmeans_iterations: int
+    sigma_sgd: float
+    sigma_kmeans: float
+    sigma_norm: float
+    rbf: bool = True
+
+    def __post_init__(self) -> None:
+        _coerce(self)
+
+    @property
+    def q(self) -> float:
+        return self.batch_size / self.n
+
+    @property
+    def kmeans_mu(self) -> float:
+        """μ of the whole k-means phase (replace-one, noise units), exact GDP composition."""
+        per_iteration = 4 / self.sigma_kmeans**2 + (0.0 if self.rbf else 2 / self.sigma_norm**2)
+        return math.sqrt(self.kmeans_iterations * per_iteration)
+
+    @property
+    def sgd_noise_multiplier(self) -> float:
+        """z of one SGD step: histogram and gradient of the same batch as one Gaussian, relative
+        to a per-record contribution bound 1 (dp_accounting's REPLACE_ONE convention)."""
+        return 1.0 / math.sqrt(1 / self.sigma_norm**2 + 1 / self.sigma_sgd**2)
+
+    def dp_event(self) -> dpa.DpEvent:
+        events: list[dpa.DpEvent] = []
+        if self.kmeans_iterations > 0:
+            # dp_accounting's REPLACE_ONE Gaussian shifts the two datasets by ±1: a Gaussian
+            # whose replace-one shift is μ noise stds has noise multiplier 2/μ.
+            events.append(dpa.GaussianDpEvent(2.0 / self.kmeans_mu))
+        if self.sgd_steps > 0:
+            step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.sgd_noise_multiplier))
+            events.append(dpa.SelfComposedDpEvent(step, self.sgd_steps))
+        return dpa.ComposedDpEvent(events)
+
+    def epsilon(self, delta: float) -> float:
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        return _pld_epsilon(self, delta)
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta)
+
+    def noise(self) -> dict[str, float]:
+        return _noise(self)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "dpgm",
+            "accountant": "tight",
+            "q": self.q,
+            "kmeans_mu": self.kmeans_mu,
+            "sgd_noise_multiplier": self.sgd_noise_multiplier,
+            **asdict(self),
+        }
+
+
+@functools.lru_cache(maxsize=32)  # PLD objects hold arrays: keep few
+def _pld(event: DPGMEvent) -> dpa.pld.PLDAccountant:
+    accountant = dpa.pld.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION
+    )
+    accountant.compose(event.dp_event())
+    return accountant
+
+
+@functools.lru_cache(maxsize=1024)
+def _pld_epsilon(event: DPGMEvent, delta: float) -> float:
+    # Calibration, preview and admission ask again for the same event.
+    return float(_pld(event).get_epsilon(delta))
+
+
+def _coerce(event: DPGMEvent | DPGMPaperEvent) -> None:
+    # Plain Python numbers only (dp_accounting drops numpy scalars as unsupported events).
+    setattr_ = object.__setattr__
+    setattr_(event, "n", _check_int("n", event.n, 1))
+    setattr_(event, "batch_size", _check_int("batch_size", event.batch_size, 1))
+    setattr_(event, "sgd_steps", _check_int("sgd_steps", event.sgd_steps, 0))
+    setattr_(
+        event, "kmeans_iterations", _check_int("kmeans_iterations", event.kmeans_iterations, 0)
+    )
+    if event.batch_size > event.n:
+        raise ValueError(f"batch_size must be <= n={event.n}, got {event.batch_size}")
+    for name in ("sigma_sgd", "sigma_kmeans", "sigma_norm"):
+        setattr_(event, name, _check_sigma(name, getattr(event, name)))
+    setattr_(event, "rbf", _parse_flag(event.rbf))
+
+
+def _noise(event: DPGMEvent | DPGMPaperEvent) -> dict[str, float]:
+    return {
+        "sigma_sgd": event.sigma_sgd,
+        "sigma_kmeans": event.sigma_kmeans,
+        "sigma_norm": event.sigma_norm,
+    }
+
+
+# --- registry --------------------------------------------------------------------------------
+
+COMMON_KEYS = (
+    Key("n", int, "number of records (public)"),
+    Key("batch_size", int, "L: expected batch size; Poisson sampling with q = L/n"),
+    Key("sgd_steps", int, "T_S: number of DP-SGD steps"),
+    Key(
+        "kmeans_iterations",
+        int,
+        "T_K: DP kernel k-means iterations",
+        required=False,
+        default=20,
+    ),
+    Key(
+        "sigma_kmeans",
+        float,
+        "σ_K: noise std on cluster sizes, and per C_s on cluster feature sums (paper: √2·σ′_K)",
+    ),
+    Key(
+        "sigma_norm",
+        float,
+        "σ_C: noise std per DPNorm histogram bin (paper: √2·σ′_C)",
+    ),
+    Key(
+        "rbf",
+        str,
+        "true: RBF kernel, features clipped to the public C_s = 1, no DPNorm in k-means",
+        required=False,
+        default="true",
+        choices=("true", "false"),
+    ),
+    Key("d_x", int, "feature dimension (not used by the DPGM accountants)", required=False),
+    Key("d_y", int, "label dimension (not used by the DPGM accountants)", required=False),
+)
+LAMBDA_MAX_KEY = Key(
+    "lambda_max",
+    int,
+    "largest integer moment order λ of Theorem 4 (paper accountant only)",
+    required=False,
+    default=PAPER_LAMBDA_MAX,
+)
+
+
+def _args(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "n": keys["n"],
+        "batch_size": keys["batch_size"],
+        "sgd_steps": keys["sgd_steps"],
+        "kmeans_iterations": keys["kmeans_iterations"],
+        "sigma_sgd": sigma,
+        "sigma_kmeans": keys["sigma_kmeans"],
+        "sigma_norm": keys["sigma_norm"],
+        "rbf": _parse_flag(keys["rbf"]),
+    }
+
+
+def _tight(sigma: float, keys: Mapping[str, Any]) -> Event:
+    return DPGMEvent(**_args(sigma, keys))
+
+
+def _paper(sigma: float, keys: Mapping[str, Any]) -> Event:
+    return DPGMPaperEvent(**_args(sigma, keys), lambda_max=keys["lambda_max"])
+
+
+def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    # Large-σ regime of the subsampled Gaussian: μ ≈ 2q√T_S/σ (replace-one), then the
+    # classical Gaussian calibration; calibration brackets from here by factors of 4.
+    q = keys["batch_size"] / keys["n"]
+    mu = epsilon / math.sqrt(2 * math.log(1.25 / delta))
+    return max(2 * q * math.sqrt(max(keys["sgd_steps"], 1)) / mu, 0.5)
+
+
+TIGHT = register(
+    Accountant(
+        mechanism="dpgm",
+        name="tight",
+        summary="k-means as exact GDP (μ = 2/σ_K per iteration), DP-SGD's norm histogram and "
+        "gradient as one Poisson-subsampled Gaussian per step; PLD accountant, replace-one",
+        keys=(*COMMON_KEYS, LAMBDA_MAX_KEY),
+        build=_tight,
+        guess=guess_sigma,
+    )
+)
+
+PAPER = register(
+    Accountant(
+        mechanism="dpgm",
+        name="paper",
+        summary="Acs et al. Theorem 4: Eq. 3 (Lemma 1) for k-means, Eq. 4 (Hölder weights, "
+        "E1/E2 by numerical integration) for DP-SGD, integer λ ≤ lambda_max",
+        keys=(*COMMON_KEYS, LAMBDA_MAX_KEY),
+        build=_paper,
+        guess=guess_sigma,
+        valid_bound=False,
+        caveat="Lemma 1 halves the Gaussian's moment, the k-means sum's replace-one "
+        "sensitivity is 2·C_s (not √2·C_s) and E1/E2 are the add/remove pair: the paper's ε "
+        "can be below the true replace-one ε",
+    )
+)
