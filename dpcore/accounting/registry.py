@@ -126,4 +126,12 @@ def all_accountants() -> list[Accountant]:
 
 def _load() -> None:
     # Mechanism modules register themselves on import.
-    from dpcore.accounting import baselines, dpgm, dpmix, dpmix_paper  # noqa: F401
+    from dpcore.accounting import (  # noqa: F401
+        baselines,
+        clustmix,
+        dpcda,
+        dpgm,
+        dpmix,
+        dpmix_paper,
+        sgdrm,
+    )

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from dpcore.accounting import Cost, registry
-from dpcore.accounting.registry import Event
+from dpcore.accounting.registry import Accountant, Event
 from dpcore.calibration import CalibrationError
 from service.access import dataset_for, granted_dataset_ids, release_for
 from service.budgets import repository as budget_repository
@@ -48,8 +48,10 @@ class Plan:
         return Charge(epsilon=self.cost.epsilon, delta=self.cost.delta)
 
 
-def accountant_keys(dataset: Dataset, request: ReleaseRequest) -> dict[str, Any]:
-    """The public facts an accountant needs, from the dataset and the request."""
+def accountant_keys(
+    accountant: Accountant, dataset: Dataset, request: ReleaseRequest
+) -> dict[str, Any]:
+    """The public facts ``accountant`` declares, from the dataset and the request."""
     keys: dict[str, Any] = {
         "n": dataset.n_rows,
         "d_x": dataset.n_features,
@@ -60,7 +62,8 @@ def accountant_keys(dataset: Dataset, request: ReleaseRequest) -> dict[str, Any]
         keys["sigma_y"] = request.noise.sigma_y
     if request.noise_ratio is not None:
         keys["noise_ratio"] = request.noise_ratio
-    return keys
+    declared = {key.name for key in accountant.keys}
+    return {name: value for name, value in keys.items() if name in declared}
 
 
 def plan(
@@ -94,7 +97,7 @@ def plan(
                 f"bound under replace-one neighbours ({accountant.caveat}); use 'tight', or "
                 f"reproduce the paper's number offline with `dprelease account`"
             )
-        keys = accountant_keys(dataset, request)
+        keys = accountant_keys(accountant, dataset, request)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)

@@ -1,0 +1,270 @@
+"""DP-CDA accountants: class-centric mixing ("DP-CDA: … Dataset Synthesis Through Randomized
+Mixing").
+
+Mechanism. Features are standardised, then every record is clipped to ‖x‖ ≤ C =
+``clip_norm``. There are K = ``n_classes`` classes; for each class c the mechanism releases
+T_c = ⌈T/K⌉ mixtures (T = ``n_samples``), each the mean of ℓ = ``mixture_degree`` distinct
+records of class c drawn uniformly without replacement (independently per mixture), plus
+N(0, σ² I) on the features. σ is that feature noise std. The label of a class-c mixture is c
+itself, a function of the public class index and of the output's position, so it carries no
+information about the records and needs no noise. Class sizes are private; m =
+``min_class_size`` (≥ ℓ) is a public lower bound on every class's size, in both neighbours.
+The standardisation must use public (declared) statistics: statistics computed from the
+private data would change every record when one is replaced, and are not covered here.
+
+Sensitivity of one mixture mean when one member of the ℓ-subset is replaced: ‖x − x′‖/ℓ ≤
+2C/ℓ. Noise multiplier z = σℓ/(2C) (σ over the L2 sensitivity), q = ℓ/m.
+
+``paper`` — the closest faithful reading of the paper's (lost) Theorem 1: WBK's RDP bound
+for sampling without replacement (Wang, Balle, Kasiviswanathan 2019, Thm 27) with q and z as
+above, composed over the T_c mixtures of one class (a record only enters its own class's
+mixtures). It ignores that a replaced record can change class (case (b) below), so it misses
+a case under replace-one: not a valid bound, for reproduction only.
+
+``tight`` — pointwise over orders α, the max of:
+
+(a) the record stays in its class c: replace-one inside class c, whose size N_c ≥ m is the
+    same in both datasets; each class-c mixture is the Gaussian mechanism on a uniform
+    ℓ-subset: WBK's bound at q_c = ℓ/N_c ≤ ℓ/m (it is non-decreasing in q: a polynomial in q
+    with non-negative coefficients), composed T_c times; the other classes are unchanged.
+    This equals the paper's curve.
+(b) it moves from class a to class b: class a loses a record and class b gains one; the two
+    classes' mixtures are independent, so their Rényi divergences add.
+    Gains one (D vs D ∪ {x}, |D| = N ≥ m): draw the ℓ-subset of D ∪ {x} as "draw a uniform
+    ℓ-subset S of D; with probability q′ = ℓ/(N + 1) replace a uniformly random member j of S
+    by x" — given x is in, S minus a uniform member is a uniform (ℓ−1)-subset of D, so this is
+    the uniform ℓ-subset of D ∪ {x}. Reveal (S, j), whose law is the same under both
+    datasets: conditioned on them the pair is (N(μ, σ²I), (1−q′)N(μ, σ²I) + q′N(μ + v, σ²I))
+    with v = (x − x_j)/ℓ, ‖v‖ ≤ 2C/ℓ. Rényi divergence is jointly quasi-convex (van Erven and
+    Harremoës 2014, Thm 13), so the unconditional divergence is at most the largest
+    conditional one; that pair lives on the line of v, its divergence grows with ‖v‖ (a
+    smaller shift is the larger one with extra Gaussian noise added, after rescaling: a
+    post-processing), so it is at most the Poisson-subsampled Gaussian's add/remove pair
+    ((1−q′)N(0, z²) + q′N(1, z²), N(0, z²)) in either direction — Mironov, Talwar, Zhang
+    2019 (Thm 5) show D_α(mixture ‖ N) ≥ D_α(N ‖ mixture), and dp_accounting's
+    ``_compute_rdp_poisson_subsampled_gaussian(q, z, α)`` is the former. That RDP is
+    non-decreasing in q (E[(1 + q(L − 1))^α] is convex in q with zero slope at 0, as
+    E[L] = 1), and q′ = ℓ/(N + 1) ≤ ℓ/m, so q = ℓ/m bounds every class. "Loses one" is the
+    same pair with the datasets swapped (D_a = (D_a ∖ {x}) ∪ {x}, q = ℓ/N_a ≤ ℓ/m).
+    So (b) ≤ 2·T_c·RDP_Poisson(ℓ/m, z). With K = 1 no record can change class and (b) is
+    absent.
+
+The RDP of the release is the sup over neighbouring pairs, i.e. the pointwise max of (a) and
+(b); ε at δ comes from ``epsilon_from_rdp``. Using ℓ/m (rather than ℓ/(m + 1), which both
+neighbours satisfying the lower bound would allow in (b)) also keeps the bound valid when only
+the dataset at hand, not its neighbour, is known to meet it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
+
+from dpcore.accounting.composition import Cost
+from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+from dpcore.accounting.registry import Accountant, Key, register
+from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
+
+
+def _as_int(name: str, value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError as exc:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from exc
+
+
+@functools.lru_cache(maxsize=512)
+def wor_curve(q: float, z: float) -> tuple[float, ...]:
+    """WBK RDP of one subsampled-without-replacement Gaussian (replace-one) on ``ORDERS``."""
+    return tuple(float(v) for v in rdp_wor_gaussian(q, z, ORDERS))
+
+
+@functools.lru_cache(maxsize=512)
+def poisson_curve(q: float, z: float) -> tuple[float, ...]:
+    """MTZ RDP of one Poisson-subsampled Gaussian (add/remove) on ``ORDERS`` (inf where
+    dp_accounting's series does not converge: conservative)."""
+    return tuple(
+        float(v) for v in np.asarray(_compute_rdp_poisson_subsampled_gaussian(q, z, ORDERS))
+    )
+
+
+@dataclass(frozen=True)
+class DPCDAPaperEvent:
+    """DP-CDA as the paper analyses it: WBK within one class, T_c = ⌈T/K⌉ mixtures."""
+
+    n: int
+    mixture_degree: int
+    n_samples: int
+    clip_norm: float
+    n_classes: int
+    min_class_size: int
+    sigma: float
+
+    def __post_init__(self) -> None:
+        for name in ("n", "mixture_degree", "n_samples", "n_classes", "min_class_size"):
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        for name in ("clip_norm", "sigma"):
+            value = float(getattr(self, name))
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value}")
+            object.__setattr__(self, name, value)
+        if self.n_classes < 1:
+            raise ValueError(f"n_classes must be >= 1, got {self.n_classes}")
+        if self.n_samples < 1:
+            raise ValueError(f"n_samples must be >= 1, got {self.n_samples}")
+        if self.mixture_degree < 1:
+            raise ValueError(f"mixture_degree must be >= 1, got {self.mixture_degree}")
+        if self.min_class_size < self.mixture_degree:
+            raise ValueError(
+                f"min_class_size must be >= mixture_degree={self.mixture_degree} (every class "
+                f"must hold a mixture's records), got {self.min_class_size}"
+            )
+        if self.n_classes * self.min_class_size > self.n:
+            raise ValueError(
+                f"n_classes·min_class_size = {self.n_classes * self.min_class_size} exceeds "
+                f"n={self.n}: no dataset has every class that large"
+            )
+
+    @property
+    def mixtures_per_class(self) -> int:
+        """T_c = ⌈T/K⌉."""
+        return -(-self.n_samples // self.n_classes)
+
+    @property
+    def sampling_prob(self) -> float:
+        """ℓ/m, an upper bound on ℓ/N_c for every class."""
+        return self.mixture_degree / self.min_class_size
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of one mixture mean (one member replaced): 2C/ℓ."""
+        return 2 * self.clip_norm / self.mixture_degree
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.sigma / self.sensitivity
+
+    def stay_curve(self) -> tuple[float, ...]:
+        """Case (a): T_c · RDP_WOR(ℓ/m, z)."""
+        per = np.asarray(wor_curve(self.sampling_prob, self.noise_multiplier))
+        return tuple(float(v) for v in self.mixtures_per_class * per)
+
+    def rdp(self) -> tuple[float, ...]:
+        return self.stay_curve()
+
+    def epsilon(self, delta: float) -> float:
+        return epsilon_from_rdp(self.rdp(), delta=delta)
+
+    def cost(self, delta: float) -> Cost:
+        rdp = self.rdp()
+        return Cost(epsilon=epsilon_from_rdp(rdp, delta=delta), delta=delta, rdp=rdp)
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma, "sigma_y": 0.0}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "dpcda",
+            "accountant": "paper",
+            "mixtures_per_class": self.mixtures_per_class,
+            "sampling_prob": self.sampling_prob,
+            "noise_multiplier": self.noise_multiplier,
+            **asdict(self),
+        }
+
+
+@dataclass(frozen=True)
+class DPCDAEvent(DPCDAPaperEvent):
+    """DP-CDA, valid under replace-one: max over orders of (a) the record stays in its class
+    (WBK, T_c mixtures) and (b) it changes class (2·T_c Poisson-subsampled Gaussians)."""
+
+    def move_curve(self) -> tuple[float, ...]:
+        """Case (b): 2·T_c · RDP_Poisson(ℓ/m, z); zeros when K = 1 (no class to move to)."""
+        if self.n_classes == 1:
+            return tuple(0.0 for _ in ORDERS)
+        per = np.asarray(poisson_curve(self.sampling_prob, self.noise_multiplier))
+        return tuple(float(v) for v in 2 * self.mixtures_per_class * per)
+
+    def rdp(self) -> tuple[float, ...]:
+        return _tight_curve(self)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "accountant": "tight"}
+
+
+@functools.lru_cache(maxsize=512)
+def _tight_curve(event: DPCDAEvent) -> tuple[float, ...]:
+    stay = np.asarray(event.stay_curve())
+    move = np.asarray(event.move_curve())
+    return tuple(float(v) for v in np.maximum(stay, move))
+
+
+KEYS = (
+    Key("n", int, "number of records (public)"),
+    Key("mixture_degree", int, "ℓ: distinct records of one class averaged per mixture"),
+    Key("n_samples", int, "T: mixtures released in all (⌈T/K⌉ per class)"),
+    Key("clip_norm", float, "C: every standardised record is clipped to L2 norm ≤ C"),
+    Key("n_classes", int, "K: number of classes"),
+    Key("min_class_size", int, "m: public lower bound on every class's size (≥ mixture_degree)"),
+)
+
+
+def _args(sigma: float, keys: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        keys["n"],
+        keys["mixture_degree"],
+        keys["n_samples"],
+        keys["clip_norm"],
+        keys["n_classes"],
+        keys["min_class_size"],
+        sigma,
+    )
+
+
+def _guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    # The unamplified Gaussian's σ (sensitivity 2C/ℓ), scaled by the sampling ratio and √T_c.
+    ell, m, k, t = (
+        keys["mixture_degree"],
+        keys["min_class_size"],
+        keys["n_classes"],
+        keys["n_samples"],
+    )
+    sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 * keys["clip_norm"] / (epsilon * ell)
+    return sigma * max(ell / max(m, 1) * math.sqrt(-(-t // max(k, 1))), 1e-3)
+
+
+PAPER = register(
+    Accountant(
+        mechanism="dpcda",
+        name="paper",
+        summary="WBK subsampled-without-replacement RDP (q = ℓ/m, z = σℓ/(2C)) over the ⌈T/K⌉ "
+        "mixtures of one class; misses records that change class",
+        keys=KEYS,
+        build=lambda sigma, keys: DPCDAPaperEvent(*_args(sigma, keys)),
+        guess=_guess,
+        valid_bound=False,
+        caveat=(
+            "ignores that a replaced record can change class (one class loses a record, "
+            "another gains one)"
+        ),
+    )
+)
+
+TIGHT = register(
+    Accountant(
+        mechanism="dpcda",
+        name="tight",
+        summary="max over orders of WBK within a class (T_c mixtures) and, for a record "
+        "changing class, 2·T_c Poisson-subsampled Gaussians (q = ℓ/m, z = σℓ/(2C))",
+        keys=KEYS,
+        build=lambda sigma, keys: DPCDAEvent(*_args(sigma, keys)),
+        guess=_guess,
+    )
+)

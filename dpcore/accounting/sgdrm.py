@@ -1,0 +1,412 @@
+"""SGDRM accountants: SGD on Random Mixtures (Lee, Lee, Kim, Suh, Ramchandran, ICLR 2018 WS).
+
+Mechanism. T = ``n_samples`` mixtures are released. In mixture t, record i gets the coefficient
+C_{t,i} = b·g with b ~ Bern(ℓ/n) (ℓ = ``mixture_width``) and g ~ N(0, 1/ℓ), independently over
+(t, i); the mixture releases (Σ_i C_{t,i} x_i + N(0, σ² I), Σ_i C_{t,i} y_i + N(0, σ² I)).
+Records are preprocessed to features in [0, 1] with ‖x‖ ≤ 1, and labels are one-hot. The σ of
+both accountants is that one noise std, on features and on labels alike.
+
+``paper`` — Theorem 1 of the paper: (ε, δ)-DP for δ < 1.46ℓ/n if
+
+    σ² ≥ R(ε) := (4√T γ/(ℓ ε²)) · (√T γ log(4Tℓ/(nδ)) log(2T/δ) + 2ε),
+    γ = √(2 log(2/δ) + 8ε) + √(2 log(2/δ)).
+
+R is strictly decreasing in ε > 0: with a = 2 log(2/δ), γ/ε = √(a + 8ε)/ε + √a/ε, and
+d/dε[√(a + 8ε)/ε] = −(a + 4ε)/(ε²√(a + 8ε)) < 0, so γ/ε and γ²/ε² decrease, and
+R = 4T L₁L₂ (γ/ε)²/ℓ + 8√T (γ/ε)/ℓ with L₁ = log(4Tℓ/(nδ)) > 0 (δ < 1.46ℓ/n and T ≥ 1) and
+L₂ = log(2T/δ) > 0. R → ∞ as ε → 0 and R → 0 as ε → ∞. So the ε of a given σ is the unique
+root of R(ε) = σ², found by a bracketing root finder in log ε; the value returned is the
+bracket end that satisfies σ² ≥ R(ε) (evaluated), i.e. ε satisfies the theorem's condition.
+δ ≥ 1.46ℓ/n is refused, as the theorem requires. This number is reported for reproducing the
+paper, NOT as a valid bound: the proof assumes bounded per-record influence, but Gaussian
+coefficients are unbounded, so one record's contribution C_{t,i}·x_i has unbounded norm (and
+the theorem is loose besides: n = T = 60000, ℓ = 128, δ = 1e-5 needs σ ≈ 1332 for ε = 10).
+
+``tight`` — the variant ``coefficients="clipped"``: g is clipped to [−c, c], c =
+``coefficient_bound`` (default 3/√ℓ, three standard deviations of g). Per mixture, record i
+enters independently with probability q = ℓ/n (Poisson sampling) and contributes the vector
+C·(x_i, y_i) with |C| ≤ c and ‖(x_i, y_i)‖² = ‖x_i‖² + ‖y_i‖² ≤ 2: norm ≤ R = c√2.
+
+1. Reveal to the adversary every clipped coefficient g_{t,i} and the other records'
+   Bernoulli draws. Their law does not depend on the data and the release is a function of
+   this view (marginalisation), so by joint convexity of the hockey-stick divergence and
+   post-processing, any pair that dominates every conditional pair (at every ε) dominates
+   the mixture.
+2. Conditioned on them, mixture t is, for replace-one neighbours (record x replaced by x′),
+   the pair ((1−q)N(s, σ²I) + qN(s + u, σ²I), (1−q)N(s, σ²I) + qN(s + u′, σ²I)) with
+   ‖u‖, ‖u′‖ ≤ R and a common shift s: a Poisson-subsampled Gaussian under replace-one.
+3. dp_accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under
+   ``NeighboringRelation.REPLACE_ONE`` is the PLD of exactly the antipodal pair
+   ((1−q)N(0, z²) + qN(−1, z²), (1−q)N(0, z²) + qN(1, z²)) (``GaussianPrivacyLoss`` with
+   ``AdjacencyType.REPLACE``: μ_upper = (1−q)μ(x) + qμ(x + s), μ_lower = (1−q)μ(x) +
+   qμ(x − s), sensitivity s = 1). So its noise multiplier is relative to the bound on ONE
+   record's contribution (the radius), the two replaced contributions differing by up to
+   twice that; at q = 1 it is the Gaussian with sensitivity 2. Hence z = σ/R = σ/(c√2).
+   That the antipodal pair of radius R dominates every pair with ‖u‖, ‖u′‖ ≤ R (any angle,
+   any norms) is the worst case dp_accounting assumes for Poisson subsampling under
+   substitution. It holds trivially for antipodal pairs of smaller radius (scale down and
+   add noise: post-processing); for non-antipodal pairs no proof is written here — the tests
+   check it numerically (2-D hockey-stick integrals over angles, norms, q and ε; every pair
+   stays below the antipodal one) and check the PLD's ε at T = 1 against direct
+   integration of the antipodal pair.
+4. The T mixtures use independent coefficients and noise, so the T-fold product of the
+   dominating pair dominates the release (Zhu, Dong, Wang 2022, dominating pairs compose):
+   the PLD is self-composed T times (FFT).
+
+The PLD is built with pessimistic rounding (connect-the-dots), so its ε is an upper bound.
+One evaluation uses value_discretization_interval 1e-3, then the finest of 5e-4 … 1e-5 whose
+PLD is predicted to stay within 1e5 points (so one evaluation stays well under a second) and
+reports the smaller of the two valid upper bounds.
+
+Cost: (ε, δ) only, no RDP curve. dp_accounting's RDP for a Poisson-subsampled Gaussian is
+the add/remove pair ((1−q)N(0, z²) + qN(1, z²) vs N(0, z²), Mironov–Talwar–Zhang); it does
+not bound the replace-one antipodal pair above, whose privacy loss is the sum of a remove and
+an add loss (roughly twice as large), and dp_accounting offers no replace-one RDP for Poisson
+sampling. Deriving one (e.g. RDP group privacy or the weak triangle inequality of Rényi
+divergence, both lossy) would need its own argument, so no curve is claimed; the ledger then
+composes this entry by its (ε, δ).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import dp_accounting as dpa
+from dp_accounting.pld import pld_privacy_accountant
+from scipy.optimize import brentq
+
+from dpcore.accounting.composition import Cost
+from dpcore.accounting.registry import Accountant, Key, register
+
+#: Theorem 1 holds for δ < DELTA_FACTOR·ℓ/n.
+DELTA_FACTOR = 1.46
+#: Default clip of the Gaussian coefficient, in units of its std 1/√ℓ.
+DEFAULT_COEFFICIENT_BOUND_STDS = 3.0
+#: Per-record contribution norm over the coefficient bound: ‖(x, y)‖ ≤ √2.
+RECORD_NORM = math.sqrt(2.0)
+#: PLD discretisation: a coarse pass, then the finest of ``REFINED_INTERVALS`` whose PLD is
+#: predicted (from the coarse one's size) to stay within ``REFINE_POINTS`` points.
+COARSE_INTERVAL = 1e-3
+REFINED_INTERVALS = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4)
+REFINE_POINTS = 100_000
+COEFFICIENTS = ("clipped", "gaussian")
+
+
+def _as_int(name: str, value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError as exc:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from exc
+
+
+def _check_common(n: int, ell: int, T: int, sigma: float) -> None:
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 1 <= ell <= n:
+        raise ValueError(f"mixture_width must be between 1 and n={n}, got {ell}")
+    if T < 1:
+        raise ValueError(f"n_samples must be >= 1, got {T}")
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be finite and > 0, got {sigma}")
+
+
+def _check_delta(delta: float) -> None:
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+
+
+# --------------------------------------------------------------------------------------------
+# paper: Theorem 1
+# --------------------------------------------------------------------------------------------
+
+
+def theorem1_log_rhs(epsilon: float, *, n: int, ell: int, T: int, delta: float) -> float:
+    """log R(ε), the log of Theorem 1's right-hand side (σ² must be ≥ R(ε))."""
+    a = 2 * math.log(2 / delta)
+    gamma = math.sqrt(a + 8 * epsilon) + math.sqrt(a)
+    inner = (
+        math.sqrt(T) * gamma * math.log(4 * T * ell / (n * delta)) * math.log(2 * T / delta)
+        + 2 * epsilon
+    )
+    return (
+        math.log(4)
+        + 0.5 * math.log(T)
+        + math.log(gamma)
+        - math.log(ell)
+        - 2 * math.log(epsilon)
+        + math.log(inner)
+    )
+
+
+def theorem1_epsilon(*, n: int, ell: int, T: int, sigma: float, delta: float) -> float:
+    """The smallest ε (up to ~1e-12 relative, rounded up) with σ² ≥ R(ε).
+
+    R is strictly decreasing (module docstring), so {ε : σ² ≥ R(ε)} = [ε*, ∞). The value
+    returned was evaluated and satisfies the inequality.
+    """
+    _check_delta(delta)
+    if delta >= DELTA_FACTOR * ell / n:
+        raise ValueError(
+            f"SGDRM Theorem 1 needs delta < 1.46·mixture_width/n = {DELTA_FACTOR * ell / n:.6g}; "
+            f"got delta={delta:g}"
+        )
+    target = 2 * math.log(sigma)
+
+    def excess(log_eps: float) -> float:
+        return theorem1_log_rhs(math.exp(log_eps), n=n, ell=ell, T=T, delta=delta) - target
+
+    t_hi = 0.0
+    while excess(t_hi) > 0:
+        t_hi += math.log(2)
+        if t_hi > 690:
+            raise ValueError(f"no epsilon below 1e300 satisfies Theorem 1 at sigma={sigma}")
+    t_lo = t_hi - math.log(2)
+    while excess(t_lo) <= 0:
+        t_lo -= math.log(2)
+        if t_lo < -690:
+            return math.exp(t_hi)
+    root = brentq(excess, t_lo, t_hi, xtol=1e-14, rtol=1e-14)
+    eps = math.exp(root)
+    for _ in range(200):
+        if theorem1_log_rhs(eps, n=n, ell=ell, T=T, delta=delta) <= target:
+            return eps
+        eps = math.nextafter(eps * (1 + 1e-13), math.inf)
+    return math.exp(t_hi)
+
+
+@dataclass(frozen=True)
+class SGDRMPaperEvent:
+    """SGDRM with Gaussian coefficients as Theorem 1 states it (reproduction, not a valid
+    bound: the proof needs bounded per-record influence, Gaussian coefficients are unbounded)."""
+
+    n: int
+    mixture_width: int
+    n_samples: int
+    sigma: float
+
+    def __post_init__(self) -> None:
+        for name in ("n", "mixture_width", "n_samples"):
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        object.__setattr__(self, "sigma", float(self.sigma))
+        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
+
+    @property
+    def max_delta(self) -> float:
+        """Theorem 1 holds only for δ below this."""
+        return DELTA_FACTOR * self.mixture_width / self.n
+
+    def epsilon(self, delta: float) -> float:
+        return theorem1_epsilon(
+            n=self.n, ell=self.mixture_width, T=self.n_samples, sigma=self.sigma, delta=delta
+        )
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta)
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "sgdrm",
+            "accountant": "paper",
+            "coefficients": "gaussian",
+            "max_delta": self.max_delta,
+            **asdict(self),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# tight: clipped coefficients, Poisson-subsampled Gaussian under replace-one (PLD)
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _pld(q: float, z: float, T: int, interval: float) -> pld_privacy_accountant.PLDAccountant:
+    accountant = pld_privacy_accountant.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=interval
+    )
+    accountant.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), T)
+    return accountant
+
+
+def replace_one_epsilon(q: float, z: float, T: int, delta: float) -> float:
+    """ε at δ of T-fold Poisson-subsampled Gaussians (rate q, noise multiplier z relative to
+    one record's contribution bound) under replace-one, by dp_accounting's pessimistic PLD."""
+    _check_delta(delta)
+    q, z, T = float(q), float(z), int(T)
+    accountant = _pld(q, z, T, COARSE_INTERVAL)
+    coarse = float(accountant.get_epsilon(delta))
+    size = _pld_points(accountant)
+    for interval in REFINED_INTERVALS:
+        if size * (COARSE_INTERVAL / interval) <= REFINE_POINTS:
+            # Both are valid upper bounds; the finer one is usually (not always) smaller.
+            return min(coarse, float(_pld(q, z, T, interval).get_epsilon(delta)))
+    return coarse
+
+
+def _pld_points(accountant: pld_privacy_accountant.PLDAccountant) -> float:
+    """Number of points of the composed PLD (inf where dp_accounting's internals differ)."""
+    try:
+        return float(accountant._pld._pmf_remove.size)
+    except AttributeError:
+        return math.inf
+
+
+@dataclass(frozen=True)
+class SGDRMClippedEvent:
+    """SGDRM with coefficients b·clip(g, −c, c): T-fold Poisson-subsampled Gaussian (q = ℓ/n)
+    under replace-one, contribution radius c√2, noise σ on features and labels."""
+
+    n: int
+    mixture_width: int
+    n_samples: int
+    sigma: float
+    coefficient_bound: float
+
+    def __post_init__(self) -> None:
+        # Plain Python numbers: dp_accounting must see floats, not numpy scalars.
+        for name in ("n", "mixture_width", "n_samples"):
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        for name in ("sigma", "coefficient_bound"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
+        if not (math.isfinite(self.coefficient_bound) and self.coefficient_bound > 0):
+            raise ValueError(
+                f"coefficient_bound must be finite and > 0, got {self.coefficient_bound}"
+            )
+
+    @property
+    def sampling_prob(self) -> float:
+        return self.mixture_width / self.n
+
+    @property
+    def contribution_bound(self) -> float:
+        """R: the largest norm of one record's contribution c·(x, y) to one mixture."""
+        return self.coefficient_bound * RECORD_NORM
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.sigma / self.contribution_bound
+
+    def epsilon(self, delta: float) -> float:
+        return replace_one_epsilon(self.sampling_prob, self.noise_multiplier, self.n_samples, delta)
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta)
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "sgdrm",
+            "accountant": "tight",
+            "coefficients": "clipped",
+            "sampling_prob": self.sampling_prob,
+            "noise_multiplier": self.noise_multiplier,
+            **asdict(self),
+        }
+
+
+def default_coefficient_bound(mixture_width: int) -> float:
+    return DEFAULT_COEFFICIENT_BOUND_STDS / math.sqrt(mixture_width)
+
+
+COMMON_KEYS = (
+    Key("n", int, "number of records (public)"),
+    Key("mixture_width", int, "ℓ: each record enters a mixture with probability ℓ/n"),
+    Key("n_samples", int, "T: number of mixtures released"),
+)
+
+
+def _paper(sigma: float, keys: Mapping[str, Any]) -> SGDRMPaperEvent:
+    return SGDRMPaperEvent(keys["n"], keys["mixture_width"], keys["n_samples"], sigma)
+
+
+def _tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent:
+    if keys["coefficients"] != "clipped":
+        raise ValueError(
+            "sgdrm/tight has no finite bound for coefficients=gaussian: an unclipped Gaussian "
+            "coefficient gives one record unbounded influence; use coefficients=clipped "
+            "(coefficient_bound=c), or accountant=paper to reproduce Theorem 1"
+        )
+    ell = keys["mixture_width"]
+    bound = keys["coefficient_bound"]
+    return SGDRMClippedEvent(
+        keys["n"],
+        ell,
+        keys["n_samples"],
+        sigma,
+        default_coefficient_bound(ell) if bound is None else bound,
+    )
+
+
+def _guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    try:
+        log_rhs = theorem1_log_rhs(
+            epsilon, n=keys["n"], ell=keys["mixture_width"], T=keys["n_samples"], delta=delta
+        )
+    except ValueError:
+        return 1.0
+    return math.exp(log_rhs / 2)  # Theorem 1 solved for σ: the exact answer
+
+
+def _guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    # Unamplified replace-one Gaussian (sensitivity 2R), scaled by the rate and √T.
+    ell, n, T = keys["mixture_width"], keys["n"], keys["n_samples"]
+    c = keys["coefficient_bound"] or default_coefficient_bound(ell)
+    sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 * c * RECORD_NORM / epsilon
+    return sigma * max(ell / n * math.sqrt(T), 1e-3)
+
+
+PAPER = register(
+    Accountant(
+        mechanism="sgdrm",
+        name="paper",
+        summary="Lee et al. 2018 Theorem 1 as printed (closed-form condition on σ², solved for "
+        "ε by a bracketing root finder); needs δ < 1.46ℓ/n; reproduction only",
+        keys=COMMON_KEYS,
+        build=_paper,
+        guess=_guess_paper,
+        valid_bound=False,
+        caveat=(
+            "Theorem 1 assumes bounded per-record influence but SGDRM's Gaussian coefficients "
+            "are unbounded"
+        ),
+    )
+)
+
+TIGHT = register(
+    Accountant(
+        mechanism="sgdrm",
+        name="tight",
+        summary="coefficients clipped to [−c, c]: T-fold Poisson-subsampled Gaussian (q = ℓ/n, "
+        "contribution radius c√2) under replace-one, dp_accounting PLD",
+        keys=(
+            *COMMON_KEYS,
+            Key(
+                "coefficients",
+                str,
+                "clipped: g is clipped to [−coefficient_bound, coefficient_bound] (the only "
+                "variant with a valid bound)",
+                required=False,
+                default="clipped",
+                choices=COEFFICIENTS,
+            ),
+            Key(
+                "coefficient_bound",
+                float,
+                "c: clip of the Gaussian coefficient g (default 3/√mixture_width)",
+                required=False,
+            ),
+        ),
+        build=_tight,
+        guess=_guess_tight,
+    )
+)
