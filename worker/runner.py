@@ -225,7 +225,10 @@ def _run_mechanism(
     chunks_y: list[np.ndarray] = []
     done = 0
     last_report = time.monotonic()
-    for mixed_x, mixed_y in dpmix.generate(
+    generate = (
+        dpmix.generate_by_record if job.params.get("assignment") == "record" else dpmix.generate
+    )
+    for mixed_x, mixed_y in generate(
         torch.as_tensor(features, dtype=torch.float32, device=device),
         torch.as_tensor(labels, dtype=torch.float32, device=device),
         mixture_degree=int(job.params["mixture_degree"]),

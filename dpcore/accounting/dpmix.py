@@ -164,7 +164,8 @@ class DPMixRecordEvent:
 
     @property
     def mixtures_per_record(self) -> int:
-        return math.ceil(self.n_samples * self.mixture_degree / self.n)
+        # Integer ceiling, the same k the sampler uses (dpcore.mechanisms.dpmix).
+        return -(-self.n_samples * self.mixture_degree // self.n)
 
     @property
     def mu(self) -> float:

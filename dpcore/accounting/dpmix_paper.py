@@ -120,6 +120,11 @@ class DPMixPaperEvent:
     def p(self) -> float:
         return self.mixture_degree / self.n
 
+    def _records_mixtures(self) -> float:
+        """Tp of Theorem 3. dprelease's sampler makes every record join exactly ⌈Tp⌉
+        mixtures, so the theorem is evaluated with that (equal to Tp when Tp is an integer)."""
+        return float(-(-self.n_samples * self.mixture_degree // self.n))
+
     def _theorem1_curve(self) -> np.ndarray:
         """T ε′_α for α = 2 … 256."""
         per_mixture = theorem1_rdp(
@@ -130,7 +135,7 @@ class DPMixPaperEvent:
     def epsilon(self, delta: float) -> float:
         log_inv_delta = math.log(1 / delta)
         if self.assignment == "record":
-            tp = self.n_samples * self.p
+            tp = self._records_mixtures()
             a = tp * self.delta_sq / (2 * self.mixture_degree**2)
             alpha = 1 + math.sqrt(log_inv_delta / a)
             return alpha * a + log_inv_delta / (alpha - 1)
@@ -145,7 +150,7 @@ class DPMixPaperEvent:
         (the same argument as WBK's Corollary 10); orders above 256 are not covered (inf).
         """
         if self.assignment == "record":
-            a = self.n_samples * self.p * self.delta_sq / (2 * self.mixture_degree**2)
+            a = self._records_mixtures() * self.delta_sq / (2 * self.mixture_degree**2)
             return tuple(float(order * a) for order in ORDERS)
         alphas = np.arange(1, PAPER_MAX_ORDER + 1, dtype=float)
         scaled = np.concatenate(([0.0], self._theorem1_curve() * (alphas[1:] - 1)))

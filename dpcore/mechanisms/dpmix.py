@@ -1,8 +1,14 @@
 """DPMix (Lee et al., ISIT 2019): noisy means of ℓ records drawn uniformly without replacement.
 
 Inputs are preprocessed (features in [0, 1] with L2 norm ≤ 1, one-hot labels), which is what
-the accountant's sensitivity assumes. Mixtures are generated in chunks so memory stays bounded
-for any ``n_samples``; every mixture draws its own subset independently.
+the accountant's sensitivity assumes. Two assignments:
+
+- ``mixture`` (the paper's main mechanism): every mixture draws its own uniform ℓ-subset,
+  independently; mixtures are generated in chunks so memory stays bounded;
+- ``record`` (the paper's Appendix B variant, Theorem 3): every record joins exactly
+  k = ⌈Tℓ/n⌉ distinct mixtures chosen uniformly among the T, independently per record; each
+  mixture is (1/ℓ)·(sum of its members), so mixture sizes vary around ℓ. The assignment never
+  looks at the data, which is what the record accountant's sensitivity argument needs.
 """
 
 from __future__ import annotations
@@ -58,3 +64,49 @@ def generate(
         )
         yield mixed_x + sigma_x * noise_x, mixed_y + sigma_y * noise_y
         produced += count
+
+
+def mixtures_per_record(*, n: int, mixture_degree: int, n_samples: int) -> int:
+    """k = ⌈Tℓ/n⌉: how many mixtures each record joins under the record assignment."""
+    return -(-n_samples * mixture_degree // n)
+
+
+def generate_by_record(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    mixture_degree: int,
+    n_samples: int,
+    sigma_x: float,
+    sigma_y: float,
+    generator: torch.Generator,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield chunks ``(X', Y')`` of the record-assignment variant (T rows in all)."""
+    n, dim = features.shape
+    if labels.shape[0] != n:
+        raise ValueError("features and labels disagree on the number of records")
+    k = mixtures_per_record(n=n, mixture_degree=mixture_degree, n_samples=n_samples)
+    if k > n_samples:
+        raise ValueError(f"each record would join {k} of only {n_samples} mixtures")
+    device = features.device
+    sums_x = torch.zeros((n_samples, dim), dtype=features.dtype, device=device)
+    sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=labels.dtype, device=device)
+    step = max(1, _GATHER_BUDGET // max(1, k * (dim + labels.shape[1])))
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        # Row r of `joined` lists the k distinct mixtures record start + r joins.
+        joined = uniform_subsets(n_samples, k, stop - start, generator=generator, device=device)
+        targets = joined.reshape(-1)
+        sums_x.index_add_(0, targets, features[start:stop].repeat_interleave(k, dim=0))
+        sums_y.index_add_(0, targets, labels[start:stop].repeat_interleave(k, dim=0))
+    chunk = chunk_size(mixture_degree=1, dim=dim + labels.shape[1], n=n)
+    for start in range(0, n_samples, chunk):
+        mixed_x = sums_x[start : start + chunk] / mixture_degree
+        mixed_y = sums_y[start : start + chunk] / mixture_degree
+        noise_x = torch.randn(
+            mixed_x.shape, generator=generator, device=device, dtype=mixed_x.dtype
+        )
+        noise_y = torch.randn(
+            mixed_y.shape, generator=generator, device=device, dtype=mixed_y.dtype
+        )
+        yield mixed_x + sigma_x * noise_x, mixed_y + sigma_y * noise_y

@@ -23,6 +23,11 @@ class DPMixParams(BaseModel):
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")
     n_samples: int = Field(ge=1, description="T: number of mixtures released")
+    assignment: Literal["mixture", "record"] = Field(
+        default="mixture",
+        description="mixture: every mixture draws ℓ distinct records (Thm 1); record: every "
+        "record joins ⌈Tℓ/n⌉ distinct mixtures (Appendix B, Thm 3)",
+    )
 
 
 class NoiseIn(BaseModel):

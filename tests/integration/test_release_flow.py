@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.accounting.dpmix import DPMixEvent, DPMixRecordEvent
 from dpcore.accounting.dpmix_paper import DPMixPaperEvent
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
@@ -250,3 +250,22 @@ def test_paper_accountant_through_the_service(harness: Harness) -> None:
     ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
     assert ledger["entries"][0]["accountant"] == "paper"
     assert ledger["spent"] <= p["charge"]["epsilon"]
+
+
+def test_record_assignment_release(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    params = {"mixture_degree": 8, "n_samples": 100, "assignment": "record"}
+    body = h.release_body(ds["id"], params=params, epsilon=3.0)
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    created = r.json()
+    assert created["params"]["assignment"] == "record"
+    # Charged with the record variant's accountant (Gaussian mechanism, GDP), not Theorem 1's.
+    event = DPMixRecordEvent(200, 8, 100, created["noise"]["sigma_x"], created["noise"]["sigma_y"])
+    assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
+    done = h.wait(owner, created["id"])
+    assert done["status"] == "succeeded", done
+    npz = np.load(io.BytesIO(h.download(owner, done["id"])))
+    assert npz["X"].shape == (100, 6) and npz["y"].shape == (100, 3)
