@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpcore.accounting import gdp
-from dpcore.accounting.composition import Cost
+from dpcore.accounting.composition import Cost, GaussianEvent
 from dpcore.accounting.dpmix import sigma_y_of
 from dpcore.accounting.dpmix_paper import DPMixPaperEvent
 from dpcore.accounting.registry import Accountant, Event, Key, register
@@ -83,7 +83,7 @@ def _check_delta(delta: float) -> None:
 
 
 @dataclass(frozen=True)
-class LocalPerturbationEvent:
+class LocalPerturbationEvent(GaussianEvent):
     """Every record released once with Gaussian noise: μ-GDP, μ = √(2/σ_x² + 2/σ_y²)."""
 
     n: int
@@ -100,13 +100,6 @@ class LocalPerturbationEvent:
         return math.sqrt(
             (FEATURE_SENSITIVITY / self.sigma_x) ** 2 + (LABEL_SENSITIVITY / self.sigma_y) ** 2
         )
-
-    def epsilon(self, delta: float) -> float:
-        _check_delta(delta)
-        return gdp.epsilon_of(self.mu, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
@@ -166,7 +159,7 @@ class LocalPerturbationPaperEvent:
 
 
 @dataclass(frozen=True)
-class RandomProjectionEvent:
+class RandomProjectionEvent(GaussianEvent):
     """R x_i + N(0, σ² I) and y_i + N(0, σ_y² I) per record: μ = √(2s²/σ² + 2/σ_y²)."""
 
     n: int
@@ -182,13 +175,6 @@ class RandomProjectionEvent:
     def mu(self) -> float:
         feature = FEATURE_SENSITIVITY * self.spectral_norm / self.sigma
         return math.sqrt(feature**2 + (LABEL_SENSITIVITY / self.sigma_y) ** 2)
-
-    def epsilon(self, delta: float) -> float:
-        _check_delta(delta)
-        return gdp.epsilon_of(self.mu, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": self.sigma_y}

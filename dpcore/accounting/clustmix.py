@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpcore.accounting import gdp
-from dpcore.accounting.composition import Cost
+from dpcore.accounting.composition import GaussianEvent
 from dpcore.accounting.registry import Accountant, Key, register
 
 
@@ -73,7 +73,7 @@ def means_sensitivity(cluster_size: int) -> float:
 
 
 @dataclass(frozen=True)
-class ClustMixPaperEvent:
+class ClustMixPaperEvent(GaussianEvent):
     """Eq. 8 of the paper: μ = √(CD)/(lσ)-GDP (the final averaging only, as the paper states)."""
 
     cluster_size: int
@@ -98,12 +98,6 @@ class ClustMixPaperEvent:
         """Eq. 8: δ(ε, σ, l, C, D)."""
         return gdp.delta_of(self.mu, epsilon)
 
-    def epsilon(self, delta: float) -> float:
-        return gdp.epsilon_of(self.mu, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
-
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": 0.0}
 
@@ -112,7 +106,7 @@ class ClustMixPaperEvent:
 
 
 @dataclass(frozen=True)
-class ClustMixEvent:
+class ClustMixEvent(GaussianEvent):
     """The final noisy averaging over a fixed clustering: μ = Δ/σ-GDP with
     Δ = max(2/l, 2√2/(l + 1)). Clustering and KIP must be charged separately."""
 
@@ -134,12 +128,6 @@ class ClustMixEvent:
     @property
     def mu(self) -> float:
         return self.sensitivity / self.sigma
-
-    def epsilon(self, delta: float) -> float:
-        return gdp.epsilon_of(self.mu, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": 0.0}

@@ -65,3 +65,18 @@ def compose_epsilon(costs: Sequence[Cost], *, delta: float) -> float:
     if all(c.mu is not None for c in costs):
         bounds.append(gdp.epsilon_of(math.sqrt(math.fsum(c.mu**2 for c in costs)), delta))  # type: ignore[operator]
     return min(bounds)
+
+
+class GaussianEvent:
+    """Mixin for events that are μ-GDP: they define ``mu``; their ε at any δ and their ledger
+    cost (μ plus its RDP curve) follow from it."""
+
+    @property
+    def mu(self) -> float:
+        raise NotImplementedError
+
+    def epsilon(self, delta: float) -> float:
+        return gdp.epsilon_of(self.mu, delta)
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)

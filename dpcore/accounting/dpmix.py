@@ -27,8 +27,7 @@ from typing import Any
 
 import dp_accounting as dpa
 
-from dpcore.accounting import gdp
-from dpcore.accounting.composition import Cost
+from dpcore.accounting.composition import Cost, GaussianEvent
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.accounting.registry import Accountant, Event, Key, register
 from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
@@ -141,7 +140,7 @@ def calibrate(
 
 
 @dataclass(frozen=True)
-class DPMixRecordEvent:
+class DPMixRecordEvent(GaussianEvent):
     """The record-assignment variant, tight: each record joins k = ⌈Tℓ/n⌉ mixtures (a
     data-independent assignment), so replacing it moves k mixture means by at most √2/ℓ in
     features and in labels: the Gaussian mechanism, μ-GDP with
@@ -172,12 +171,6 @@ class DPMixRecordEvent:
         ell = self.mixture_degree
         per_mixture = 2 / (ell**2 * self.sigma_x**2) + 2 / (ell**2 * self.sigma_y**2)
         return math.sqrt(self.mixtures_per_record * per_mixture)
-
-    def epsilon(self, delta: float) -> float:
-        return gdp.epsilon_of(self.mu, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
