@@ -15,6 +15,7 @@ from service.config import Settings, get_settings
 from service.datasets.endpoints import router as datasets_router
 from service.db import transaction
 from service.releases import repository as release_repository
+from service.releases.endpoints import mechanisms_router
 from service.releases.endpoints import router as releases_router
 from service.runtime import InProcessDispatcher, Runtime, build_runtime
 
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.include_router(datasets_router)
     app.include_router(releases_router)
     app.include_router(budgets_router)
+    app.include_router(mechanisms_router)
 
     @app.get("/health", tags=["meta"], summary="Liveness")
     def health() -> dict[str, str]:

@@ -23,11 +23,14 @@ def serialise(
     feature_names: list[str],
     classes: list[Any],
     metadata: dict[str, Any],
+    extra: dict[str, np.ndarray] | None = None,
 ) -> bytes:
+    """``extra`` arrays (data-independent, e.g. a projection matrix) go into NPZ only."""
     meta_json = json.dumps(metadata, sort_keys=True)
     if fmt == "npz":
         buffer = io.BytesIO()
-        np.savez(buffer, X=X, y=Y, metadata=np.array(meta_json))
+        arrays: dict[str, Any] = {"X": X, "y": Y, "metadata": np.array(meta_json), **(extra or {})}
+        np.savez(buffer, **arrays)
         return buffer.getvalue()
     x_cols, y_cols = column_names(feature_names, classes)
     columns = {name: X[:, i] for i, name in enumerate(x_cols)}

@@ -26,15 +26,15 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from dpcore.accounting import registry
-from dpcore.mechanisms import dpmix
-from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.releases.mechanisms import SERVED
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
+from worker import mechanisms
 from worker.artifacts import serialise
 
 log = logging.getLogger(__name__)
@@ -180,15 +180,16 @@ def _produce(runtime: Runtime, job: Job) -> None:
         content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
     )
     device = _device(runtime.settings.device)
-    X, Y = _run_mechanism(runtime, job, parsed, device)
+    X, Y, feature_names, extra = _run_mechanism(runtime, job, parsed, device)
     meta = _release_metadata(job, parsed, device)
     payload = serialise(
         job.fmt,
         X=X,
         Y=Y,
-        feature_names=parsed.feature_names,
+        feature_names=feature_names,
         classes=parsed.classes,
         metadata=meta,
+        extra=extra,
     )
     # The provenance file (owner side, never served to analysts) adds the raw data's hash:
     # a deterministic function of the private data must not travel with the release.
@@ -212,38 +213,32 @@ def _device(choice: str) -> torch.device:
 
 def _run_mechanism(
     runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device
-) -> tuple[np.ndarray, np.ndarray]:
-    if job.mechanism != "dpmix":
-        raise ValueError(f"unknown mechanism {job.mechanism!r}")
-    features = clip_rows_l2(scale_to_unit(parsed.X, parsed.lo, parsed.hi))
-    labels = one_hot(parsed.labels, len(parsed.classes))
+) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]:
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
-    n_samples = int(job.params["n_samples"])
+    output = mechanisms.build(
+        job.mechanism,
+        job.params,
+        parsed,
+        sigma_x=job.sigma_x,
+        sigma_y=job.sigma_y,
+        generator=generator,
+        device=device,
+    )
     chunks_x: list[np.ndarray] = []
     chunks_y: list[np.ndarray] = []
     done = 0
     last_report = time.monotonic()
-    generate = (
-        dpmix.generate_by_record if job.params.get("assignment") == "record" else dpmix.generate
-    )
-    for mixed_x, mixed_y in generate(
-        torch.as_tensor(features, dtype=torch.float32, device=device),
-        torch.as_tensor(labels, dtype=torch.float32, device=device),
-        mixture_degree=int(job.params["mixture_degree"]),
-        n_samples=n_samples,
-        sigma_x=job.sigma_x,
-        sigma_y=job.sigma_y,
-        generator=generator,
-    ):
+    for mixed_x, mixed_y in output.chunks:
         chunks_x.append(mixed_x.cpu().numpy())
         chunks_y.append(mixed_y.cpu().numpy())
         done += mixed_x.shape[0]
         if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-            _report_progress(runtime, job.release_id, 0.95 * done / n_samples)
+            _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
             last_report = time.monotonic()
-    return np.concatenate(chunks_x), np.concatenate(chunks_y)
+    X, Y = np.concatenate(chunks_x), np.concatenate(chunks_y)
+    return X, Y, output.feature_names, output.extra
 
 
 def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
@@ -282,10 +277,7 @@ def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> 
             "L2 norm <= 1",
             "labels": "one-hot over the declared classes",
         },
-        "columns": {
-            "X": "n_samples x n_features, preprocessed scale",
-            "y": "n_samples x n_classes, noisy mixed one-hot labels",
-        },
+        "columns": SERVED[job.mechanism].output,
         "feature_shape": list(parsed.feature_shape),
         "classes": list(parsed.classes),
         "noise_source": "torch.Generator seeded from the OS CSPRNG (fast sampler)",

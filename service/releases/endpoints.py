@@ -2,14 +2,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Body, Query, status
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
 from service.errors import NotReady
 from service.errors_http import responses
 from service.releases import service
-from service.releases.schemas import PreviewOut, ReleaseList, ReleaseOut, ReleaseRequest
+from service.releases.mechanisms import catalogue
+from service.releases.schemas import (
+    MechanismList,
+    PreviewOut,
+    ReleaseList,
+    ReleaseOut,
+    ReleaseRequest,
+)
 
 router = APIRouter(prefix="/releases", tags=["releases"])
 
@@ -27,7 +34,10 @@ _MEDIA = {
     summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
 )
 def create_release(
-    body: ReleaseRequest, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+    body: Annotated[ReleaseRequest, Body()],
+    session: SessionDep,
+    owner: OwnerDep,
+    runtime: RuntimeDep,
 ) -> ReleaseOut:
     release = service.create(
         session,
@@ -45,7 +55,10 @@ def create_release(
     summary="What a release would cost and leave, without charging or storing anything",
 )
 def preview_release(
-    body: ReleaseRequest, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+    body: Annotated[ReleaseRequest, Body()],
+    session: SessionDep,
+    owner: OwnerDep,
+    runtime: RuntimeDep,
 ) -> PreviewOut:
     return service.preview(session, principal=owner, request=body, settings=runtime.settings)
 
@@ -91,3 +104,15 @@ def download_release(
     path = runtime.store.local_path(release.artifact_key)
     assert path is not None
     return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
+
+
+mechanisms_router = APIRouter(tags=["releases"])
+
+
+@mechanisms_router.get(
+    "/mechanisms",
+    responses=responses(401),
+    summary="The mechanisms, their parameter schemas and accountants",
+)
+def list_mechanisms(_principal: PrincipalDep) -> MechanismList:
+    return catalogue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +30,21 @@ class DPMixParams(BaseModel):
     )
 
 
+class LocalPerturbationParams(BaseModel):
+    """Every record released once with Gaussian noise; nothing to choose."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RandomProjectionParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    projection_dim: int = Field(ge=1, description="d: dimension of the projected features")
+    spectral_norm: float = Field(
+        default=1.0, gt=0, description="s: the projection is rescaled to this spectral norm"
+    )
+
+
 class NoiseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -42,14 +57,12 @@ class NoiseIn(BaseModel):
         return _finite_positive(value, "noise")
 
 
-class ReleaseRequest(BaseModel):
+class _ReleaseCommon(BaseModel):
     """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str
-    mechanism: Literal["dpmix"]
-    params: DPMixParams
     epsilon: float | None = Field(default=None, description="Target ε; calibration meets it")
     delta: float | None = Field(
         default=None, gt=0, lt=1, description="δ of this release (default: the budget's δ)"
@@ -70,12 +83,31 @@ class ReleaseRequest(BaseModel):
         return _finite_positive(value, "epsilon and noise_ratio")
 
     @model_validator(mode="after")
-    def _epsilon_xor_noise(self) -> ReleaseRequest:
+    def _epsilon_xor_noise(self) -> _ReleaseCommon:
         if (self.epsilon is None) == (self.noise is None):
             raise ValueError("give exactly one of 'epsilon' (calibrate) or 'noise' (report ε)")
         if self.noise is not None and self.noise_ratio is not None:
             raise ValueError("'noise_ratio' applies to calibration; with 'noise' set sigma_y")
         return self
+
+
+class DPMixRequest(_ReleaseCommon):
+    mechanism: Literal["dpmix"]
+    params: DPMixParams
+
+
+class LocalPerturbationRequest(_ReleaseCommon):
+    mechanism: Literal["local_perturbation"]
+    params: LocalPerturbationParams = Field(default_factory=LocalPerturbationParams)
+
+
+class RandomProjectionRequest(_ReleaseCommon):
+    mechanism: Literal["random_projection"]
+    params: RandomProjectionParams
+
+
+AnyReleaseRequest = DPMixRequest | LocalPerturbationRequest | RandomProjectionRequest
+ReleaseRequest = Annotated[AnyReleaseRequest, Field(discriminator="mechanism")]
 
 
 class Noise(BaseModel):
@@ -142,3 +174,22 @@ class PreviewOut(BaseModel):
     noise: Noise
     charge: Charge
     budget: BudgetPreview
+
+
+class AccountantInfo(BaseModel):
+    name: str
+    summary: str
+    valid_bound: bool = Field(description="False: reproduces a paper, refused for releases")
+    caveat: str | None = None
+
+
+class MechanismInfo(BaseModel):
+    name: str
+    summary: str
+    output: str = Field(description="What a release of this mechanism holds")
+    params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
+    accountants: list[AccountantInfo]
+
+
+class MechanismList(BaseModel):
+    items: list[MechanismInfo]

@@ -19,14 +19,15 @@ from service.deps import after_commit
 from service.errors import InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
 from service.releases import repository
+from service.releases.mechanisms import SERVED
 from service.releases.schemas import (
+    AnyReleaseRequest,
     Artifact,
     Charge,
     Noise,
     PreviewOut,
     ReleaseList,
     ReleaseOut,
-    ReleaseRequest,
     Timings,
 )
 from service.runtime import Dispatcher
@@ -49,7 +50,7 @@ class Plan:
 
 
 def accountant_keys(
-    accountant: Accountant, dataset: Dataset, request: ReleaseRequest
+    accountant: Accountant, dataset: Dataset, request: AnyReleaseRequest
 ) -> dict[str, Any]:
     """The public facts ``accountant`` declares, from the dataset and the request."""
     keys: dict[str, Any] = {
@@ -67,7 +68,7 @@ def accountant_keys(
 
 
 def plan(
-    session: Session, *, principal: Principal, request: ReleaseRequest, settings: Settings
+    session: Session, *, principal: Principal, request: AnyReleaseRequest, settings: Settings
 ) -> Plan:
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
@@ -80,15 +81,7 @@ def plan(
             f"delta {delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
     params = request.params
-    if params.mixture_degree > dataset.n_rows:
-        raise InvalidInput(
-            f"mixture_degree {params.mixture_degree} exceeds the dataset's {dataset.n_rows} rows"
-        )
-    if params.n_samples > settings.max_release_samples:
-        raise InvalidInput(
-            f"n_samples {params.n_samples} exceeds this server's limit "
-            f"{settings.max_release_samples} (DPRELEASE_MAX_RELEASE_SAMPLES)"
-        )
+    SERVED[request.mechanism].check(params, dataset, settings)
     try:
         accountant = registry.get(request.mechanism, request.accountant)
         if not accountant.valid_bound:
@@ -115,7 +108,7 @@ def plan(
 
 
 def preview(
-    session: Session, *, principal: Principal, request: ReleaseRequest, settings: Settings
+    session: Session, *, principal: Principal, request: AnyReleaseRequest, settings: Settings
 ) -> PreviewOut:
     p = plan(session, principal=principal, request=request, settings=settings)
     budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
@@ -134,7 +127,7 @@ def create(
     session: Session,
     *,
     principal: Principal,
-    request: ReleaseRequest,
+    request: AnyReleaseRequest,
     settings: Settings,
     dispatcher: Dispatcher,
 ) -> Release:

@@ -1,0 +1,109 @@
+"""Every served mechanism runs through POST /releases with the accountant the CLI uses."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from dpcore.accounting import registry
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+def _dataset(h: Harness, owner: str) -> dict:  # type: ignore[type-arg]
+    r = h.upload(owner, npz_bytes(*toy_dataset()), budget={"epsilon": 50.0, "delta": 1e-5})
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_catalogue_lists_mechanisms_params_and_accountants(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    r = h.client.get("/mechanisms", headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    items = {m["name"]: m for m in r.json()["items"]}
+    assert {"dpmix", "local_perturbation", "random_projection"} <= set(items)
+    assert "mixture_degree" in items["dpmix"]["params_schema"]["properties"]
+    assert "projection_dim" in items["random_projection"]["params_schema"]["properties"]
+    paper = {a["name"]: a for a in items["local_perturbation"]["accountants"]}["paper"]
+    assert paper["valid_bound"] is False and paper["caveat"]
+    assert h.client.get("/mechanisms").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "params", "width"),
+    [
+        ("local_perturbation", {}, 6),
+        ("random_projection", {"projection_dim": 3, "spectral_norm": 2.0}, 3),
+    ],
+)
+def test_baseline_release(harness: Harness, mechanism: str, params: dict, width: int) -> None:  # type: ignore[type-arg]
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": mechanism,
+        "params": params,
+        "epsilon": 8.0,
+    }
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    created = r.json()
+    keys = {"n": 200, "d_x": 6, "d_y": 3, **params}
+    acc = registry.get(mechanism, "tight")
+    declared = {k.name for k in acc.keys}
+    event = acc.at_sigma(
+        created["noise"]["sigma_x"],
+        {
+            k: v
+            for k, v in {**keys, "sigma_y": created["noise"]["sigma_y"]}.items()
+            if k in declared
+        },
+    )
+    assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
+    assert created["charge"]["epsilon"] <= 8.0
+    done = h.wait(owner, created["id"])
+    assert done["status"] == "succeeded", done
+    npz = np.load(io.BytesIO(h.download(owner, done["id"])))
+    assert npz["X"].shape == (200, width) and npz["y"].shape == (200, 3)
+    meta = json.loads(str(npz["metadata"]))
+    assert meta["mechanism"] == mechanism
+    if mechanism == "random_projection":
+        projection = npz["projection"]
+        assert projection.shape == (3, 6)
+        assert np.linalg.norm(projection, ord=2) == pytest.approx(2.0, rel=1e-9)
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert ledger["entries"][0]["mechanism"] == mechanism
+
+
+def test_invalid_paper_accountants_are_refused(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": "local_perturbation",
+        "params": {},
+        "epsilon": 8.0,
+        "accountant": "paper",
+    }
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 422
+    assert "not a valid bound" in r.json()["error"]["message"]
+
+
+def test_projection_dim_is_checked(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": "random_projection",
+        "params": {"projection_dim": 7},
+        "epsilon": 8.0,
+    }
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 422 and "projection_dim" in r.json()["error"]["message"]
