@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.mechanisms import dpmix
+from dpcore.accounting import sgdrm as sgdrm_accountant
+from dpcore.mechanisms import dpmix, sgdrm
 from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit
 from service.datasets.parsing import ParsedDataset
 
@@ -77,6 +78,24 @@ def build(
                 mixture_degree=int(params["mixture_degree"]),
                 n_samples=int(params["n_samples"]),
                 **noise,  # type: ignore[arg-type]
+            ),
+        )
+    if mechanism == "sgdrm":
+        if sigma_x != sigma_y:
+            raise ValueError("sgdrm adds one noise level to features and labels")
+        width = int(params["mixture_width"])
+        bound = params.get("coefficient_bound") or sgdrm_accountant.default_coefficient_bound(width)
+        return MechanismOutput(
+            rows=int(params["n_samples"]),
+            feature_names=list(parsed.feature_names),
+            chunks=sgdrm.generate(
+                features,
+                labels,
+                mixture_width=width,
+                n_samples=int(params["n_samples"]),
+                coefficient_bound=float(bound),
+                sigma=sigma_x,
+                generator=generator,
             ),
         )
     if mechanism == "local_perturbation":

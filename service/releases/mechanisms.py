@@ -20,6 +20,7 @@ from service.releases.schemas import (
     MechanismInfo,
     MechanismList,
     RandomProjectionParams,
+    SGDRMParams,
 )
 
 Check = Callable[[Any, Dataset, Settings], None]
@@ -50,6 +51,14 @@ def _check_rows(rows: int, settings: Settings) -> None:
         )
 
 
+def _check_sgdrm(params: SGDRMParams, dataset: Dataset, settings: Settings) -> None:
+    if params.mixture_width > dataset.n_rows:
+        raise InvalidInput(
+            f"mixture_width {params.mixture_width} exceeds the dataset's {dataset.n_rows} rows"
+        )
+    _check_rows(params.n_samples, settings)
+
+
 def _check_local(_params: LocalPerturbationParams, dataset: Dataset, settings: Settings) -> None:
     _check_rows(dataset.n_rows, settings)
 
@@ -73,6 +82,16 @@ SERVED: dict[str, ServedMechanism] = {
             "y: n_samples × n_classes noisy mixed one-hot labels",
             params=DPMixParams,
             check=_check_dpmix,
+        ),
+        ServedMechanism(
+            name="sgdrm",
+            summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
+            "random coefficients b·clip(g, −c, c), b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+            output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
+            "y: the same combinations of one-hot labels, noisy; learn with "
+            "dpcore.learning.bias_corrected_sgd",
+            params=SGDRMParams,
+            check=_check_sgdrm,
         ),
         ServedMechanism(
             name="local_perturbation",

@@ -45,6 +45,21 @@ class RandomProjectionParams(BaseModel):
     )
 
 
+class SGDRMParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mixture_width: int = Field(ge=1, description="ℓ: each record enters a mixture w.p. ℓ/n")
+    n_samples: int = Field(ge=1, description="T: number of mixtures released")
+    coefficients: Literal["clipped"] = Field(
+        default="clipped",
+        description="clipped: coefficients b·clip(g, −c, c), the variant with a valid bound "
+        "(the paper's unbounded Gaussian coefficients have none)",
+    )
+    coefficient_bound: float | None = Field(
+        default=None, gt=0, description="c (default 3/√mixture_width)"
+    )
+
+
 class NoiseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -106,7 +121,12 @@ class RandomProjectionRequest(_ReleaseCommon):
     params: RandomProjectionParams
 
 
-AnyReleaseRequest = DPMixRequest | LocalPerturbationRequest | RandomProjectionRequest
+class SGDRMRequest(_ReleaseCommon):
+    mechanism: Literal["sgdrm"]
+    params: SGDRMParams
+
+
+AnyReleaseRequest = DPMixRequest | SGDRMRequest | LocalPerturbationRequest | RandomProjectionRequest
 ReleaseRequest = Annotated[AnyReleaseRequest, Field(discriminator="mechanism")]
 
 

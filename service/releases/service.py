@@ -64,6 +64,12 @@ def accountant_keys(
     if request.noise_ratio is not None:
         keys["noise_ratio"] = request.noise_ratio
     declared = {key.name for key in accountant.keys}
+    for asked in ("sigma_y", "noise_ratio"):
+        if asked in keys and asked not in declared:
+            raise InvalidInput(
+                f"{request.mechanism} adds one noise level to features and labels: "
+                f"'{'noise.sigma_y' if asked == 'sigma_y' else asked}' does not apply"
+            )
     return {name: value for name, value in keys.items() if name in declared}
 
 

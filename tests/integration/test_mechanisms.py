@@ -37,6 +37,7 @@ def test_catalogue_lists_mechanisms_params_and_accountants(embedded: Harness) ->
     [
         ("local_perturbation", {}, 6),
         ("random_projection", {"projection_dim": 3, "spectral_norm": 2.0}, 3),
+        ("sgdrm", {"mixture_width": 16, "n_samples": 150}, 6),
     ],
 )
 def test_baseline_release(harness: Harness, mechanism: str, params: dict, width: int) -> None:  # type: ignore[type-arg]
@@ -68,7 +69,8 @@ def test_baseline_release(harness: Harness, mechanism: str, params: dict, width:
     done = h.wait(owner, created["id"])
     assert done["status"] == "succeeded", done
     npz = np.load(io.BytesIO(h.download(owner, done["id"])))
-    assert npz["X"].shape == (200, width) and npz["y"].shape == (200, 3)
+    rows = params.get("n_samples", 200)
+    assert npz["X"].shape == (rows, width) and npz["y"].shape == (rows, 3)
     meta = json.loads(str(npz["metadata"]))
     assert meta["mechanism"] == mechanism
     if mechanism == "random_projection":
@@ -107,3 +109,21 @@ def test_projection_dim_is_checked(embedded: Harness) -> None:
     }
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 422 and "projection_dim" in r.json()["error"]["message"]
+
+
+def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": "sgdrm",
+        "params": {"mixture_width": 16, "n_samples": 50},
+        "noise": {"sigma_x": 1.0, "sigma_y": 2.0},
+    }
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 422 and "one noise level" in r.json()["error"]["message"]
+    body["noise"] = {"sigma_x": 1.0}
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0}

@@ -1,0 +1,49 @@
+"""SGDRM mixtures (Lee et al., ICLR 2018 workshop), the bounded-coefficient variant.
+
+Mixture t is Σ_i c_{t,i}(x_i, y_i) + noise with c_{t,i} = b_{t,i}·clip(g_{t,i}, −c, c),
+b ~ Bern(ℓ/n) and g ~ N(0, 1/ℓ), all independent: exactly the Poisson inclusion and the
+coefficient bound the `sgdrm/tight` accountant assumes. Inclusion compares float64 uniforms
+with q, so it is Bernoulli(q) up to 2⁻⁵³.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+_MATRIX_BUDGET = 1 << 24  # coefficient entries per chunk
+
+
+def generate(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    mixture_width: int,
+    n_samples: int,
+    coefficient_bound: float,
+    sigma: float,
+    generator: torch.Generator,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    n = features.shape[0]
+    if labels.shape[0] != n:
+        raise ValueError("features and labels disagree on the number of records")
+    if not 1 <= mixture_width <= n:
+        raise ValueError(f"mixture_width must be between 1 and n={n}")
+    q = mixture_width / n
+    scale = 1.0 / math.sqrt(mixture_width)
+    device, dtype = features.device, features.dtype
+    step = max(1, min(4096, _MATRIX_BUDGET // n))
+    for start in range(0, n_samples, step):
+        count = min(step, n_samples - start)
+        included = torch.rand((count, n), generator=generator, device=device, dtype=torch.float64)
+        g = torch.randn((count, n), generator=generator, device=device, dtype=dtype) * scale
+        coefficients = torch.where(
+            included < q, g.clamp(-coefficient_bound, coefficient_bound), torch.zeros_like(g)
+        )
+        mixed_x = coefficients @ features
+        mixed_y = coefficients @ labels
+        noise_x = torch.randn(mixed_x.shape, generator=generator, device=device, dtype=dtype)
+        noise_y = torch.randn(mixed_y.shape, generator=generator, device=device, dtype=dtype)
+        yield mixed_x + sigma * noise_x, mixed_y + sigma * noise_y
