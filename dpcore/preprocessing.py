@@ -21,3 +21,10 @@ def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
     out = np.zeros((labels.shape[0], n_classes), dtype=np.float64)
     out[np.arange(labels.shape[0]), labels] = 1.0
     return out
+
+
+def standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """(x − mean)/std with owner-declared (public) statistics."""
+    if np.any(np.asarray(std) <= 0):
+        raise ValueError("declared standard deviations must be > 0")
+    return (np.asarray(X, dtype=np.float64) - mean) / std

@@ -90,6 +90,9 @@ class Dataset(Base):
     classes_declared: Mapped[bool] = mapped_column(Boolean)
     feature_range: Mapped[Any] = mapped_column(JSON)
     clipped_values: Mapped[int] = mapped_column(BigInteger)
+    # Rows per class, in the order of `classes`. Private: used only to check an owner's
+    # declared lower bound at admission, and never shown to anyone else.
+    class_counts: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
 
 

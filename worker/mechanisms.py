@@ -10,12 +10,19 @@ import numpy as np
 import torch
 
 from dpcore.accounting import sgdrm as sgdrm_accountant
-from dpcore.mechanisms import dpmix, sgdrm
-from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit
+from dpcore.mechanisms import dpcda, dpmix, sgdrm
+from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit, standardise
 from service.datasets.parsing import ParsedDataset
 
 Chunks = Iterator[tuple[torch.Tensor, torch.Tensor]]
 _CHUNK_ROWS = 4096
+
+
+UNIT_SCALE: dict[str, Any] = {
+    "features": "clip to the declared feature_range, scale to [0, 1], scale rows to L2 norm <= 1",
+    "labels": "one-hot over the declared classes",
+    "statistics": "none computed from the data",
+}
 
 
 @dataclass
@@ -25,6 +32,7 @@ class MechanismOutput:
     chunks: Chunks
     # Data-independent arrays that travel with an NPZ release (e.g. a projection matrix).
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    preprocessing: dict[str, Any] = field(default_factory=lambda: dict(UNIT_SCALE))
 
 
 def _unit_scale(parsed: ParsedDataset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,6 +61,56 @@ def _noised(
         yield x + sigma_x * noise_x, y + sigma_y * noise_y
 
 
+def _dpcda(
+    params: dict[str, Any],
+    parsed: ParsedDataset,
+    *,
+    sigma: float,
+    generator: torch.Generator,
+    device: torch.device,
+) -> MechanismOutput:
+    if params.get("standardization") == "declared":
+        X = standardise(
+            np.clip(parsed.X, parsed.lo, parsed.hi),
+            np.asarray(params["feature_mean"]),
+            np.asarray(params["feature_std"]),
+        )
+    else:
+        X = scale_to_unit(parsed.X, parsed.lo, parsed.hi)
+    features = torch.as_tensor(
+        clip_rows_l2(X, float(params.get("clip_norm", 1.0))), dtype=torch.float32, device=device
+    )
+    k = len(parsed.classes)
+    counts = np.bincount(parsed.labels, minlength=k)
+    if counts.min() < int(params["min_class_size"]):
+        raise ValueError("a class is smaller than the declared min_class_size")
+    declared = params.get("standardization") == "declared"
+    return MechanismOutput(
+        preprocessing={
+            "features": (
+                "clip to the declared feature_range, z-score with the owner's declared "
+                "(public) feature_mean/feature_std"
+                if declared
+                else "clip to the declared feature_range, scale to [0, 1]"
+            )
+            + f", clip rows to L2 norm <= {float(params.get('clip_norm', 1.0))}",
+            "labels": "each mixture's class, exact (a function of the public class index)",
+            "statistics": "declared public by the owner" if declared else "none",
+        },
+        rows=k * dpcda.per_class(int(params["n_samples"]), k),
+        feature_names=list(parsed.feature_names),
+        chunks=dpcda.generate(
+            features,
+            torch.as_tensor(parsed.labels, device=device),
+            n_classes=k,
+            mixture_degree=int(params["mixture_degree"]),
+            n_samples=int(params["n_samples"]),
+            sigma=sigma,
+            generator=generator,
+        ),
+    )
+
+
 def build(
     mechanism: str,
     params: dict[str, Any],
@@ -63,6 +121,8 @@ def build(
     generator: torch.Generator,
     device: torch.device,
 ) -> MechanismOutput:
+    if mechanism == "dpcda":
+        return _dpcda(params, parsed, sigma=sigma_x, generator=generator, device=device)
     features, labels = _unit_scale(parsed, device)
     noise = {"sigma_x": sigma_x, "sigma_y": sigma_y, "generator": generator}
     if mechanism == "dpmix":

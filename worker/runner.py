@@ -180,16 +180,16 @@ def _produce(runtime: Runtime, job: Job) -> None:
         content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
     )
     device = _device(runtime.settings.device)
-    X, Y, feature_names, extra = _run_mechanism(runtime, job, parsed, device)
-    meta = _release_metadata(job, parsed, device)
+    X, Y, output = _run_mechanism(runtime, job, parsed, device)
+    meta = _release_metadata(job, parsed, device, output.preprocessing)
     payload = serialise(
         job.fmt,
         X=X,
         Y=Y,
-        feature_names=feature_names,
+        feature_names=output.feature_names,
         classes=parsed.classes,
         metadata=meta,
-        extra=extra,
+        extra=output.extra,
     )
     # The provenance file (owner side, never served to analysts) adds the raw data's hash:
     # a deterministic function of the private data must not travel with the release.
@@ -213,7 +213,7 @@ def _device(choice: str) -> torch.device:
 
 def _run_mechanism(
     runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device
-) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray, mechanisms.MechanismOutput]:
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
@@ -238,7 +238,7 @@ def _run_mechanism(
             _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
             last_report = time.monotonic()
     X, Y = np.concatenate(chunks_x), np.concatenate(chunks_y)
-    return X, Y, output.feature_names, output.extra
+    return X, Y, output
 
 
 def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
@@ -258,7 +258,9 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> dict[str, Any]:
+def _release_metadata(
+    job: Job, parsed: ParsedDataset, device: torch.device, preprocessing: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "release_id": job.release_id,
         "dataset_id": job.dataset_id,
@@ -272,11 +274,7 @@ def _release_metadata(job: Job, parsed: ParsedDataset, device: torch.device) -> 
             "neighbouring_relation": "replace-one (n public)",
             "n": parsed.n_rows,
         },
-        "preprocessing": {
-            "features": "clip to declared feature_range, scale to [0, 1], scale rows to "
-            "L2 norm <= 1",
-            "labels": "one-hot over the declared classes",
-        },
+        "preprocessing": preprocessing,
         "columns": SERVED[job.mechanism].output,
         "feature_shape": list(parsed.feature_shape),
         "classes": list(parsed.classes),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
@@ -72,6 +73,9 @@ def create(
             classes_declared=parsed.classes_declared,
             feature_range=_jsonable_range(metadata),
             clipped_values=parsed.clipped_values,
+            class_counts=[
+                int(c) for c in np.bincount(parsed.labels, minlength=len(parsed.classes))
+            ],
         ),
     )
     budget_repository.add_budget(

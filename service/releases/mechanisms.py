@@ -15,6 +15,7 @@ from service.errors import InvalidInput
 from service.models import Dataset
 from service.releases.schemas import (
     AccountantInfo,
+    DPCDAParams,
     DPMixParams,
     LocalPerturbationParams,
     MechanismInfo,
@@ -51,6 +52,28 @@ def _check_rows(rows: int, settings: Settings) -> None:
         )
 
 
+def _check_dpcda(params: DPCDAParams, dataset: Dataset, settings: Settings) -> None:
+    if params.mixture_degree > params.min_class_size:
+        raise InvalidInput(
+            f"min_class_size {params.min_class_size} must be at least mixture_degree "
+            f"{params.mixture_degree}"
+        )
+    if dataset.class_counts is None:
+        raise InvalidInput("this dataset predates class counts; upload it again to use dpcda")
+    # Only the owner can ask, so this check on private counts answers nobody else.
+    if params.min_class_size > min(dataset.class_counts):
+        raise InvalidInput(
+            f"min_class_size {params.min_class_size} is not a lower bound of every class's "
+            "size in this dataset; declare a smaller one"
+        )
+    for name in ("feature_mean", "feature_std"):
+        values = getattr(params, name)
+        if values is not None and len(values) != dataset.n_features:
+            raise InvalidInput(f"{name} needs {dataset.n_features} values, got {len(values)}")
+    k = len(dataset.classes)
+    _check_rows(k * (-(-params.n_samples // k)), settings)
+
+
 def _check_sgdrm(params: SGDRMParams, dataset: Dataset, settings: Settings) -> None:
     if params.mixture_width > dataset.n_rows:
         raise InvalidInput(
@@ -82,6 +105,15 @@ SERVED: dict[str, ServedMechanism] = {
             "y: n_samples × n_classes noisy mixed one-hot labels",
             params=DPMixParams,
             check=_check_dpmix,
+        ),
+        ServedMechanism(
+            name="dpcda",
+            summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of "
+            "that class; class-balanced output, exact labels",
+            output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
+            "scale); y: their one-hot classes (exact)",
+            params=DPCDAParams,
+            check=_check_dpcda,
         ),
         ServedMechanism(
             name="sgdrm",

@@ -30,6 +30,37 @@ class DPMixParams(BaseModel):
     )
 
 
+class DPCDAParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
+    n_samples: int = Field(ge=1, description="T: mixtures in all, split evenly over classes")
+    clip_norm: float = Field(default=1.0, gt=0, description="C: L2 clip of every record")
+    min_class_size: int = Field(
+        ge=1,
+        description="m: a public lower bound on every class's size, declared by the owner "
+        "(checked against the data; the accountant's sampling ratio is ℓ/m)",
+    )
+    standardization: Literal["unit_range", "declared"] = Field(
+        default="unit_range",
+        description="unit_range: scale by the declared feature_range to [0, 1]; declared: "
+        "z-score with the owner's public feature_mean/feature_std",
+    )
+    feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
+    feature_std: list[float] | None = Field(default=None, description="Public, per feature")
+
+    @model_validator(mode="after")
+    def _declared_stats(self) -> DPCDAParams:
+        given = self.feature_mean is not None and self.feature_std is not None
+        if self.standardization == "declared" and not given:
+            raise ValueError("standardization 'declared' needs feature_mean and feature_std")
+        if self.standardization != "declared" and (self.feature_mean or self.feature_std):
+            raise ValueError("feature_mean/feature_std apply to standardization 'declared'")
+        if self.feature_std is not None and any(s <= 0 or s != s for s in self.feature_std):
+            raise ValueError("feature_std must be positive numbers")
+        return self
+
+
 class LocalPerturbationParams(BaseModel):
     """Every record released once with Gaussian noise; nothing to choose."""
 
@@ -121,12 +152,19 @@ class RandomProjectionRequest(_ReleaseCommon):
     params: RandomProjectionParams
 
 
+class DPCDARequest(_ReleaseCommon):
+    mechanism: Literal["dpcda"]
+    params: DPCDAParams
+
+
 class SGDRMRequest(_ReleaseCommon):
     mechanism: Literal["sgdrm"]
     params: SGDRMParams
 
 
-AnyReleaseRequest = DPMixRequest | SGDRMRequest | LocalPerturbationRequest | RandomProjectionRequest
+AnyReleaseRequest = (
+    DPMixRequest | DPCDARequest | SGDRMRequest | LocalPerturbationRequest | RandomProjectionRequest
+)
 ReleaseRequest = Annotated[AnyReleaseRequest, Field(discriminator="mechanism")]
 
 

@@ -57,6 +57,7 @@ def accountant_keys(
         "n": dataset.n_rows,
         "d_x": dataset.n_features,
         "d_y": len(dataset.classes),
+        "n_classes": len(dataset.classes),
         **request.params.model_dump(),
     }
     if request.noise is not None and request.noise.sigma_y is not None:
@@ -67,7 +68,7 @@ def accountant_keys(
     for asked in ("sigma_y", "noise_ratio"):
         if asked in keys and asked not in declared:
             raise InvalidInput(
-                f"{request.mechanism} adds one noise level to features and labels: "
+                f"{request.mechanism} has no separate label noise: "
                 f"'{'noise.sigma_y' if asked == 'sigma_y' else asked}' does not apply"
             )
     return {name: value for name, value in keys.items() if name in declared}

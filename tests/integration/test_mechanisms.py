@@ -122,8 +122,78 @@ def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
         "noise": {"sigma_x": 1.0, "sigma_y": 2.0},
     }
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
-    assert r.status_code == 422 and "one noise level" in r.json()["error"]["message"]
+    assert r.status_code == 422 and "no separate label noise" in r.json()["error"]["message"]
     body["noise"] = {"sigma_x": 1.0}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
     assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0}
+
+
+@pytest.mark.parametrize("standardization", ["unit_range", "declared"])
+def test_dpcda_release(harness: Harness, standardization: str) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    counts = np.bincount(toy_dataset()[1], minlength=3)
+    params: dict = {  # type: ignore[type-arg]
+        "mixture_degree": 8,
+        "n_samples": 90,
+        "clip_norm": 2.0,
+        "min_class_size": int(counts.min()),
+        "standardization": standardization,
+    }
+    if standardization == "declared":
+        params |= {"feature_mean": [6.0] * 6, "feature_std": [3.0] * 6}
+    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": params, "epsilon": 4.0}
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    created = r.json()
+    acc = registry.get("dpcda", "tight")
+    keys = {
+        "n": 200,
+        "mixture_degree": 8,
+        "n_samples": 90,
+        "clip_norm": 2.0,
+        "n_classes": 3,
+        "min_class_size": int(counts.min()),
+    }
+    event = acc.at_sigma(created["noise"]["sigma_x"], keys)
+    assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
+    assert created["noise"]["sigma_y"] == 0.0
+    done = h.wait(owner, created["id"])
+    assert done["status"] == "succeeded", done
+    npz = np.load(io.BytesIO(h.download(owner, done["id"])))
+    assert npz["X"].shape == (90, 6)
+    assert set(np.unique(npz["y"])) == {0.0, 1.0} and (npz["y"].sum(axis=1) == 1).all()
+    assert (npz["y"].sum(axis=0) == 30).all()  # class-balanced
+    meta = json.loads(str(npz["metadata"]))
+    expected = "declared public by the owner" if standardization == "declared" else "none"
+    assert meta["preprocessing"]["statistics"] == expected
+
+
+def test_dpcda_checks_declared_facts(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    counts = np.bincount(toy_dataset()[1], minlength=3)
+    base = {"mixture_degree": 4, "n_samples": 30}
+    cases = [
+        ({**base, "min_class_size": int(counts.min()) + 1}, "not a lower bound"),
+        ({**base, "mixture_degree": 9, "min_class_size": 8}, "at least mixture_degree"),
+        ({**base, "min_class_size": 8, "standardization": "declared"}, "feature_mean"),
+        (
+            {
+                **base,
+                "min_class_size": 8,
+                "standardization": "declared",
+                "feature_mean": [0.0],
+                "feature_std": [1.0],
+            },
+            "needs 6 values",
+        ),
+    ]
+    for params, phrase in cases:
+        body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": params, "epsilon": 1.0}
+        r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+        assert r.status_code == 422, r.text
+        assert phrase in r.json()["error"]["message"], r.text

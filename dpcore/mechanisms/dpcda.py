@@ -1,0 +1,53 @@
+"""DP-CDA class-centric mixing: per class, noisy means of ℓ distinct records of that class.
+
+Records arrive standardised with public statistics and clipped to L2 norm ≤ C (what the
+accountant's sensitivity 2C/ℓ assumes). Output is class-balanced: T_c = ⌈T/K⌉ mixtures per
+class, each the mean of ℓ records drawn uniformly without replacement from its class,
+independently per mixture, plus N(0, σ²I). A mixture's label is its class (exact): it depends
+on the public class index only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from dpcore.mechanisms.dpmix import chunk_size
+from dpcore.mechanisms.sampling import uniform_subsets
+
+
+def per_class(n_samples: int, n_classes: int) -> int:
+    return -(-n_samples // n_classes)
+
+
+def generate(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    n_classes: int,
+    mixture_degree: int,
+    n_samples: int,
+    sigma: float,
+    generator: torch.Generator,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class."""
+    if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
+        raise ValueError("labels must be class indices, one per record")
+    device, dtype = features.device, features.dtype
+    rows = per_class(n_samples, n_classes)
+    for c in range(n_classes):
+        members = torch.nonzero(labels == c).flatten()
+        if members.numel() < mixture_degree:
+            raise ValueError(f"class {c} has fewer records than mixture_degree={mixture_degree}")
+        step = chunk_size(mixture_degree=mixture_degree, dim=features.shape[1], n=members.numel())
+        for start in range(0, rows, step):
+            count = min(step, rows - start)
+            local = uniform_subsets(
+                members.numel(), mixture_degree, count, generator=generator, device=device
+            )
+            mixed = features[members[local]].mean(dim=1)
+            noise = torch.randn(mixed.shape, generator=generator, device=device, dtype=dtype)
+            onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
+            onehot[:, c] = 1
+            yield mixed + sigma * noise, onehot
