@@ -594,9 +594,11 @@ def budgets(state: CliState, dataset_id: str | None) -> None:
     emit(api.get_budget(dataset_id) if dataset_id else api.list_budgets())
 
 
-from dprelease_cli.account import account  # noqa: E402  (offline subcommand)
+from dprelease_cli.account import account  # noqa: E402  (offline subcommands)
+from dprelease_cli.evaluate_cmd import evaluate_command  # noqa: E402
 
 cli.add_command(account)
+cli.add_command(evaluate_command)
 
 
 def main() -> None:

@@ -277,6 +277,9 @@ def _release_metadata(
         "preprocessing": preprocessing,
         "columns": SERVED[job.mechanism].output,
         "feature_shape": list(parsed.feature_shape),
+        "feature_names": list(parsed.feature_names),
+        # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
+        "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
         "classes": list(parsed.classes),
         "noise_source": "torch.Generator seeded from the OS CSPRNG (fast sampler)",
         "device": device.type,

@@ -1,0 +1,71 @@
+"""`dprelease evaluate` on releases the service made: the metadata carries what it needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dprelease_cli.evaluation import class_indices, load_release, preprocess_test
+from dprelease_cli.main import cli
+from tests.conftest import Harness, npz_bytes
+
+
+def _separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=n)
+    X = rng.uniform(0, 2, size=(n, 6))
+    X[np.arange(n), y] += 8.0  # class c lights up feature c
+    return X, y
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "params"),
+    [
+        ("dpmix", {"mixture_degree": 4, "n_samples": 2000}),
+        ("dpcda", {"mixture_degree": 4, "n_samples": 1500, "min_class_size": 100}),
+        ("random_projection", {"projection_dim": 4}),
+    ],
+)
+def test_evaluate_a_service_release(
+    embedded: Harness,
+    tmp_path: Path,
+    mechanism: str,
+    params: dict,  # type: ignore[type-arg]
+) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    X, y = _separable(600, 0)
+    ds = h.upload(
+        owner,
+        npz_bytes(X, y),
+        feature_range=[0, 10],
+        budget={"epsilon": 100.0, "delta": 1e-5},
+    ).json()
+    body = {"dataset_id": ds["id"], "mechanism": mechanism, "params": params, "epsilon": 50.0}
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    assert h.wait(owner, r.json()["id"])["status"] == "succeeded"
+    release_path = tmp_path / "release.npz"
+    release_path.write_bytes(h.download(owner, r.json()["id"]))
+    X_test, y_test = _separable(400, 1)
+    test_path = tmp_path / "test.npz"
+    test_path.write_bytes(npz_bytes(X_test, y_test))
+
+    result = CliRunner().invoke(
+        cli, ["evaluate", str(release_path), "--test", str(test_path), "--epochs", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["mechanism"] == mechanism and report["test_rows"] == 400
+    assert report["accuracy"]["linear"] > 0.8 > report["chance"]
+    assert 0 <= report["fidelity"]["label_tv_distance"] <= 1
+
+    release = load_release(release_path.read_bytes())
+    Xt = preprocess_test(release, X_test)
+    assert Xt.shape == (400, release.X.shape[1])
+    with pytest.raises(ValueError, match="not among"):
+        class_indices(release, np.array([7]))
