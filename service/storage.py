@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ class ObjectExists(Exception):
 
 class ObjectStore(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
+    def put_file(self, key: str, path: Path) -> None: ...
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
@@ -60,6 +62,23 @@ class LocalObjectStore:
             # link() fails if the key exists: an atomic create-only publish.
             try:
                 os.link(tmp, path)
+            except FileExistsError as exc:
+                raise ObjectExists(key) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def put_file(self, key: str, path: Path) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, target)
             except FileExistsError as exc:
                 raise ObjectExists(key) from exc
         finally:
@@ -101,11 +120,14 @@ class S3ObjectStore:
             self.client.create_bucket(Bucket=self.bucket)
 
     def put(self, key: str, data: bytes) -> None:
+        self._put(key, data)
+
+    def _put(self, key: str, body: Any) -> None:
         try:
             self.client.put_object(
                 Bucket=self.bucket,
                 Key=key,
-                Body=data,
+                Body=body,
                 IfNoneMatch="*",
                 ChecksumAlgorithm="SHA256",
             )
@@ -114,6 +136,10 @@ class S3ObjectStore:
             if code in {"PreconditionFailed", "ConditionalRequestConflict"}:
                 raise ObjectExists(key) from exc
             raise
+
+    def put_file(self, key: str, path: Path) -> None:
+        with path.open("rb") as handle:
+            self._put(key, handle)
 
     def get(self, key: str) -> bytes:
         body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()

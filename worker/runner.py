@@ -14,12 +14,13 @@ import json
 import logging
 import platform
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from sqlalchemy import select
@@ -35,7 +36,7 @@ from service.releases.mechanisms import SERVED
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
 from worker import mechanisms
-from worker.artifacts import serialise
+from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,8 @@ def _produce(runtime: Runtime, job: Job) -> None:
     if store.exists(job.artifact_key):
         # A previous attempt stored its output and died before recording it: finish from the
         # stored object instead of drawing new noise (a second, different release).
-        _succeed(runtime, job, store.get(job.artifact_key))
+        stored = store.get(job.artifact_key)
+        _succeed(runtime, job, size=len(stored), sha256=sha256_hex(stored))
         return
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
@@ -179,30 +181,27 @@ def _produce(runtime: Runtime, job: Job) -> None:
     parsed = parse_dataset(
         content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
     )
+    del raw
     device = _device(runtime.settings.device)
-    X, Y, output = _run_mechanism(runtime, job, parsed, device)
-    meta = _release_metadata(job, parsed, device, output.preprocessing)
-    payload = serialise(
-        job.fmt,
-        X=X,
-        Y=Y,
-        feature_names=output.feature_names,
-        classes=parsed.classes,
-        metadata=meta,
-        extra=output.extra,
-    )
-    # The provenance file (owner side, never served to analysts) adds the raw data's hash:
-    # a deterministic function of the private data must not travel with the release.
-    provenance = {**meta, "dataset_sha256": job.dataset_sha256}
-    if not store.exists(job.metadata_key):
-        with contextlib.suppress(ObjectExists):
-            store.put(job.metadata_key, json.dumps(provenance, indent=2, sort_keys=True).encode())
-    try:
-        store.put(job.artifact_key, payload)
-    except ObjectExists:
-        # Another attempt won the race; the stored object is the release.
-        payload = store.get(job.artifact_key)
-    _succeed(runtime, job, payload)
+    with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
+        path = Path(scratch) / f"release.{job.fmt}"
+        meta = _write_release(runtime, job, parsed, device, path)
+        # The provenance file (owner side, never served to analysts) adds the raw data's
+        # hash: a deterministic function of the private data must not travel with the release.
+        provenance = {**meta, "dataset_sha256": job.dataset_sha256}
+        if not store.exists(job.metadata_key):
+            with contextlib.suppress(ObjectExists):
+                store.put(
+                    job.metadata_key, json.dumps(provenance, indent=2, sort_keys=True).encode()
+                )
+        try:
+            store.put_file(job.artifact_key, path)
+            size, digest = path.stat().st_size, sha256_file(path)
+        except ObjectExists:
+            # Another attempt won the race; the stored object is the release.
+            stored = store.get(job.artifact_key)
+            size, digest = len(stored), sha256_hex(stored)
+    _succeed(runtime, job, size=size, sha256=digest)
 
 
 def _device(choice: str) -> torch.device:
@@ -211,9 +210,10 @@ def _device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _run_mechanism(
-    runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device
-) -> tuple[np.ndarray, np.ndarray, mechanisms.MechanismOutput]:
+def _write_release(
+    runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device, path: Path
+) -> dict[str, Any]:
+    """Run the mechanism and stream its chunks into the artifact file; return its metadata."""
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
@@ -226,19 +226,25 @@ def _run_mechanism(
         generator=generator,
         device=device,
     )
-    chunks_x: list[np.ndarray] = []
-    chunks_y: list[np.ndarray] = []
+    meta = _release_metadata(job, parsed, device, output.preprocessing)
     done = 0
     last_report = time.monotonic()
-    for mixed_x, mixed_y in output.chunks:
-        chunks_x.append(mixed_x.cpu().numpy())
-        chunks_y.append(mixed_y.cpu().numpy())
-        done += mixed_x.shape[0]
-        if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-            _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
-            last_report = time.monotonic()
-    X, Y = np.concatenate(chunks_x), np.concatenate(chunks_y)
-    return X, Y, output
+    with ArtifactWriter(
+        job.fmt,
+        path,
+        rows=output.rows,
+        feature_names=output.feature_names,
+        classes=parsed.classes,
+        metadata=meta,
+        extra=output.extra,
+    ) as writer:
+        for mixed_x, mixed_y in output.chunks:
+            writer.write(mixed_x.cpu().numpy(), mixed_y.cpu().numpy())
+            done += mixed_x.shape[0]
+            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
+                last_report = time.monotonic()
+    return meta
 
 
 def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
@@ -288,7 +294,7 @@ def _release_metadata(
     }
 
 
-def _succeed(runtime: Runtime, job: Job, payload: bytes) -> None:
+def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
     with transaction(runtime.session_factory) as session:
         release = session.scalars(
             select(Release).where(Release.id == job.release_id).with_for_update()
@@ -301,8 +307,8 @@ def _succeed(runtime: Runtime, job: Job, payload: bytes) -> None:
         release.finished_at = utcnow()
         release.artifact_key = job.artifact_key
         release.metadata_key = job.metadata_key
-        release.artifact_bytes = len(payload)
-        release.artifact_sha256 = sha256_hex(payload)
+        release.artifact_bytes = size
+        release.artifact_sha256 = sha256
         ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
 
 

@@ -1,0 +1,71 @@
+"""Release files are written chunk by chunk with bounded memory, in all three formats."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from worker.artifacts import ArtifactWriter, sha256_file
+
+META = {"mechanism": "dpmix", "release_id": "r1"}
+
+
+def _write(fmt: str, path: Path, rows: int, dim: int, chunk: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    with ArtifactWriter(
+        fmt,
+        path,
+        rows=rows,
+        feature_names=[str(i) for i in range(dim)],
+        classes=[0, 1],
+        metadata=META,
+        extra={"projection": np.eye(2)} if fmt == "npz" else None,
+    ) as writer:
+        for start in range(0, rows, chunk):
+            count = min(chunk, rows - start)
+            X = rng.standard_normal((count, dim)).astype(np.float32)
+            X[:, 0] = np.arange(start, start + count)
+            writer.write(X, np.ones((count, 2), dtype=np.float32))
+
+
+def test_npz_memory_stays_bounded(tmp_path: Path) -> None:
+    rows, dim, chunk = 50_000, 512, 1_000  # ~100 MB of features
+    tracemalloc.start()
+    _write("npz", tmp_path / "r.npz", rows, dim, chunk)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 25 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    with np.load(tmp_path / "r.npz") as npz:
+        assert npz["X"].shape == (rows, dim)
+        assert (npz["X"][:, 0] == np.arange(rows)).all()
+        assert json.loads(str(npz["metadata"])) == META
+        assert (npz["projection"] == np.eye(2)).all()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_tabular_round_trip(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / f"r.{fmt}"
+    _write(fmt, path, 2_500, 3, 1_000)
+    table = pq.read_table(path) if fmt == "parquet" else pacsv.read_csv(path)
+    assert table.column_names == ["x_0", "x_1", "x_2", "y_0", "y_1"]
+    assert table.num_rows == 2_500
+    assert table.column("x_0").to_pylist()[:3] == [0.0, 1.0, 2.0]
+    if fmt == "parquet":
+        assert json.loads(table.schema.metadata[b"dprelease"]) == META
+    assert len(sha256_file(path)) == 64
+
+
+def test_row_count_is_enforced(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="announced"):
+        _write("npz", tmp_path / "r.npz", 10, 2, 4)  # writes 10 rows: fine
+        with ArtifactWriter(
+            "npz", tmp_path / "s.npz", rows=5, feature_names=["a"], classes=[0], metadata=META
+        ) as writer:
+            writer.write(np.zeros((3, 1)), np.zeros((3, 1)))
+    assert not (tmp_path / "s.npz").exists()
