@@ -53,8 +53,12 @@ def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
     X = np.asarray(X_raw, dtype=np.float64).reshape(len(X_raw), -1)
     params = meta["params"]
     if meta["mechanism"] == "dpcda":
-        if params.get("standardization") == "declared":
+        mode = params.get("standardization")
+        if mode == "declared":
             X = standardise(np.clip(X, lo, hi), params["feature_mean"], params["feature_std"])
+        elif mode == "dp":
+            stats = meta["preprocessing"]["dp_statistics"]
+            X = standardise(scale_to_unit(X, lo, hi), stats["feature_mean"], stats["feature_std"])
         else:
             X = scale_to_unit(X, lo, hi)
         return clip_rows_l2(X, float(params.get("clip_norm", 1.0)))

@@ -61,6 +61,26 @@ def _noised(
         yield x + sigma_x * noise_x, y + sigma_y * noise_y
 
 
+def dp_statistics(
+    unit: np.ndarray, stats_noise: float, generator: torch.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and std of [0, 1]-scaled features from Gaussian-noised sums and sums
+    of squares (each vector moves by at most √d when one record is replaced; n is public)."""
+    n, d = unit.shape
+    noise = (
+        torch.randn((2, d), generator=generator, dtype=torch.float64, device=generator.device)
+        .cpu()
+        .numpy()
+    )
+    sums = unit.sum(axis=0) + stats_noise * noise[0]
+    squares = (unit**2).sum(axis=0) + stats_noise * noise[1]
+    mean = np.clip(sums / n, 0.0, 1.0)
+    var = squares / n - mean**2
+    # A floor keeps the z-score finite for constant (or noise-dominated) features.
+    std = np.sqrt(np.clip(var, 1e-4, 0.25))
+    return mean, std
+
+
 def _dpcda(
     params: dict[str, Any],
     parsed: ParsedDataset,
@@ -69,12 +89,20 @@ def _dpcda(
     generator: torch.Generator,
     device: torch.device,
 ) -> MechanismOutput:
-    if params.get("standardization") == "declared":
+    mode = params.get("standardization", "unit_range")
+    published: dict[str, Any] = {}
+    if mode == "declared":
         X = standardise(
             np.clip(parsed.X, parsed.lo, parsed.hi),
             np.asarray(params["feature_mean"]),
             np.asarray(params["feature_std"]),
         )
+    elif mode == "dp":
+        unit = scale_to_unit(parsed.X, parsed.lo, parsed.hi)
+        mean, std = dp_statistics(unit, float(params["stats_noise"]), generator)
+        X = standardise(unit, mean, std)
+        # DP outputs: published so analysts can standardise their own data alike.
+        published = {"feature_mean": mean.tolist(), "feature_std": std.tolist(), "scale": "unit"}
     else:
         X = scale_to_unit(parsed.X, parsed.lo, parsed.hi)
     features = torch.as_tensor(
@@ -84,18 +112,25 @@ def _dpcda(
     counts = np.bincount(parsed.labels, minlength=k)
     if counts.min() < int(params["min_class_size"]):
         raise ValueError("a class is smaller than the declared min_class_size")
-    declared = params.get("standardization") == "declared"
+    features_text = {
+        "declared": "clip to the declared feature_range, z-score with the owner's declared "
+        "(public) feature_mean/feature_std",
+        "dp": "clip to the declared feature_range, scale to [0, 1], z-score with means and "
+        "stds estimated under DP (published here, charged with the release)",
+        "unit_range": "clip to the declared feature_range, scale to [0, 1]",
+    }[mode]
+    statistics = {
+        "declared": "declared public by the owner",
+        "dp": "estimated under differential privacy, cost included in the charge",
+        "unit_range": "none",
+    }[mode]
     return MechanismOutput(
         preprocessing={
-            "features": (
-                "clip to the declared feature_range, z-score with the owner's declared "
-                "(public) feature_mean/feature_std"
-                if declared
-                else "clip to the declared feature_range, scale to [0, 1]"
-            )
+            "features": features_text
             + f", clip rows to L2 norm <= {float(params.get('clip_norm', 1.0))}",
             "labels": "each mixture's class, exact (a function of the public class index)",
-            "statistics": "declared public by the owner" if declared else "none",
+            "statistics": statistics,
+            **({"dp_statistics": published} if published else {}),
         },
         rows=k * dpcda.per_class(int(params["n_samples"]), k),
         feature_names=list(parsed.feature_names),

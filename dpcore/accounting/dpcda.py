@@ -106,8 +106,14 @@ class DPCDAPaperEvent:
     n_classes: int
     min_class_size: int
     sigma: float
+    # μ of the DP-estimated standardisation statistics (0: statistics declared public).
+    stats_mu: float = 0.0
 
     def __post_init__(self) -> None:
+        stats_mu = float(self.stats_mu)
+        if not (math.isfinite(stats_mu) and stats_mu >= 0):
+            raise ValueError(f"stats_mu must be finite and >= 0, got {stats_mu}")
+        object.__setattr__(self, "stats_mu", stats_mu)
         for name in ("n", "mixture_degree", "n_samples", "n_classes", "min_class_size"):
             object.__setattr__(self, name, _as_int(name, getattr(self, name)))
         for name in ("clip_norm", "sigma"):
@@ -157,7 +163,7 @@ class DPCDAPaperEvent:
         return tuple(float(v) for v in self.mixtures_per_class * per)
 
     def rdp(self) -> tuple[float, ...]:
-        return self.stay_curve()
+        return _with_stats(self, self.stay_curve())
 
     def epsilon(self, delta: float) -> float:
         return epsilon_from_rdp(self.rdp(), delta=delta)
@@ -193,10 +199,18 @@ class DPCDAEvent(DPCDAPaperEvent):
         return tuple(float(v) for v in 2 * self.mixtures_per_class * per)
 
     def rdp(self) -> tuple[float, ...]:
-        return _tight_curve(self)
+        return _with_stats(self, _tight_curve(self))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "accountant": "tight"}
+
+
+def _with_stats(event: DPCDAPaperEvent, curve: tuple[float, ...]) -> tuple[float, ...]:
+    """Adds the DP standardisation statistics (μ-GDP, RDP αμ²/2): they compose with the
+    mixtures, which are computed from records standardised with them."""
+    if not event.stats_mu:
+        return curve
+    return tuple(float(v + a * event.stats_mu**2 / 2) for v, a in zip(curve, ORDERS, strict=True))
 
 
 @functools.lru_cache(maxsize=512)
@@ -213,6 +227,13 @@ KEYS = (
     Key("clip_norm", float, "C: every standardised record is clipped to L2 norm ≤ C"),
     Key("n_classes", int, "K: number of classes"),
     Key("min_class_size", int, "m: public lower bound on every class's size (≥ mixture_degree)"),
+    Key(
+        "stats_mu",
+        float,
+        "μ of DP-estimated standardisation statistics, composed in (default 0: declared)",
+        required=False,
+        default=0.0,
+    ),
 )
 
 
@@ -225,6 +246,7 @@ def _args(sigma: float, keys: Mapping[str, Any]) -> tuple[Any, ...]:
         keys["n_classes"],
         keys["min_class_size"],
         sigma,
+        keys["stats_mu"],
     )
 
 

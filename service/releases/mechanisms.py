@@ -3,6 +3,7 @@ what `GET /mechanisms` says of them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -169,3 +170,15 @@ def catalogue() -> MechanismList:
             )
         )
     return MechanismList(items=items)
+
+
+def stats_mu(*, n_features: int, stats_noise: float) -> float:
+    """μ of DP standardisation statistics: replace-one moves the sum vector and the sum-of-
+    squares vector of [0, 1]-scaled features by at most √d each."""
+    return math.sqrt(2 * n_features) / stats_noise
+
+
+def extra_accountant_keys(mechanism: str, params: Any, dataset: Dataset) -> dict[str, Any]:
+    if mechanism == "dpcda" and params.standardization == "dp":
+        return {"stats_mu": stats_mu(n_features=dataset.n_features, stats_noise=params.stats_noise)}
+    return {}

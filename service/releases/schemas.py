@@ -41,10 +41,17 @@ class DPCDAParams(BaseModel):
         description="m: a public lower bound on every class's size, declared by the owner "
         "(checked against the data; the accountant's sampling ratio is ℓ/m)",
     )
-    standardization: Literal["unit_range", "declared"] = Field(
+    standardization: Literal["unit_range", "declared", "dp"] = Field(
         default="unit_range",
         description="unit_range: scale by the declared feature_range to [0, 1]; declared: "
-        "z-score with the owner's public feature_mean/feature_std",
+        "z-score with the owner's public feature_mean/feature_std; dp: z-score with means and "
+        "stds estimated under DP (noise stats_noise), charged with the release",
+    )
+    stats_noise: float | None = Field(
+        default=None,
+        gt=0,
+        description="dp: noise std on the per-feature sums and sums of squares of the "
+        "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
     feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
     feature_std: list[float] | None = Field(default=None, description="Public, per feature")
@@ -58,6 +65,8 @@ class DPCDAParams(BaseModel):
             raise ValueError("feature_mean/feature_std apply to standardization 'declared'")
         if self.feature_std is not None and any(s <= 0 or s != s for s in self.feature_std):
             raise ValueError("feature_std must be positive numbers")
+        if (self.standardization == "dp") != (self.stats_noise is not None):
+            raise ValueError("stats_noise goes with standardization 'dp' (and is required there)")
         return self
 
 

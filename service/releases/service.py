@@ -19,7 +19,7 @@ from service.deps import after_commit
 from service.errors import InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
 from service.releases import repository
-from service.releases.mechanisms import SERVED
+from service.releases.mechanisms import SERVED, extra_accountant_keys
 from service.releases.schemas import (
     AnyReleaseRequest,
     Artifact,
@@ -64,6 +64,7 @@ def accountant_keys(
         keys["sigma_y"] = request.noise.sigma_y
     if request.noise_ratio is not None:
         keys["noise_ratio"] = request.noise_ratio
+    keys |= extra_accountant_keys(request.mechanism, request.params, dataset)
     declared = {key.name for key in accountant.keys}
     for asked in ("sigma_y", "noise_ratio"):
         if asked in keys and asked not in declared:

@@ -27,6 +27,16 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     [
         ("dpmix", {"mixture_degree": 4, "n_samples": 2000}),
         ("dpcda", {"mixture_degree": 4, "n_samples": 1500, "min_class_size": 100}),
+        (
+            "dpcda",
+            {
+                "mixture_degree": 4,
+                "n_samples": 1500,
+                "min_class_size": 100,
+                "standardization": "dp",
+                "stats_noise": 2.0,
+            },
+        ),
         ("random_projection", {"projection_dim": 4}),
     ],
 )

@@ -129,7 +129,7 @@ def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
     assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0}
 
 
-@pytest.mark.parametrize("standardization", ["unit_range", "declared"])
+@pytest.mark.parametrize("standardization", ["unit_range", "declared", "dp"])
 def test_dpcda_release(harness: Harness, standardization: str) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -144,6 +144,8 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
     }
     if standardization == "declared":
         params |= {"feature_mean": [6.0] * 6, "feature_std": [3.0] * 6}
+    if standardization == "dp":
+        params |= {"stats_noise": 5.0}
     body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": params, "epsilon": 4.0}
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
@@ -156,6 +158,8 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "clip_norm": 2.0,
         "n_classes": 3,
         "min_class_size": int(counts.min()),
+        # DP statistics are charged with the release: μ = √(2d)/stats_noise, d = 6.
+        "stats_mu": (12**0.5 / 5.0) if standardization == "dp" else 0.0,
     }
     event = acc.at_sigma(created["noise"]["sigma_x"], keys)
     assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
@@ -167,8 +171,15 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
     assert set(np.unique(npz["y"])) == {0.0, 1.0} and (npz["y"].sum(axis=1) == 1).all()
     assert (npz["y"].sum(axis=0) == 30).all()  # class-balanced
     meta = json.loads(str(npz["metadata"]))
-    expected = "declared public by the owner" if standardization == "declared" else "none"
+    expected = {
+        "declared": "declared public by the owner",
+        "dp": "estimated under differential privacy, cost included in the charge",
+        "unit_range": "none",
+    }[standardization]
     assert meta["preprocessing"]["statistics"] == expected
+    if standardization == "dp":
+        stats = meta["preprocessing"]["dp_statistics"]
+        assert len(stats["feature_mean"]) == 6 and min(stats["feature_std"]) > 0
 
 
 def test_dpcda_checks_declared_facts(embedded: Harness) -> None:

@@ -269,3 +269,40 @@ def test_key_errors_are_clear(acc: registry.Accountant, keys: dict, message: str
 def test_paper_is_flagged_as_not_a_valid_bound() -> None:
     assert not PAPER.valid_bound and PAPER.caveat
     assert TIGHT.valid_bound
+
+
+def test_dp_statistics_compose_as_gdp() -> None:
+    """stats_mu adds the μ-GDP statistics' RDP αμ²/2 to the mixtures' curve, order by order."""
+    from dpcore.accounting.dpcda import DPCDAEvent
+    from dpcore.accounting.orders import ORDERS
+
+    base = DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5)
+    with_stats = DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5, stats_mu=0.7)
+    for a, b, order in zip(base.rdp(), with_stats.rdp(), ORDERS, strict=True):
+        assert b == pytest.approx(a + order * 0.7**2 / 2, rel=1e-12)
+    assert with_stats.epsilon(1e-5) > base.epsilon(1e-5)
+    with pytest.raises(ValueError):
+        DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5, stats_mu=-1.0)
+
+
+def test_dp_statistics_sensitivity_and_accuracy() -> None:
+    import torch
+
+    from worker.mechanisms import dp_statistics
+
+    rng = np.random.default_rng(0)
+    unit = rng.uniform(0, 1, size=(500, 7))
+    # Replacing one record moves the sum and sum-of-squares vectors by at most √d each.
+    worst = 0.0
+    for _ in range(200):
+        other = unit.copy()
+        other[rng.integers(500)] = rng.integers(0, 2, size=7)
+        moved = np.hypot(
+            np.linalg.norm(unit.sum(0) - other.sum(0)),
+            np.linalg.norm((unit**2).sum(0) - (other**2).sum(0)),
+        )
+        worst = max(worst, moved)
+    assert worst <= np.sqrt(2 * 7) + 1e-12
+    mean, std = dp_statistics(unit, 1e-6, torch.Generator().manual_seed(0))
+    assert np.allclose(mean, unit.mean(0), atol=1e-6)
+    assert np.allclose(std, unit.std(0), atol=1e-5)
