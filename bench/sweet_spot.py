@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dpcore.accounting import registry  # noqa: E402
-from dprelease_cli.evaluation import Release, evaluate  # noqa: E402
+from dpcore.evaluation import Release, evaluate  # noqa: E402
 from dprelease_cli.idx import read_idx  # noqa: E402
 from service.datasets.parsing import parse_dataset  # noqa: E402
 from service.datasets.schemas import DatasetMetadata  # noqa: E402

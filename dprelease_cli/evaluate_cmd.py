@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dprelease_cli.evaluation import CLASSIFIERS, POSTPROCESSING, evaluate, load_release
+from dpcore.evaluation import CLASSIFIERS, POSTPROCESSING, evaluate, load_release
 
 
 @click.command("evaluate")

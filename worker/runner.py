@@ -21,11 +21,13 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from dpcore import evaluation
 from dpcore.accounting import registry
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
@@ -72,10 +74,15 @@ class Job:
     dataset_sha256: str
     dataset_filename: str
     metadata: DatasetMetadata
+    report_dataset: tuple[str, str, str, DatasetMetadata] | None = None  # key, sha, file, meta
 
     @property
     def artifact_key(self) -> str:
         return f"releases/{self.release_id}/release.{self.fmt}"
+
+    @property
+    def report_key(self) -> str:
+        return f"releases/{self.release_id}/report.json"
 
     @property
     def metadata_key(self) -> str:
@@ -135,13 +142,18 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         release.status = "running"
         release.attempts += 1
         release.started_at = release.started_at or utcnow()
-        metadata = DatasetMetadata(
-            name=dataset.name,
-            label_column=dataset.label_column,
-            feature_range=_range_from_json(dataset.feature_range),
-            classes=dataset.classes,
-            budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
-        )
+        metadata = _metadata_of(dataset, budget)
+        report_dataset = None
+        if release.report_dataset_id is not None:
+            test = session.get(Dataset, release.report_dataset_id)
+            test_budget = session.get(DatasetBudget, release.report_dataset_id)
+            if test is not None and test_budget is not None:
+                report_dataset = (
+                    test.storage_key,
+                    test.sha256,
+                    test.filename,
+                    _metadata_of(test, test_budget),
+                )
         return Job(
             release_id=release.id,
             dataset_id=dataset.id,
@@ -158,7 +170,18 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
             dataset_sha256=dataset.sha256,
             dataset_filename=dataset.filename,
             metadata=metadata,
+            report_dataset=report_dataset,
         )
+
+
+def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
+    return DatasetMetadata(
+        name=dataset.name,
+        label_column=dataset.label_column,
+        feature_range=_range_from_json(dataset.feature_range),
+        classes=dataset.classes,
+        budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
+    )
 
 
 def _range_from_json(value: Any) -> Any:
@@ -201,7 +224,37 @@ def _produce(runtime: Runtime, job: Job) -> None:
             # Another attempt won the race; the stored object is the release.
             stored = store.get(job.artifact_key)
             size, digest = len(stored), sha256_hex(stored)
+        if job.report_dataset is not None and not store.exists(job.report_key):
+            report = _owner_report(runtime, job, path, meta)
+            with contextlib.suppress(ObjectExists):
+                store.put(job.report_key, json.dumps(report, indent=2).encode())
     _succeed(runtime, job, size=size, sha256=digest)
+
+
+def _owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Utility of the release on the owner's held-out raw data. Not differentially private:
+    stored for the owner alone, and it says so."""
+    header = {
+        "visibility": "owner only: computed on your held-out raw data, not differentially "
+        "private; never shown to analysts or admins",
+        "release_id": job.release_id,
+    }
+    assert job.report_dataset is not None
+    key, sha, filename, test_meta = job.report_dataset
+    try:
+        raw = runtime.store.get(key)
+        if sha256_hex(raw) != sha:
+            raise RuntimeError("stored test dataset does not match its recorded sha256")
+        test = parse_dataset(content=raw, filename=filename, metadata=test_meta, max_bytes=len(raw))
+        release = evaluation.release_from_file(path, job.fmt, meta, {})
+        if job.mechanism == "random_projection" and "projection" not in release.extra:
+            raise ValueError("a random-projection report needs the NPZ format")
+        labels = np.asarray(test.classes, dtype=object)[test.labels]
+        report = evaluation.evaluate(release, test.X, labels, classifiers=("linear", "mlp"))
+    except Exception as exc:  # a failed report never fails the release
+        log.exception("release %s: owner report failed", job.release_id)
+        return {**header, "error": f"{type(exc).__name__}: {exc}"}
+    return {**header, **report}
 
 
 def _device(choice: str) -> torch.device:

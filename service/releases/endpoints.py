@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, status
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
-from service.errors import NotReady
+from service.errors import NotFound, NotReady
 from service.errors_http import responses
 from service.releases import service
 from service.releases.mechanisms import catalogue
@@ -104,6 +105,28 @@ def download_release(
     path = runtime.store.local_path(release.artifact_key)
     assert path is not None
     return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
+
+
+@router.get(
+    "/{release_id}/report",
+    responses=responses(401, 404, 409),
+    summary="The owner-only utility report (computed on the owner's held-out raw data)",
+)
+def get_report(
+    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> dict[str, Any]:
+    release = service.get(session, principal=principal, release_id=release_id)
+    # Raw-data results: the requesting owner only; everyone else sees nothing at all.
+    if release.report_dataset_id is None or principal.id != release.requested_by:
+        raise NotFound(f"release {release_id} has no report for you")
+    key = f"releases/{release.id}/report.json"
+    if not runtime.store.exists(key):
+        raise NotReady(
+            f"the report of release {release_id} is not ready (status {release.status})",
+            detail={"status": release.status},
+        )
+    report: dict[str, Any] = json.loads(runtime.store.get(key))
+    return report
 
 
 mechanisms_router = APIRouter(tags=["releases"])

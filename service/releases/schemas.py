@@ -131,6 +131,12 @@ class _ReleaseCommon(BaseModel):
         description="tight: dprelease's tightest valid analysis; paper: the paper's theorem",
     )
     format: ReleaseFormat = "npz"
+    report_test_dataset_id: str | None = Field(
+        default=None,
+        description="Another dataset of yours with the same features and classes: the job "
+        "then attaches a utility report computed on that raw data, visible to you only "
+        "(GET /releases/{id}/report)",
+    )
 
     @field_validator("epsilon", "noise_ratio")
     @classmethod
@@ -216,6 +222,9 @@ class ReleaseOut(BaseModel):
     finished_at: datetime | None
     timings: Timings
     artifact: Artifact | None
+    report: str | None = Field(
+        default=None, description="Path of the owner-only utility report, when requested"
+    )
 
 
 class ReleaseList(BaseModel):

@@ -140,6 +140,9 @@ def create(
     dispatcher: Dispatcher,
 ) -> Release:
     p = plan(session, principal=principal, request=request, settings=settings)
+    report_id = None
+    if request.report_test_dataset_id is not None:
+        report_id = _report_dataset(session, principal, p.dataset, request.report_test_dataset_id)
     release = repository.add(
         session,
         Release(
@@ -154,6 +157,7 @@ def create(
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
             status="queued",
+            report_dataset_id=report_id,
         ),
     )
     ledger.admit(
@@ -168,6 +172,19 @@ def create(
     release_id = release.id
     after_commit(session, lambda: dispatcher.enqueue(release_id))
     return release
+
+
+def _report_dataset(session: Session, principal: Principal, dataset: Dataset, test_id: str) -> str:
+    test = dataset_for(session, principal=principal, dataset_id=test_id, manage=True)
+    if test.id == dataset.id:
+        raise InvalidInput("the report's test dataset must be held out: not the released one")
+    if test.n_features != dataset.n_features or [str(c) for c in test.classes] != [
+        str(c) for c in dataset.classes
+    ]:
+        raise InvalidInput(
+            "the report's test dataset needs the same features and classes as the dataset"
+        )
+    return test.id
 
 
 def get(session: Session, *, principal: Principal, release_id: str) -> Release:
@@ -187,6 +204,10 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
     return ReleaseList(
         items=[to_out(r, viewer=principal) for r in repository.list_for(session, dataset_ids=ids)]
     )
+
+
+def _owner_of(release: Release) -> str:
+    return release.requested_by
 
 
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
@@ -221,4 +242,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         finished_at=release.finished_at,
         timings=timings,
         artifact=artifact,
+        report=f"/releases/{release.id}/report"
+        if release.report_dataset_id is not None and viewer.id == _owner_of(release)
+        else None,
     )

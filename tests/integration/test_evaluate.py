@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dprelease_cli.evaluation import class_indices, load_release, preprocess_test
+from dpcore.evaluation import class_indices, load_release, preprocess_test
 from dprelease_cli.main import cli
 from tests.conftest import Harness, npz_bytes
 

@@ -45,6 +45,24 @@ def load_release(content: bytes) -> Release:
     return Release(X.astype(np.float64), Y.astype(np.float64), metadata, arrays)
 
 
+def release_from_file(
+    path: Any, fmt: str, metadata: dict[str, Any], extra: dict[str, np.ndarray]
+) -> Release:
+    """A release read back from its artifact file (NPZ, CSV or Parquet)."""
+    if fmt == "npz":
+        with open(path, "rb") as handle:
+            return load_release(handle.read())
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path) if fmt == "parquet" else pacsv.read_csv(path)
+    x_cols = [c for c in table.column_names if c.startswith("x_")]
+    y_cols = [c for c in table.column_names if c.startswith("y_")]
+    X = np.column_stack([table.column(c).to_numpy() for c in x_cols]).astype(np.float64)
+    Y = np.column_stack([table.column(c).to_numpy() for c in y_cols]).astype(np.float64)
+    return Release(X, Y, metadata, extra)
+
+
 def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
     """Map real records into the release's feature space, with public facts only."""
     meta = release.metadata
