@@ -84,7 +84,7 @@ def preview(session: Session, *, dataset_id: str, cost: Cost) -> dict[str, Any]:
     total_after = _composed(holding, budget, cost)
     return {
         **status.model_dump(),
-        "total_after": total_after,
+        "total_after": total_after if math.isfinite(total_after) else None,
         "remaining_after": remaining(budget.epsilon, total_after),
         "admissible": total_after <= budget.epsilon,
     }
@@ -109,17 +109,26 @@ def admit(
     total_after = _composed(holding, budget, cost)
     if total_after > budget.epsilon:
         status = status_of(session, budget=budget)
-        raise BudgetExceeded(
+        reason = (
             f"this release would bring the dataset's composed spend to ε = {total_after:.6g} "
             f"at δ = {budget.delta:g}, over its budget ε = {budget.epsilon:g} "
-            f"(remaining {status.remaining:.6g})",
+            f"(remaining {status.remaining:.6g})"
+        )
+        if math.isinf(total_after):
+            reason += (
+                "; the δ of releases known only as (ε, δ) adds up to the budget's δ, leaving "
+                "none for composition: ask for a smaller 'delta' with such releases"
+            )
+        raise BudgetExceeded(
+            reason,
             detail={
                 "budget": {"epsilon": budget.epsilon, "delta": budget.delta},
                 "spent": status.spent,
                 "reserved": status.reserved,
                 "remaining": status.remaining,
                 "requested": {"epsilon": cost.epsilon, "delta": cost.delta},
-                "total_after": total_after,
+                # JSON has no infinity: null means "no valid bound fits".
+                "total_after": total_after if math.isfinite(total_after) else None,
             },
         )
     return repository.add_entry(

@@ -237,7 +237,9 @@ class BudgetPreview(BaseModel):
     spent: float
     reserved: float
     remaining: float
-    total_after: float = Field(description="Composed spend if this release were admitted")
+    total_after: float | None = Field(
+        description="Composed spend if this release were admitted (null: no valid bound fits)"
+    )
     remaining_after: float
     admissible: bool
 

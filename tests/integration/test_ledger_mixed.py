@@ -75,3 +75,31 @@ def test_mixed_entries_compose_like_dpcore(harness: Harness) -> None:
         )
     after = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
     assert len(after["entries"]) == 3
+
+
+def test_delta_exhaustion_is_explained(embedded: Harness) -> None:
+    h = embedded
+    owner, owner_id = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset()), budget={"epsilon": 6.0, "delta": 1e-5}).json()
+    with h.runtime.session_factory() as session, session.begin():
+        rid = _release_row(session, ds["id"], owner_id)
+        ledger.admit(
+            session,
+            dataset_id=ds["id"],
+            release_id=rid,
+            mechanism="test",
+            params={},
+            description={},
+            cost=Cost(epsilon=1.0, delta=1e-5),  # all of the budget's δ
+        )
+    body = h.release_body(ds["id"], epsilon=1.0)
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 409
+    assert "smaller 'delta'" in r.json()["error"]["message"]
+    assert r.json()["error"]["detail"]["total_after"] is None
+    preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert preview.status_code == 200, preview.text
+    assert preview.json()["budget"]["total_after"] is None
+    assert preview.json()["budget"]["admissible"] is False
+    body["delta"] = 1e-6
+    assert h.client.post("/releases", json=body, headers=h.headers(owner)).status_code == 409
