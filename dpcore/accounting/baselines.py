@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpcore.accounting import gdp
-from dpcore.accounting.composition import Cost, GaussianEvent
+from dpcore.accounting.composition import ApproximateDPEvent, GaussianEvent
 from dpcore.accounting.dpmix import sigma_y_of
 from dpcore.accounting.dpmix_paper import DPMixPaperEvent
 from dpcore.accounting.registry import Accountant, Event, Key, register
@@ -114,7 +114,7 @@ class LocalPerturbationEvent(GaussianEvent):
 
 
 @dataclass(frozen=True)
-class LocalPerturbationPaperEvent:
+class LocalPerturbationPaperEvent(ApproximateDPEvent):
     """The paper's reading: DPMix Theorem 1 with ℓ = 1 and T = n (not valid, see module)."""
 
     n: int
@@ -139,9 +139,6 @@ class LocalPerturbationPaperEvent:
     def epsilon(self, delta: float) -> float:
         _check_delta(delta)
         return self.as_dpmix.epsilon(delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
@@ -219,7 +216,7 @@ def paper_sigma(epsilon: float, delta: float, formula: str = "sqrt_sum") -> floa
 
 
 @dataclass(frozen=True)
-class RandomProjectionPaperEvent:
+class RandomProjectionPaperEvent(ApproximateDPEvent):
     """The paper's stated noise level inverted for ε (not valid, see module docstring)."""
 
     n: int
@@ -241,9 +238,6 @@ class RandomProjectionPaperEvent:
 
     def epsilon(self, delta: float) -> float:
         return paper_epsilon(self.ratio, delta, self.formula)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": self.sigma_y}

@@ -67,6 +67,17 @@ def compose_epsilon(costs: Sequence[Cost], *, delta: float) -> float:
     return min(bounds)
 
 
+class ApproximateDPEvent:
+    """Mixin for events known only as (ε, δ) (no RDP curve or GDP μ): their ledger cost is
+    their ε at the charged δ."""
+
+    def epsilon(self, delta: float) -> float:
+        raise NotImplementedError
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta)
+
+
 class GaussianEvent:
     """Mixin for events that are μ-GDP: they define ``mu``; their ε at any δ and their ledger
     cost (μ plus its RDP curve) follow from it."""

@@ -81,7 +81,7 @@ import dp_accounting as dpa
 import numpy as np
 from scipy.special import logsumexp
 
-from dpcore.accounting.composition import Cost
+from dpcore.accounting.composition import ApproximateDPEvent
 from dpcore.accounting.registry import Accountant, Event, Key, register
 
 SQRT2 = math.sqrt(2.0)
@@ -216,7 +216,7 @@ def alpha_sgd(*, sigma_norm: float, sigma_sgd: float, q: float, lambda_max: int)
 
 
 @dataclass(frozen=True)
-class DPGMPaperEvent:
+class DPGMPaperEvent(ApproximateDPEvent):
     """DPGM as Theorem 4 computes it (σ's in dprelease units; σ′ = σ/√2 inside)."""
 
     n: int
@@ -263,9 +263,6 @@ class DPGMPaperEvent:
         total = self.alpha_kmeans() + self.alpha_sgd() + math.log(1 / delta)
         return float(np.min(total / lam))
 
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
-
     def noise(self) -> dict[str, float]:
         return _noise(self)
 
@@ -277,7 +274,7 @@ class DPGMPaperEvent:
 
 
 @dataclass(frozen=True)
-class DPGMEvent:
+class DPGMEvent(ApproximateDPEvent):
     """DPGM under replace-one: k-means as exact GDP, DP-SGD as a replace-one Poisson-subsampled
     Gaussian, composed in dp_accounting's PLD accountant (see the module docstring)."""
 
@@ -324,9 +321,6 @@ class DPGMEvent:
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         return _pld_epsilon(self, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
 
     def noise(self) -> dict[str, float]:
         return _noise(self)

@@ -80,7 +80,7 @@ import dp_accounting as dpa
 from dp_accounting.pld import pld_privacy_accountant
 from scipy.optimize import brentq
 
-from dpcore.accounting.composition import Cost
+from dpcore.accounting.composition import ApproximateDPEvent
 from dpcore.accounting.registry import Accountant, Key, register
 
 #: Theorem 1 holds for δ < DELTA_FACTOR·ℓ/n.
@@ -180,7 +180,7 @@ def theorem1_epsilon(*, n: int, ell: int, T: int, sigma: float, delta: float) ->
 
 
 @dataclass(frozen=True)
-class SGDRMPaperEvent:
+class SGDRMPaperEvent(ApproximateDPEvent):
     """SGDRM with Gaussian coefficients as Theorem 1 states it (reproduction, not a valid
     bound: the proof needs bounded per-record influence, Gaussian coefficients are unbounded)."""
 
@@ -204,9 +204,6 @@ class SGDRMPaperEvent:
         return theorem1_epsilon(
             n=self.n, ell=self.mixture_width, T=self.n_samples, sigma=self.sigma, delta=delta
         )
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": self.sigma}
@@ -259,7 +256,7 @@ def _pld_points(accountant: pld_privacy_accountant.PLDAccountant) -> float:
 
 
 @dataclass(frozen=True)
-class SGDRMClippedEvent:
+class SGDRMClippedEvent(ApproximateDPEvent):
     """SGDRM with coefficients b·clip(g, −c, c): T-fold Poisson-subsampled Gaussian (q = ℓ/n)
     under replace-one, contribution radius c√2, noise σ on features and labels."""
 
@@ -296,9 +293,6 @@ class SGDRMClippedEvent:
 
     def epsilon(self, delta: float) -> float:
         return replace_one_epsilon(self.sampling_prob, self.noise_multiplier, self.n_samples, delta)
-
-    def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
 
     def noise(self) -> dict[str, float]:
         return {"sigma_x": self.sigma, "sigma_y": self.sigma}
