@@ -83,3 +83,13 @@ def require_roles(*roles: Role) -> Callable[[Principal], Principal]:
 
 OwnerDep = Annotated[Principal, Depends(require_roles(Role.owner))]
 AdminDep = Annotated[Principal, Depends(require_roles(Role.admin))]
+
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Repeat a POST safely: the same key and body give the first response "
+        "again (one charge); the same key with another body is refused with 422",
+    ),
+]

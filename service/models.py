@@ -164,3 +164,19 @@ class LedgerEntry(Base):
     state: Mapped[str] = mapped_column(String(16), default="reserved")
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+
+
+class IdempotencyRecord(Base):
+    """The first response to a POST with an ``Idempotency-Key``, replayed for repeats."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("principal_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    key: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str] = mapped_column(String(100))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    response: Mapped[Any] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)

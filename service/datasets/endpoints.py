@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi.responses import JSONResponse
 
+from service import idempotency
 from service.datasets import service
 from service.datasets.schemas import DatasetList, DatasetOut, GrantIn, GrantOut
-from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service.deps import IdempotencyKeyHeader, OwnerDep, PrincipalDep, RuntimeDep, SessionDep
 from service.errors import InvalidInput
 from service.errors_http import responses
 
@@ -33,7 +35,8 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(401, 403, 422),
+    response_model=DatasetOut,
+    responses=responses(401, 403, 409, 422),
     summary="Upload a dataset (CSV, Parquet or NPZ) with its public bounds and budget",
 )
 async def create_dataset(
@@ -42,9 +45,22 @@ async def create_dataset(
     session: SessionDep,
     owner: OwnerDep,
     runtime: RuntimeDep,
-) -> DatasetOut:
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Any:
     limit = runtime.settings.max_upload_bytes
     content = await _read_limited(file, limit)
+    record = None
+    if idempotency_key is not None:
+        outcome = idempotency.begin(
+            session,
+            principal_id=owner.id,
+            key=idempotency_key,
+            scope="POST /datasets",
+            digest=idempotency.request_hash(file.filename or "", metadata, content),
+        )
+        if isinstance(outcome, idempotency.Replay):
+            return JSONResponse(outcome.body, status_code=outcome.status_code)
+        record = outcome
     dataset = service.create(
         session,
         principal=owner,
@@ -54,7 +70,10 @@ async def create_dataset(
         max_bytes=limit,
         store=runtime.store,
     )
-    return service.to_out(session, dataset, viewer=owner)
+    out = service.to_out(session, dataset, viewer=owner)
+    if record is not None:
+        idempotency.finish(session, record, status_code=status.HTTP_201_CREATED, body=out)
+    return out
 
 
 @router.get("", responses=responses(401), summary="Datasets this key may see")

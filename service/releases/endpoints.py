@@ -4,9 +4,10 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, status
-from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
-from service.deps import OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service import idempotency
+from service.deps import IdempotencyKeyHeader, OwnerDep, PrincipalDep, RuntimeDep, SessionDep
 from service.errors import NotFound, NotReady
 from service.errors_http import responses
 from service.releases import service
@@ -31,6 +32,7 @@ _MEDIA = {
 @router.post(
     "",
     status_code=status.HTTP_202_ACCEPTED,
+    response_model=ReleaseOut,
     responses=responses(401, 403, 404, 409, 422),
     summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
 )
@@ -39,7 +41,20 @@ def create_release(
     session: SessionDep,
     owner: OwnerDep,
     runtime: RuntimeDep,
-) -> ReleaseOut:
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Any:
+    record = None
+    if idempotency_key is not None:
+        outcome = idempotency.begin(
+            session,
+            principal_id=owner.id,
+            key=idempotency_key,
+            scope="POST /releases",
+            digest=idempotency.request_hash(idempotency.canonical_json(body)),
+        )
+        if isinstance(outcome, idempotency.Replay):
+            return JSONResponse(outcome.body, status_code=outcome.status_code)
+        record = outcome
     release = service.create(
         session,
         principal=owner,
@@ -47,7 +62,10 @@ def create_release(
         settings=runtime.settings,
         dispatcher=runtime.dispatcher,
     )
-    return service.to_out(release, viewer=owner)
+    out = service.to_out(release, viewer=owner)
+    if record is not None:
+        idempotency.finish(session, record, status_code=status.HTTP_202_ACCEPTED, body=out)
+    return out
 
 
 @router.post(
