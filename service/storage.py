@@ -11,8 +11,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import boto3
 from botocore.config import Config
@@ -51,34 +52,25 @@ class LocalObjectStore:
         return path
 
     def put(self, key: str, data: bytes) -> None:
+        self._publish(key, lambda handle: handle.write(data))
+
+    def put_file(self, key: str, path: Path) -> None:
+        with path.open("rb") as source:
+            self._publish(key, lambda handle: shutil.copyfileobj(source, handle))
+
+    def _publish(self, key: str, fill: Callable[[BinaryIO], object]) -> None:
+        """Write a temporary file beside the key, then link it in: link() fails if the key
+        exists, so publishing is atomic and create-only."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                fill(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            # link() fails if the key exists: an atomic create-only publish.
             try:
                 os.link(tmp, path)
-            except FileExistsError as exc:
-                raise ObjectExists(key) from exc
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-
-    def put_file(self, key: str, path: Path) -> None:
-        target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-            try:
-                os.link(tmp, target)
             except FileExistsError as exc:
                 raise ObjectExists(key) from exc
         finally:

@@ -11,6 +11,7 @@ import torch
 
 from dpcore.accounting import sgdrm as sgdrm_accountant
 from dpcore.mechanisms import dpcda, dpmix, sgdrm
+from dpcore.mechanisms.noise import add_noise
 from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit, standardise
 from service.datasets.parsing import ParsedDataset
 
@@ -56,9 +57,7 @@ def _noised(
     for start in range(0, features.shape[0], _CHUNK_ROWS):
         x = features[start : start + _CHUNK_ROWS]
         y = labels[start : start + _CHUNK_ROWS]
-        noise_x = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        noise_y = torch.randn(y.shape, generator=generator, device=y.device, dtype=y.dtype)
-        yield x + sigma_x * noise_x, y + sigma_y * noise_y
+        yield add_noise(x, sigma_x, generator), add_noise(y, sigma_y, generator)
 
 
 def dp_statistics(

@@ -57,6 +57,11 @@ class TransientError(Exception):
     """Worth another attempt (a database or object store that did not answer)."""
 
 
+def artifact_key(release_id: str, fmt: str) -> str:
+    """Deterministic: every attempt of a release writes (create-only) to the same key."""
+    return f"releases/{release_id}/release.{fmt}"
+
+
 @dataclass(frozen=True)
 class Job:
     release_id: str
@@ -78,7 +83,7 @@ class Job:
 
     @property
     def artifact_key(self) -> str:
-        return f"releases/{self.release_id}/release.{self.fmt}"
+        return artifact_key(self.release_id, self.fmt)
 
     @property
     def report_key(self) -> str:
@@ -380,7 +385,6 @@ def fail(runtime: Runtime, release_id: str, error: str) -> None:
 
 def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> None:
     # Output that exists may have been read: it stays charged. Otherwise nothing escaped.
-    artifact_key = f"releases/{release.id}/release.{release.format}"
-    wrote_output = runtime.store.exists(artifact_key)
+    wrote_output = runtime.store.exists(artifact_key(release.id, release.format))
     state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
     ledger.settle(session, release_id=release.id, state=state)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from dpcore.mechanisms.dpmix import chunk_size
+from dpcore.mechanisms.noise import add_noise
 from dpcore.mechanisms.sampling import uniform_subsets
 
 
@@ -47,7 +48,6 @@ def generate(
                 members.numel(), mixture_degree, count, generator=generator, device=device
             )
             mixed = features[members[local]].mean(dim=1)
-            noise = torch.randn(mixed.shape, generator=generator, device=device, dtype=dtype)
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
-            yield mixed + sigma * noise, onehot
+            yield add_noise(mixed, sigma, generator), onehot

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from dpcore.mechanisms.noise import add_noise
 from dpcore.mechanisms.sampling import uniform_subsets
 
 ProgressFn = Callable[[int], None]
@@ -56,13 +57,7 @@ def generate(
         idx = uniform_subsets(n, mixture_degree, count, generator=generator, device=device)
         mixed_x = features[idx].mean(dim=1)
         mixed_y = labels[idx].mean(dim=1)
-        noise_x = torch.randn(
-            mixed_x.shape, generator=generator, device=device, dtype=mixed_x.dtype
-        )
-        noise_y = torch.randn(
-            mixed_y.shape, generator=generator, device=device, dtype=mixed_y.dtype
-        )
-        yield mixed_x + sigma_x * noise_x, mixed_y + sigma_y * noise_y
+        yield add_noise(mixed_x, sigma_x, generator), add_noise(mixed_y, sigma_y, generator)
         produced += count
 
 
@@ -103,10 +98,4 @@ def generate_by_record(
     for start in range(0, n_samples, chunk):
         mixed_x = sums_x[start : start + chunk] / mixture_degree
         mixed_y = sums_y[start : start + chunk] / mixture_degree
-        noise_x = torch.randn(
-            mixed_x.shape, generator=generator, device=device, dtype=mixed_x.dtype
-        )
-        noise_y = torch.randn(
-            mixed_y.shape, generator=generator, device=device, dtype=mixed_y.dtype
-        )
-        yield mixed_x + sigma_x * noise_x, mixed_y + sigma_y * noise_y
+        yield add_noise(mixed_x, sigma_x, generator), add_noise(mixed_y, sigma_y, generator)

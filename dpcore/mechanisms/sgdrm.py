@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import torch
 
+from dpcore.mechanisms.noise import add_noise
+
 _MATRIX_BUDGET = 1 << 24  # coefficient entries per chunk
 
 
@@ -44,6 +46,4 @@ def generate(
         )
         mixed_x = coefficients @ features
         mixed_y = coefficients @ labels
-        noise_x = torch.randn(mixed_x.shape, generator=generator, device=device, dtype=dtype)
-        noise_y = torch.randn(mixed_y.shape, generator=generator, device=device, dtype=dtype)
-        yield mixed_x + sigma * noise_x, mixed_y + sigma * noise_y
+        yield add_noise(mixed_x, sigma, generator), add_noise(mixed_y, sigma, generator)
