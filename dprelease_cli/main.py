@@ -171,6 +171,11 @@ def release_options(func: F) -> F:
         click.option("--delta", type=float, help="δ at which ε is measured."),
         click.option("--accountant", help="Privacy accountant to use."),
         click.option(
+            "--noise-sampler",
+            type=click.Choice(["secure", "fast"]),
+            help="secure (the service's default): lattice + CSPRNG noise; fast: torch floats.",
+        ),
+        click.option(
             "--format",
             "fmt",
             type=click.Choice(FORMATS),
@@ -196,6 +201,7 @@ def build_release_body(
     delta: float | None,
     accountant: str | None,
     fmt: str,
+    noise_sampler: str | None = None,
 ) -> dict[str, Any]:
     if (epsilon is None) == (sigma_x is None):
         raise click.UsageError("give exactly one of --epsilon or --sigma-x")
@@ -220,6 +226,8 @@ def build_release_body(
         body["delta"] = delta
     if accountant is not None:
         body["accountant"] = accountant
+    if noise_sampler is not None:
+        body["noise_sampler"] = noise_sampler
     return body
 
 
@@ -410,6 +418,7 @@ def release(
     noise_ratio: float | None,
     delta: float | None,
     accountant: str | None,
+    noise_sampler: str | None,
     fmt: str,
     wait: bool,
     output: Path | None,
@@ -430,6 +439,7 @@ def release(
         delta=delta,
         accountant=accountant,
         fmt=fmt,
+        noise_sampler=noise_sampler,
     )
     api = state.api()
     created = api.create_release(body)
@@ -533,6 +543,7 @@ def preview(
     noise_ratio: float | None,
     delta: float | None,
     accountant: str | None,
+    noise_sampler: str | None,
     fmt: str,
 ) -> None:
     """Show the noise and budget charge a release would have, without running it."""
@@ -547,6 +558,7 @@ def preview(
         delta=delta,
         accountant=accountant,
         fmt=fmt,
+        noise_sampler=noise_sampler,
     )
     emit(state.api().preview_release(body))
 

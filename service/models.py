@@ -129,6 +129,10 @@ class Release(Base):
     format: Mapped[str] = mapped_column(String(16))
     sigma_x: Mapped[float] = mapped_column(Float)
     sigma_y: Mapped[float] = mapped_column(Float)
+    # "secure" (lattice + exact rounded Gaussian from the CSPRNG) or "fast" (torch floats).
+    noise_sampler: Mapped[str] = mapped_column(
+        String(16), default="secure", server_default="secure"
+    )
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16), default="queued")

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpcore.accounting import baselines
 from dpcore.accounting import sgdrm as sgdrm_accountant
 from dpcore.mechanisms import dpcda, dpmix, sgdrm
-from dpcore.mechanisms.noise import add_noise
+from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit, standardise
 from service.datasets.parsing import ParsedDataset
 
@@ -52,27 +53,28 @@ def _noised(
     *,
     sigma_x: float,
     sigma_y: float,
-    generator: torch.Generator,
+    feature_sensitivity: float,
+    noise: NoiseSampler,
 ) -> Chunks:
     for start in range(0, features.shape[0], _CHUNK_ROWS):
         x = features[start : start + _CHUNK_ROWS]
         y = labels[start : start + _CHUNK_ROWS]
-        yield add_noise(x, sigma_x, generator), add_noise(y, sigma_y, generator)
+        yield (
+            noise(x, sigma=sigma_x, sensitivity=feature_sensitivity),
+            noise(y, sigma=sigma_y, sensitivity=baselines.LABEL_SENSITIVITY),
+        )
 
 
 def dp_statistics(
-    unit: np.ndarray, stats_noise: float, generator: torch.Generator
+    unit: np.ndarray, stats_noise: float, noise: NoiseSampler
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and std of [0, 1]-scaled features from Gaussian-noised sums and sums
-    of squares (each vector moves by at most √d when one record is replaced; n is public)."""
+    of squares (together they move by at most √(2d) when one record is replaced; n is
+    public)."""
     n, d = unit.shape
-    noise = (
-        torch.randn((2, d), generator=generator, dtype=torch.float64, device=generator.device)
-        .cpu()
-        .numpy()
-    )
-    sums = unit.sum(axis=0) + stats_noise * noise[0]
-    squares = (unit**2).sum(axis=0) + stats_noise * noise[1]
+    exact = torch.as_tensor(np.concatenate([unit.sum(axis=0), (unit**2).sum(axis=0)])[None, :])
+    noisy = noise(exact, sigma=stats_noise, sensitivity=float(np.sqrt(2 * d))).numpy()[0]
+    sums, squares = noisy[:d], noisy[d:]
     mean = np.clip(sums / n, 0.0, 1.0)
     var = squares / n - mean**2
     # A floor keeps the z-score finite for constant (or noise-dominated) features.
@@ -86,6 +88,7 @@ def _dpcda(
     *,
     sigma: float,
     generator: torch.Generator,
+    noise: NoiseSampler,
     device: torch.device,
 ) -> MechanismOutput:
     mode = params.get("standardization", "unit_range")
@@ -98,15 +101,14 @@ def _dpcda(
         )
     elif mode == "dp":
         unit = scale_to_unit(parsed.X, parsed.lo, parsed.hi)
-        mean, std = dp_statistics(unit, float(params["stats_noise"]), generator)
+        mean, std = dp_statistics(unit, float(params["stats_noise"]), noise)
         X = standardise(unit, mean, std)
         # DP outputs: published so analysts can standardise their own data alike.
         published = {"feature_mean": mean.tolist(), "feature_std": std.tolist(), "scale": "unit"}
     else:
         X = scale_to_unit(parsed.X, parsed.lo, parsed.hi)
-    features = torch.as_tensor(
-        clip_rows_l2(X, float(params.get("clip_norm", 1.0))), dtype=torch.float32, device=device
-    )
+    clip_norm = float(params.get("clip_norm", 1.0))
+    features = torch.as_tensor(clip_rows_l2(X, clip_norm), dtype=torch.float32, device=device)
     k = len(parsed.classes)
     counts = np.bincount(parsed.labels, minlength=k)
     if counts.min() < int(params["min_class_size"]):
@@ -140,7 +142,9 @@ def _dpcda(
             mixture_degree=int(params["mixture_degree"]),
             n_samples=int(params["n_samples"]),
             sigma=sigma,
+            clip_norm=clip_norm,
             generator=generator,
+            noise=noise,
         ),
     )
 
@@ -153,12 +157,16 @@ def build(
     sigma_x: float,
     sigma_y: float,
     generator: torch.Generator,
+    noise: NoiseSampler,
     device: torch.device,
 ) -> MechanismOutput:
+    """``generator`` draws the mechanism's sampling; ``noise`` adds its noise."""
     if mechanism == "dpcda":
-        return _dpcda(params, parsed, sigma=sigma_x, generator=generator, device=device)
+        return _dpcda(
+            params, parsed, sigma=sigma_x, generator=generator, noise=noise, device=device
+        )
     features, labels = _unit_scale(parsed, device)
-    noise = {"sigma_x": sigma_x, "sigma_y": sigma_y, "generator": generator}
+    mixing = {"sigma_x": sigma_x, "sigma_y": sigma_y, "generator": generator, "noise": noise}
     if mechanism == "dpmix":
         generate = (
             dpmix.generate_by_record if params.get("assignment") == "record" else dpmix.generate
@@ -171,7 +179,7 @@ def build(
                 labels,
                 mixture_degree=int(params["mixture_degree"]),
                 n_samples=int(params["n_samples"]),
-                **noise,  # type: ignore[arg-type]
+                **mixing,  # type: ignore[arg-type]
             ),
         )
     if mechanism == "sgdrm":
@@ -190,13 +198,20 @@ def build(
                 coefficient_bound=float(bound),
                 sigma=sigma_x,
                 generator=generator,
+                noise=noise,
             ),
         )
+    baseline = {"sigma_x": sigma_x, "sigma_y": sigma_y, "noise": noise}
     if mechanism == "local_perturbation":
         return MechanismOutput(
             rows=parsed.n_rows,
             feature_names=list(parsed.feature_names),
-            chunks=_noised(features, labels, **noise),  # type: ignore[arg-type]
+            chunks=_noised(
+                features,
+                labels,
+                feature_sensitivity=baselines.FEATURE_SENSITIVITY,
+                **baseline,  # type: ignore[arg-type]
+            ),
         )
     if mechanism == "random_projection":
         dim, norm = int(params["projection_dim"]), float(params.get("spectral_norm", 1.0))
@@ -209,7 +224,12 @@ def build(
         return MechanismOutput(
             rows=parsed.n_rows,
             feature_names=[f"p{i}" for i in range(dim)],
-            chunks=_noised(projected, labels, **noise),  # type: ignore[arg-type]
+            chunks=_noised(
+                projected,
+                labels,
+                feature_sensitivity=baselines.FEATURE_SENSITIVITY * norm,
+                **baseline,  # type: ignore[arg-type]
+            ),
             extra={"projection": matrix.cpu().numpy()},
         )
     raise ValueError(f"unknown mechanism {mechanism!r}")

@@ -29,6 +29,8 @@ from sqlalchemy.exc import OperationalError
 
 from dpcore import evaluation
 from dpcore.accounting import registry
+from dpcore.mechanisms.noise import SecureNoise
+from dpcore.mechanisms.noise import sampler as noise_sampler
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
@@ -71,6 +73,7 @@ class Job:
     fmt: str
     sigma_x: float
     sigma_y: float
+    noise_sampler: str
     epsilon: float
     delta: float
     accountant: str
@@ -167,6 +170,7 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
             fmt=release.format,
             sigma_x=release.sigma_x,
             sigma_y=release.sigma_y,
+            noise_sampler=release.noise_sampler,
             epsilon=release.epsilon,
             delta=release.delta,
             accountant=release.accountant,
@@ -268,6 +272,14 @@ def _device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
+NOISE_SOURCES = {
+    "secure": "secure: values rounded to a power-of-two lattice, exact rounded-Gaussian noise "
+    "from the OS CSPRNG (docs/privacy.md, 'Hardened noise')",
+    "fast": "fast: float Gaussian noise from a torch.Generator seeded from the OS CSPRNG; "
+    "NOT hardened against floating-point precision attacks",
+}
+
+
 def _write_release(
     runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device, path: Path
 ) -> dict[str, Any]:
@@ -275,6 +287,7 @@ def _write_release(
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
+    noise = noise_sampler(job.noise_sampler, generator)
     output = mechanisms.build(
         job.mechanism,
         job.params,
@@ -282,6 +295,7 @@ def _write_release(
         sigma_x=job.sigma_x,
         sigma_y=job.sigma_y,
         generator=generator,
+        noise=noise,
         device=device,
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing)
@@ -302,6 +316,9 @@ def _write_release(
             if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
                 _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
                 last_report = time.monotonic()
+    if isinstance(noise, SecureNoise):
+        # Lattice and raised σ per noised vector: functions of public parameters only.
+        return {**meta, "noise_lattices": noise.describe()}
     return meta
 
 
@@ -330,7 +347,7 @@ def _release_metadata(
         "dataset_id": job.dataset_id,
         "mechanism": job.mechanism,
         "params": job.params,
-        "noise": {"sigma_x": job.sigma_x, "sigma_y": job.sigma_y},
+        "noise": {"sigma_x": job.sigma_x, "sigma_y": job.sigma_y, "sampler": job.noise_sampler},
         "charge": {"epsilon": job.epsilon, "delta": job.delta},
         "accountant": {
             "name": job.accountant,
@@ -345,7 +362,8 @@ def _release_metadata(
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
         "classes": list(parsed.classes),
-        "noise_source": "torch.Generator seeded from the OS CSPRNG (fast sampler)",
+        "noise_source": NOISE_SOURCES[job.noise_sampler],
+        "sampling_source": "torch.Generator seeded with 63 bits from the OS CSPRNG",
         "device": device.type,
         "versions": _versions(),
         "created_at": utcnow().isoformat(),

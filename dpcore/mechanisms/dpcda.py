@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from dpcore.mechanisms.dpmix import chunk_size
-from dpcore.mechanisms.noise import add_noise
+from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import uniform_subsets
 
 
@@ -30,9 +30,16 @@ def generate(
     mixture_degree: int,
     n_samples: int,
     sigma: float,
+    clip_norm: float,
     generator: torch.Generator,
+    noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class."""
+    """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class.
+
+    Rows of ``features`` must have L2 norm ≤ ``clip_norm``: a mixture mean then moves by at
+    most 2C/ℓ when one member is replaced (the accountant's sensitivity)."""
+    sampler = noise if noise is not None else FastNoise(generator)
+    sensitivity = 2 * clip_norm / mixture_degree
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
     device, dtype = features.device, features.dtype
@@ -50,4 +57,4 @@ def generate(
             mixed = features[members[local]].mean(dim=1)
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
-            yield add_noise(mixed, sigma, generator), onehot
+            yield sampler(mixed, sigma=sigma, sensitivity=sensitivity), onehot

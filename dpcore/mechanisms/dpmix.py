@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from dpcore.mechanisms.noise import add_noise
+from dpcore.accounting.dpmix import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
+from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import uniform_subsets
 
 ProgressFn = Callable[[int], None]
@@ -41,11 +42,15 @@ def generate(
     sigma_x: float,
     sigma_y: float,
     generator: torch.Generator,
+    noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of noisy mixtures until ``n_samples`` rows were produced.
 
     ``features`` (n × d) and ``labels`` (n × k) must be preprocessed and on one device.
+    ``generator`` draws the subsets; ``noise`` the noise (default: the fast sampler on
+    ``generator``; release jobs pass the sampler the request chose).
     """
+    add = _noiser(noise, generator, mixture_degree, sigma_x, sigma_y)
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -55,10 +60,27 @@ def generate(
     while produced < n_samples:
         count = min(step, n_samples - produced)
         idx = uniform_subsets(n, mixture_degree, count, generator=generator, device=device)
-        mixed_x = features[idx].mean(dim=1)
-        mixed_y = labels[idx].mean(dim=1)
-        yield add_noise(mixed_x, sigma_x, generator), add_noise(mixed_y, sigma_y, generator)
+        yield add(features[idx].mean(dim=1), labels[idx].mean(dim=1))
         produced += count
+
+
+def _noiser(
+    noise: NoiseSampler | None,
+    generator: torch.Generator,
+    mixture_degree: int,
+    sigma_x: float,
+    sigma_y: float,
+) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Noise for one mixture's mean: one record moves it by at most (its norm bound)/ℓ."""
+    sampler = noise if noise is not None else FastNoise(generator)
+
+    def add(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (
+            sampler(x, sigma=sigma_x, sensitivity=FEATURE_SENSITIVITY / mixture_degree),
+            sampler(y, sigma=sigma_y, sensitivity=LABEL_SENSITIVITY / mixture_degree),
+        )
+
+    return add
 
 
 def mixtures_per_record(*, n: int, mixture_degree: int, n_samples: int) -> int:
@@ -75,8 +97,10 @@ def generate_by_record(
     sigma_x: float,
     sigma_y: float,
     generator: torch.Generator,
+    noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of the record-assignment variant (T rows in all)."""
+    add = _noiser(noise, generator, mixture_degree, sigma_x, sigma_y)
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -96,6 +120,7 @@ def generate_by_record(
         sums_y.index_add_(0, targets, labels[start:stop].repeat_interleave(k, dim=0))
     chunk = chunk_size(mixture_degree=1, dim=dim + labels.shape[1], n=n)
     for start in range(0, n_samples, chunk):
-        mixed_x = sums_x[start : start + chunk] / mixture_degree
-        mixed_y = sums_y[start : start + chunk] / mixture_degree
-        yield add_noise(mixed_x, sigma_x, generator), add_noise(mixed_y, sigma_y, generator)
+        yield add(
+            sums_x[start : start + chunk] / mixture_degree,
+            sums_y[start : start + chunk] / mixture_degree,
+        )

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import torch
 
-from dpcore.mechanisms.noise import add_noise
+from dpcore.accounting.sgdrm import RECORD_NORM
+from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 
 _MATRIX_BUDGET = 1 << 24  # coefficient entries per chunk
 
@@ -27,7 +28,11 @@ def generate(
     coefficient_bound: float,
     sigma: float,
     generator: torch.Generator,
+    noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    sampler = noise if noise is not None else FastNoise(generator)
+    # One Gaussian on the joint (x, y) row: one record's contribution has norm ≤ c·√2.
+    radius = coefficient_bound * RECORD_NORM
     n = features.shape[0]
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -44,6 +49,6 @@ def generate(
         coefficients = torch.where(
             included < q, g.clamp(-coefficient_bound, coefficient_bound), torch.zeros_like(g)
         )
-        mixed_x = coefficients @ features
-        mixed_y = coefficients @ labels
-        yield add_noise(mixed_x, sigma, generator), add_noise(mixed_y, sigma, generator)
+        joint = torch.cat((coefficients @ features, coefficients @ labels), dim=1)
+        noisy = sampler(joint, sigma=sigma, sensitivity=radius)
+        yield noisy[:, : features.shape[1]], noisy[:, features.shape[1] :]

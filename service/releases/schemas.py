@@ -100,6 +100,9 @@ class SGDRMParams(BaseModel):
     )
 
 
+NoiseSamplerName = Literal["secure", "fast"]
+
+
 class NoiseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -129,6 +132,13 @@ class _ReleaseCommon(BaseModel):
     accountant: Literal["paper", "tight"] = Field(
         default="tight",
         description="tight: dprelease's tightest valid analysis; paper: the paper's theorem",
+    )
+    noise_sampler: NoiseSamplerName = Field(
+        default="secure",
+        description="secure: values on a power-of-two lattice plus exact rounded-Gaussian "
+        "noise from the OS CSPRNG (hardened against floating-point attacks; σ raised by the "
+        "rounding slack, at most a few per mille, so the charge is unchanged); fast: float "
+        "noise from torch's generator, not hardened (docs/privacy.md, 'Hardened noise')",
     )
     format: ReleaseFormat = "npz"
     report_test_dataset_id: str | None = Field(
@@ -184,8 +194,9 @@ ReleaseRequest = Annotated[AnyReleaseRequest, Field(discriminator="mechanism")]
 
 
 class Noise(BaseModel):
-    sigma_x: float
-    sigma_y: float
+    sigma_x: float = Field(description="Feature noise std the accountant was given")
+    sigma_y: float = Field(description="Label noise std the accountant was given")
+    sampler: NoiseSamplerName = Field(description="How the noise is drawn (see the request)")
 
 
 class Charge(BaseModel):

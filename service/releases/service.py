@@ -39,10 +39,11 @@ class Plan:
     event: Event
     cost: Cost
     params: dict[str, Any]
+    sampler: str
 
     @property
     def noise(self) -> Noise:
-        return Noise(**self.event.noise())
+        return Noise(**self.event.noise(), sampler=self.sampler)  # type: ignore[arg-type]
 
     @property
     def charge(self) -> Charge:
@@ -112,7 +113,13 @@ def plan(
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
     cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
-    return Plan(dataset=dataset, event=event, cost=cost, params=params.model_dump())
+    return Plan(
+        dataset=dataset,
+        event=event,
+        cost=cost,
+        params=params.model_dump(),
+        sampler=request.noise_sampler,
+    )
 
 
 def preview(
@@ -154,6 +161,7 @@ def create(
             format=request.format,
             sigma_x=p.noise.sigma_x,
             sigma_y=p.noise.sigma_y,
+            noise_sampler=request.noise_sampler,
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
             status="queued",
@@ -233,7 +241,11 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         format=release.format,  # type: ignore[arg-type]
         status=release.status,  # type: ignore[arg-type]
         progress=release.progress,
-        noise=Noise(sigma_x=release.sigma_x, sigma_y=release.sigma_y),
+        noise=Noise(
+            sigma_x=release.sigma_x,
+            sigma_y=release.sigma_y,
+            sampler=release.noise_sampler,  # type: ignore[arg-type]
+        ),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
         error=release.error if viewer.role != "analyst" or release.error is None else "failed",
         attempts=release.attempts,

@@ -126,7 +126,7 @@ def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
     body["noise"] = {"sigma_x": 1.0}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
-    assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0}
+    assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0, "sampler": "secure"}
 
 
 @pytest.mark.parametrize("standardization", ["unit_range", "declared", "dp"])

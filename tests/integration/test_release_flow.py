@@ -148,7 +148,7 @@ def test_noise_mode_reports_epsilon(harness: Harness) -> None:
     expected = DPMixEvent(200, 8, 300, 0.5, 1.0).epsilon(1e-5)
     assert r.json()["charge"]["epsilon"] == pytest.approx(expected, rel=1e-8)
     assert r.json()["charge"]["epsilon"] >= expected
-    assert r.json()["noise"] == {"sigma_x": 0.5, "sigma_y": 1.0}
+    assert r.json()["noise"] == {"sigma_x": 0.5, "sigma_y": 1.0, "sampler": "secure"}
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])

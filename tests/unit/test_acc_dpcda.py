@@ -288,6 +288,7 @@ def test_dp_statistics_compose_as_gdp() -> None:
 def test_dp_statistics_sensitivity_and_accuracy() -> None:
     import torch
 
+    from dpcore.mechanisms.noise import FastNoise, SecureNoise
     from worker.mechanisms import dp_statistics
 
     rng = np.random.default_rng(0)
@@ -303,6 +304,7 @@ def test_dp_statistics_sensitivity_and_accuracy() -> None:
         )
         worst = max(worst, moved)
     assert worst <= np.sqrt(2 * 7) + 1e-12
-    mean, std = dp_statistics(unit, 1e-6, torch.Generator().manual_seed(0))
-    assert np.allclose(mean, unit.mean(0), atol=1e-6)
-    assert np.allclose(std, unit.std(0), atol=1e-5)
+    for noise in (FastNoise(torch.Generator().manual_seed(0)), SecureNoise()):
+        mean, std = dp_statistics(unit, 1e-6, noise)
+        assert np.allclose(mean, unit.mean(0), atol=1e-6)
+        assert np.allclose(std, unit.std(0), atol=1e-5)

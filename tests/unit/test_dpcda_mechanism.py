@@ -23,6 +23,7 @@ def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0)
             mixture_degree=ell,
             n_samples=T,
             sigma=sigma,
+            clip_norm=1.0,
             generator=torch.Generator().manual_seed(seed),
         )
     )

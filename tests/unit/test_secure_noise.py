@@ -1,0 +1,225 @@
+"""The secure sampler: exact rounded-Gaussian law, lattice plans that keep the accountant's
+noise multiplier, and no floating-point leak (a Haney et al. 2022 style precision attack)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare, norm
+
+from dpcore.mechanisms import rounded_gaussian
+from dpcore.mechanisms.noise import (
+    MAX_SLACK,
+    MIN_SLACK,
+    TABLE_LIMIT,
+    FastNoise,
+    SecureNoise,
+    lattice_plan,
+)
+from dpcore.mechanisms.rounded_gaussian import RoundedGaussian, table_size
+
+mpmath.mp.prec = 600
+
+
+def _cdf(k: int, scale: float) -> mpmath.mpf:
+    """P(|round(N(0, s²))| ≤ k) to 600 bits."""
+    return mpmath.erf((k + mpmath.mpf(0.5)) / (mpmath.mpf(scale) * mpmath.sqrt(2)))
+
+
+def _pmf(scale: float, support: np.ndarray) -> np.ndarray:
+    return norm.cdf((support + 0.5) / scale) - norm.cdf((support - 0.5) / scale)
+
+
+@pytest.mark.parametrize("scale", [0.7, 2.5, 40.0])
+def test_draws_follow_the_rounded_gaussian(scale: float) -> None:
+    draws = RoundedGaussian(scale).sample(1_000_000)
+    assert draws.dtype == np.int64
+    bound = int(4 * scale) + 1
+    support = np.arange(-bound, bound + 1)
+    expected = _pmf(scale, support)
+    observed = np.array([(draws == k).sum() for k in support])
+    # Pool both tails into one cell so every expected count is large.
+    observed = np.append(observed, draws.size - observed.sum())
+    expected = np.append(expected, 1 - expected.sum()) * draws.size
+    keep = expected > 20
+    rest = observed[~keep].sum(), expected[~keep].sum()
+    observed = np.append(observed[keep], rest[0])
+    expected = np.append(expected[keep], rest[1])
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-4
+
+
+def test_a_wrong_scale_is_rejected_by_the_same_check() -> None:
+    # The χ² check above can fail: 2% too little noise is detected.
+    draws = RoundedGaussian(2.5 * 0.98).sample(1_000_000)
+    support = np.arange(-11, 12)
+    expected = _pmf(2.5, support) * draws.size
+    observed = np.array([(draws == k).sum() for k in support])
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue < 1e-6
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 1234.5])
+def test_table_entries_are_within_two_of_the_exact_cdf(scale: float) -> None:
+    sampler = RoundedGaussian(scale)
+    assert sampler.size == table_size(scale)
+    picks = sorted({0, 1, sampler.size // 3, sampler.size // 2, sampler.size - 1})
+    for k in picks:
+        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
+        exact = _cdf(k, scale) * mpmath.mpf(2) ** 128
+        assert abs(entry - exact) < 2, (k, entry, exact)
+    # The table reaches far enough that its tail is below 2^-130.
+    tail = 1 - _cdf(sampler.size - 1, scale)
+    assert tail < mpmath.mpf(2) ** -130
+
+
+class _Bytes:
+    """A random-bytes source that plays back chosen words and counts the extra ones read."""
+
+    def __init__(self, head: list[tuple[int, int]], extra: list[int], signs: int = 0) -> None:
+        self.chunks = [
+            b"".join(hi.to_bytes(8, "little") + lo.to_bytes(8, "little") for hi, lo in head),
+            bytes([signs]) * (-(-len(head) // 8)),
+            *(word.to_bytes(8, "little") for word in extra),
+        ]
+        self.calls = 0
+
+    def __call__(self, n: int) -> bytes:
+        chunk = self.chunks[self.calls]
+        self.calls += 1
+        assert len(chunk) == n
+        return chunk
+
+    @property
+    def extra_read(self) -> int:
+        return self.calls - 2
+
+
+def _exact_magnitude(scale: float, value: mpmath.mpf) -> int:
+    k = 0
+    while _cdf(k, scale) <= value:
+        k += 1
+    return k
+
+
+@pytest.mark.parametrize("offset", [-2, -1, 0, 1])
+def test_draws_near_a_table_entry_read_more_bits_and_stay_exact(offset: int) -> None:
+    scale = 5.0
+    sampler = RoundedGaussian(scale)
+    for k in (0, 3, 9):
+        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
+        head = entry + offset
+        for extra in ([0], [2**64 - 1], [2**63, 12345]):
+            source = _Bytes([(head >> 64, head & (2**64 - 1))], extra)
+            got = int(sampler.sample(1, random_bytes=source)[0])
+            # What was read of V: the head, then as many extra words as the sampler took.
+            taken = source.extra_read
+            assert taken >= 1  # the head alone could not decide it
+            bits = head
+            for word in extra[:taken]:
+                bits = (bits << 64) | word
+            lo = mpmath.mpf(bits) / mpmath.mpf(2) ** (128 + 64 * taken)
+            hi = lo + mpmath.mpf(2) ** -(128 + 64 * taken)
+            # Exactness: every V in [lo, hi) gives the same answer, the one returned.
+            assert _exact_magnitude(scale, lo) == got == _exact_magnitude(scale, hi * (1 - 1e-150))
+
+
+def test_draws_beyond_the_table_are_exact() -> None:
+    scale = 2.0
+    sampler = RoundedGaussian(scale)
+    top = 2**128 - 1
+    extra = [2**64 - 1, 0, 0, 0]
+    source = _Bytes([(top >> 64, top & (2**64 - 1))], extra)
+    got = abs(int(sampler.sample(1, random_bytes=source)[0]))
+    assert got >= sampler.size
+    bits, taken = top, source.extra_read
+    for word in extra[:taken]:
+        bits = (bits << 64) | word
+    lo = mpmath.mpf(bits) / mpmath.mpf(2) ** (128 + 64 * taken)
+    hi = lo + mpmath.mpf(2) ** -(128 + 64 * taken)
+    assert hi < 1  # it read past the all-ones word
+    assert _exact_magnitude(scale, lo) == got == _exact_magnitude(scale, hi * (1 - 1e-150))
+
+
+def test_signs_are_uniform_and_zero_is_not_doubled() -> None:
+    draws = RoundedGaussian(0.5).sample(400_000)
+    positive, negative = (draws > 0).sum(), (draws < 0).sum()
+    assert abs(positive - negative) < 5 * math.sqrt(positive + negative)
+    assert abs((draws == 0).mean() - _pmf(0.5, np.array([0]))[0]) < 0.005
+
+
+@pytest.mark.parametrize(
+    ("z", "sensitivity", "dim"),
+    list(itertools.product([0.05, 1.19, 8.0, 300.0], [1e-3, math.sqrt(2) / 64, 2.0], [1, 10, 784])),
+)
+def test_lattice_plans_keep_the_noise_multiplier(z: float, sensitivity: float, dim: int) -> None:
+    sigma = z * sensitivity
+    plan = lattice_plan(sigma=sigma, sensitivity=sensitivity, dim=dim)
+    assert math.log2(plan.lattice).is_integer()
+    # Rounding moves each row by ≤ g√d/2, two neighbours' rows apart by ≤ Δ + g√d: the raised
+    # σ' must keep σ'/(Δ + g√d) at least the multiplier the accountant was given.
+    assert plan.sigma_effective / (sensitivity + plan.lattice * math.sqrt(dim)) >= z
+    assert plan.slack >= MIN_SLACK / 2
+    if table_size(plan.scale) <= TABLE_LIMIT // 2:
+        assert plan.slack <= MAX_SLACK
+    assert table_size(plan.scale) <= TABLE_LIMIT
+    assert plan.sigma_effective <= sigma * (1 + max(plan.slack, MAX_SLACK) + 1e-9)
+
+
+def test_secure_outputs_are_lattice_points_with_the_planned_noise() -> None:
+    noise = SecureNoise()
+    rng = np.random.default_rng(1)
+    values = torch.as_tensor(rng.uniform(-1, 1, size=(3000, 50)), dtype=torch.float32)
+    out = noise(values, sigma=0.2, sensitivity=0.1)
+    (plan,) = noise.plans.values()
+    assert out.dtype == values.dtype and out.shape == values.shape
+    steps = out.double().numpy() / plan.lattice
+    assert np.array_equal(steps, np.rint(steps))
+    offsets = steps - np.rint(values.double().numpy() / plan.lattice)
+    assert abs(offsets.std() - plan.scale) < 0.01 * plan.scale
+    assert abs(offsets.mean()) < 0.01 * plan.scale
+    assert noise.describe()[0]["sigma_effective"] == plan.sigma_effective
+
+
+def _precision_attack(outputs0: np.ndarray, outputs1: np.ndarray) -> float:
+    """Largest two-proportion z-score of 'the output is a multiple of 2^-j', j = 0 … 60.
+
+    These events are invariant under a shift by 1 in exact arithmetic, so an ideal mechanism
+    gives both inputs the same frequencies; a gap is a floating-point leak (the Haney et al.
+    2022 'precision-based attack', here with one query per output)."""
+    worst = 0.0
+    for j in range(61):
+        f0 = np.mean(np.floor(outputs0 * 2.0**j) == outputs0 * 2.0**j)
+        f1 = np.mean(np.floor(outputs1 * 2.0**j) == outputs1 * 2.0**j)
+        pooled = (f0 + f1) / 2
+        if 0 < pooled < 1:
+            se = math.sqrt(2 * pooled * (1 - pooled) / outputs0.size)
+            worst = max(worst, abs(f0 - f1) / se)
+    return worst
+
+
+def _outputs(noise: object, value: float, n: int) -> np.ndarray:
+    inputs = torch.full((n, 1), value, dtype=torch.float32)
+    return noise(inputs, sigma=1.0, sensitivity=1.0).double().numpy().ravel()  # type: ignore[operator]
+
+
+def test_precision_attack_breaks_the_fast_sampler() -> None:
+    fast = FastNoise(torch.Generator().manual_seed(7))
+    assert _precision_attack(_outputs(fast, 0.0, 100_000), _outputs(fast, 1.0, 100_000)) > 20
+
+
+def test_precision_attack_finds_no_advantage_against_the_secure_sampler() -> None:
+    secure = SecureNoise()
+    score = _precision_attack(_outputs(secure, 0.0, 100_000), _outputs(secure, 1.0, 100_000))
+    # 61 tests at |z| > 6: a false alarm has probability below 1e-7.
+    assert score < 6
+
+
+def test_table_cache_is_reused() -> None:
+    rounded_gaussian._table.cache_clear()
+    RoundedGaussian(17.0)
+    RoundedGaussian(17.0)
+    assert rounded_gaussian._table.cache_info().hits == 1
