@@ -63,7 +63,7 @@ async def create_dataset(
             session,
             principal_id=owner.id,
             key=idempotency_key,
-            scope="POST /datasets",
+            scope=service.UPLOAD_SCOPE,
             digest=idempotency.request_hash(file.filename or "", metadata, content),
         )
         if isinstance(outcome, idempotency.Replay):

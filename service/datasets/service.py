@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from service import idempotency
 from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
@@ -21,6 +22,8 @@ from service.models import Dataset, Grant, Principal, new_id, utcnow
 from service.releases import repository as release_repository
 from service.releases.service import report_key
 from service.storage import ObjectStore, sha256_hex
+
+UPLOAD_SCOPE = "POST /datasets"  # the Idempotency-Key scope of uploads
 
 
 def parse_metadata(raw: str) -> DatasetMetadata:
@@ -169,6 +172,13 @@ def delete(
     dataset.class_counts = None
     dataset.clipped_values = None
     session.flush()
+    idempotency.rewrite_replays(
+        session,
+        principal_id=dataset.owner_id,
+        scope=UPLOAD_SCOPE,
+        object_id=dataset.id,
+        body=to_out(session, dataset, viewer=principal),
+    )
     return dataset
 
 

@@ -131,7 +131,9 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def _shape(r: Any) -> tuple[int, str, str]:
     """What a refusal tells the caller, ids aside."""
-    error = r.json().get("error", {}) if r.headers.get("content-type") == "application/json" else {}
+    error: dict[str, str] = {}
+    if r.status_code >= 400 and r.headers.get("content-type") == "application/json":
+        error = r.json().get("error") or {}
     return r.status_code, error.get("code", ""), _UUID.sub("<id>", error.get("message", ""))
 
 
@@ -211,3 +213,58 @@ def test_every_id_operation_against_every_caller(harness: Harness) -> None:
                 failures.append(f"{op_id} {caller}: {_shape(r)} leaks; missing ids {missing}")
 
     assert not failures, "\n".join(failures)
+
+
+def test_ids_in_bodies_and_queries(embedded: Harness) -> None:
+    """Ids outside the path are checked alike: another tenant's is a missing one."""
+    h = embedded
+    w = build_world(h)
+    owner, theirs = w.keys[OWNER], w.foreign["dataset_id"]
+    ds, nothing = w.ids["dataset_id"], str(uuid.uuid4())
+
+    def post(path: str, body: dict[str, Any]) -> tuple[int, str, str]:
+        return _shape(h.client.post(path, json=body, headers=h.headers(owner)))
+
+    for path in ("/releases", "/releases/preview"):
+        mine, other = (post(path, h.release_body(x)) for x in (theirs, nothing))
+        assert mine == other and mine[0] == 404, (path, mine)
+    report = [
+        post("/releases", h.release_body(ds, report_test_dataset_id=x)) for x in (theirs, nothing)
+    ]
+    assert report[0] == report[1] and report[0][0] == 404
+    for caller, status in (
+        (OWNER, 200),
+        (ADMIN, 200),
+        (GRANTED, 200),
+        (OTHER, 404),
+        (UNGRANTED, 404),
+    ):
+        key = h.admin_key if caller == ADMIN else w.keys[caller]
+        seen = h.client.get("/releases", params={"dataset_id": ds}, headers=h.headers(key))
+        assert seen.status_code == status, caller
+        if status == 404:
+            missing = h.client.get(
+                "/releases", params={"dataset_id": nothing}, headers=h.headers(key)
+            )
+            assert _shape(seen) == _shape(missing), caller
+        else:
+            assert [r["id"] for r in seen.json()["items"]] == [w.ids["release_id"]], caller
+
+
+def test_every_operation_declares_who_may_call_it(embedded: Harness) -> None:
+    """Every operation of the schema declares its roles (and, with ids, its object rule); all
+    but /health need a key, and answer 401 without one."""
+    h = embedded
+    schema = h.client.app.openapi()  # type: ignore[attr-defined]
+    public = set()
+    for path, methods in schema["paths"].items():
+        for method, op in methods.items():
+            access = op["x-access"]
+            if not access["authenticated"]:
+                public.add(op["operationId"])
+                continue
+            assert op["security"] == [{"ApiKey": []}] and access["roles"], op["operationId"]
+            assert ("{" in path) == ("objects" in access), op["operationId"]
+            r = h.client.request(method, re.sub(r"{\w+}", str(uuid.uuid4()), path))
+            assert r.status_code == 401, (method, path, r.status_code)
+    assert public == {"health"}
