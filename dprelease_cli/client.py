@@ -180,6 +180,17 @@ class ApiClient:
         )
         return result
 
+    def list_grants(self, dataset_id: str) -> JSON:
+        result: JSON = self._request("GET", f"/datasets/{_seg(dataset_id)}/grants")
+        return result
+
+    def revoke_grant(self, dataset_id: str, grant_id: str) -> None:
+        self._request("DELETE", f"/datasets/{_seg(dataset_id)}/grants/{_seg(grant_id)}")
+
+    def delete_dataset(self, dataset_id: str) -> JSON:
+        result: JSON = self._request("DELETE", f"/datasets/{_seg(dataset_id)}")
+        return result
+
     # -- releases --------------------------------------------------------------------------
 
     def create_release(self, body: Mapping[str, Any]) -> JSON:

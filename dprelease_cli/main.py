@@ -380,6 +380,35 @@ def grant(state: CliState, dataset_id: str, principal_id: str) -> None:
     emit(state.api().grant(dataset_id, principal_id))
 
 
+@cli.command()
+@click.argument("dataset_id")
+@pass_state
+def grants(state: CliState, dataset_id: str) -> None:
+    """List the analysts granted DATASET_ID (owner, admin)."""
+    emit(state.api().list_grants(dataset_id))
+
+
+@cli.command()
+@click.argument("dataset_id")
+@click.argument("grant_id")
+@pass_state
+def revoke(state: CliState, dataset_id: str, grant_id: str) -> None:
+    """Revoke GRANT_ID of DATASET_ID: its analyst no longer sees the releases."""
+    state.api().revoke_grant(dataset_id, grant_id)
+    emit({"revoked": grant_id, "dataset_id": dataset_id})
+
+
+@cli.command()
+@click.argument("dataset_id")
+@click.option("--yes", is_flag=True, help="Confirm: the raw data is erased for good.")
+@pass_state
+def delete(state: CliState, dataset_id: str, yes: bool) -> None:
+    """Delete DATASET_ID: erase its raw data; its ledger and releases stay (owner)."""
+    if not yes:
+        raise click.UsageError("deleting erases the raw data for good; add --yes to confirm")
+    emit(state.api().delete_dataset(dataset_id))
+
+
 # -- releases ------------------------------------------------------------------------------
 
 

@@ -1,7 +1,9 @@
-"""Object-level access: who may see which dataset and release.
+"""Object-level access: who may see which dataset, release and grant.
 
 Owners see their own datasets and releases; analysts see releases of datasets they were
-granted; admins read everything. Anything else answers 404, exactly like a missing id.
+granted; admins read everything. Anything else answers 404, exactly like a missing id (same
+status, code and message), so an id never tells a caller that an object exists. Role checks
+(403) run before any lookup and so say nothing about ids either.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
-from service.errors import NotFound
+from service.errors import DatasetDeleted, NotFound
 from service.models import Dataset, Grant, Principal, Release
 
 
@@ -59,3 +61,20 @@ def release_for(session: Session, *, principal: Principal, release_id: str) -> R
     if dataset is None or not can_read_dataset(session, principal=principal, dataset=dataset):
         raise NotFound(f"release {release_id} not found")
     return release
+
+
+def grant_for(session: Session, *, dataset: Dataset, grant_id: str) -> Grant:
+    """A grant of ``dataset`` (already checked); a grant of any other dataset is 404."""
+    grant = session.get(Grant, grant_id)
+    if grant is None or grant.dataset_id != dataset.id:
+        raise NotFound(f"grant {grant_id} not found")
+    return grant
+
+
+def require_active(dataset: Dataset) -> None:
+    if dataset.deleted_at is not None:
+        raise DatasetDeleted(
+            f"dataset {dataset.id} was deleted: its raw data is erased and it takes no new "
+            f"releases (its releases and ledger stay readable)",
+            detail={"dataset_id": dataset.id, "deleted_at": dataset.deleted_at.isoformat()},
+        )

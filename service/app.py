@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from service import bootstrap, errors_http
+from service.access_schema import declare_access
 from service.auth.endpoints import router as auth_router
 from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings
@@ -27,8 +29,15 @@ and a privacy budget (ε, δ); releases are synthetic datasets whose privacy cos
 in a per-dataset ledger that refuses anything that would pass the budget. Neighbouring
 datasets differ in one replaced record; the number of rows is public.
 
-Authenticate with `Authorization: Bearer <key>`.
+Authenticate with `Authorization: Bearer <key>`. Every operation declares the roles it admits
+(`x-access.roles`) and, where it takes ids, the object-level rule (`x-access.objects`); ids
+of objects the key may not see answer 404 exactly like ids that do not exist.
 """
+
+
+def _operation_id(route: APIRoute) -> str:
+    # The endpoint's function name: stable, readable ids that tests and clients key on.
+    return route.name
 
 
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
@@ -56,18 +65,24 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
     )
     errors_http.install(app)
-    app.include_router(auth_router)
-    app.include_router(datasets_router)
-    app.include_router(releases_router)
-    app.include_router(budgets_router)
-    app.include_router(mechanisms_router)
+    for router in (
+        auth_router,
+        datasets_router,
+        releases_router,
+        budgets_router,
+        mechanisms_router,
+    ):
+        declare_access(router)
+        app.include_router(router)
 
     @app.get("/health", tags=["meta"], summary="Liveness")
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    declare_access(app.router)
     return app
 
 

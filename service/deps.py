@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
+from fastapi.security.base import SecurityBase
 from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
@@ -57,32 +59,56 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
+class BearerKey(SecurityBase):
+    """Declares ``Authorization: Bearer <key>`` in the OpenAPI schema of every operation that
+    depends on it, and hands the raw header to ``authenticate`` (which explains what is wrong
+    with it; fastapi's HTTPBearer would answer a bare 403 for a malformed header)."""
+
+    def __init__(self) -> None:
+        self.model = HTTPBearerModel(description="An API key: `Authorization: Bearer <key>`")
+        self.scheme_name = "ApiKey"
+
+    async def __call__(self, request: Request) -> str | None:
+        return request.headers.get("Authorization")
+
+
+bearer_key = BearerKey()
+
+
 def get_principal(
-    session: SessionDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    session: SessionDep, authorization: Annotated[str | None, Depends(bearer_key)]
 ) -> Principal:
     return authenticate(session, authorization=authorization)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
+ALL_ROLES = tuple(Role)
 
-def require_roles(*roles: Role) -> Callable[[Principal], Principal]:
-    allowed = {r.value for r in roles}
 
-    def check(principal: PrincipalDep) -> Principal:
-        if principal.role not in allowed:
+class RoleCheck:
+    """A dependency admitting ``roles``; ``service.app`` declares them in the schema
+    (``x-access``) from this object, so the declaration is what is enforced."""
+
+    def __init__(self, *roles: Role) -> None:
+        self.roles = tuple(sorted(roles))
+
+    def __call__(self, principal: PrincipalDep) -> Principal:
+        if principal.role not in self.roles:
             raise Forbidden(
-                f"this operation needs role {' or '.join(sorted(allowed))}; "
+                f"this operation needs role {' or '.join(self.roles)}; "
                 f"your key has role {principal.role}"
             )
         return principal
 
-    return check
+
+def require_roles(*roles: Role) -> RoleCheck:
+    return RoleCheck(*roles)
 
 
 OwnerDep = Annotated[Principal, Depends(require_roles(Role.owner))]
 AdminDep = Annotated[Principal, Depends(require_roles(Role.admin))]
+OwnerOrAdminDep = Annotated[Principal, Depends(require_roles(Role.owner, Role.admin))]
 
 
 IdempotencyKeyHeader = Annotated[

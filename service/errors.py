@@ -54,6 +54,25 @@ class BudgetExceeded(Conflict):
     code = "budget_exceeded"
 
 
+class DatasetDeleted(Conflict):
+    """The dataset's raw data was erased: it takes no new releases (409)."""
+
+    code = "dataset_deleted"
+
+
+class ReleasesPending(Conflict):
+    """A dataset cannot be erased while a job may still read it (409)."""
+
+    code = "releases_pending"
+
+
+class Gone(ServiceError):
+    """The object existed and was erased for good (410)."""
+
+    status_code = 410
+    code = "erased"
+
+
 class PayloadTooLarge(ServiceError):
     status_code = 413
     code = "payload_too_large"

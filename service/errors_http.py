@@ -26,14 +26,20 @@ _DESCRIPTIONS = {
     401: "Missing, malformed or unknown API key",
     403: "The key's role may not do this",
     404: "Not found (or not visible to this key)",
-    409: "Conflict: the privacy budget would be exceeded, or the release is not ready",
+    409: "Conflict: the privacy budget would be exceeded, the release is not ready, the "
+    "dataset was deleted, or releases of the dataset are still pending",
+    410: "Erased: the object was deleted with the raw data it was computed from",
     413: "Request too large",
     422: "Invalid input; the message says what to fix",
 }
 
 
-def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorResponse, "description": _DESCRIPTIONS[code]} for code in codes}
+def responses(*codes: int, **why: str) -> dict[int | str, dict[str, Any]]:
+    """Error responses of an operation; ``why`` overrides a description, keyed ``e409=…``."""
+    return {
+        code: {"model": ErrorResponse, "description": why.get(f"e{code}", _DESCRIPTIONS[code])}
+        for code in codes
+    }
 
 
 def _body(code: str, message: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -87,3 +87,18 @@ def finish(session: Session, record: IdempotencyRecord, *, status_code: int, bod
     record.status_code = status_code
     record.response = jsonable_encoder(body)
     session.flush()
+
+
+def rewrite_replays(
+    session: Session, *, principal_id: str, scope: str, object_id: str, body: Any
+) -> None:
+    """Replace the stored response that created ``object_id`` with ``body`` (the object as it
+    now is), e.g. once a dataset is deleted, so that a replay neither keeps statistics that
+    were erased nor shows the dataset as active."""
+    stmt = select(IdempotencyRecord).where(
+        IdempotencyRecord.principal_id == principal_id, IdempotencyRecord.scope == scope
+    )
+    for record in session.scalars(stmt):
+        if isinstance(record.response, dict) and record.response.get("id") == object_id:
+            record.response = jsonable_encoder(body)
+    session.flush()

@@ -89,11 +89,16 @@ class Dataset(Base):
     classes: Mapped[list[Any]] = mapped_column(JSON)
     classes_declared: Mapped[bool] = mapped_column(Boolean)
     feature_range: Mapped[Any] = mapped_column(JSON)
-    clipped_values: Mapped[int] = mapped_column(BigInteger)
+    # Statistics of the raw data (owner only); both are erased with it (None).
+    clipped_values: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # Rows per class, in the order of `classes`. Private: used only to check an owner's
     # declared lower bound at admission, and never shown to anyone else.
     class_counts: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
+    # Set when the owner deleted the dataset: its raw data is erased, it takes no new
+    # releases, and its ledger, grants and releases stay.
+    deleted_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+    deleted_by: Mapped[str | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
 
 
 class DatasetBudget(Base):

@@ -31,7 +31,10 @@ class ObjectStore(Protocol):
     def put_file(self, key: str, path: Path) -> None: ...
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
-    def delete(self, key: str) -> None: ...
+    def delete(self, key: str) -> None:
+        """Remove the object for good; idempotent (a missing key is not an error)."""
+        ...
+
     def local_path(self, key: str) -> Path | None: ...
     def presigned_url(self, key: str, *, filename: str) -> str | None: ...
 
@@ -84,8 +87,14 @@ class LocalObjectStore:
         return self._path(key).is_file()
 
     def delete(self, key: str) -> None:
+        path = self._path(key)
         with contextlib.suppress(FileNotFoundError):
-            self._path(key).unlink()
+            path.unlink()
+        # Drop the object's own directory if that leaves it empty (datasets/<id>/), but never
+        # a top-level one (datasets/) that a concurrent upload may be creating a child in.
+        if path.parent.parent != self.root and path.parent != self.root:
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                path.parent.rmdir()
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
@@ -147,6 +156,8 @@ class S3ObjectStore:
         return True
 
     def delete(self, key: str) -> None:
+        # S3 answers 204 for a missing key too. On a versioned bucket this only adds a delete
+        # marker: erasure there needs a lifecycle rule expiring noncurrent versions.
         self.client.delete_object(Bucket=self.bucket, Key=key)
 
     def local_path(self, key: str) -> Path | None:

@@ -37,6 +37,7 @@ from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases.mechanisms import SERVED
+from service.releases.service import report_key
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
 from worker import mechanisms
@@ -90,7 +91,7 @@ class Job:
 
     @property
     def report_key(self) -> str:
-        return f"releases/{self.release_id}/report.json"
+        return report_key(self.release_id)
 
     @property
     def metadata_key(self) -> str:
@@ -147,6 +148,14 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         dataset = session.get(Dataset, release.dataset_id)
         budget = session.get(DatasetBudget, release.dataset_id)
         assert dataset is not None and budget is not None
+        if dataset.deleted_at is not None:
+            # Deletion waits for queued releases, so only a job started by hand gets here;
+            # its raw data is gone, and nothing was produced: fail and refund.
+            release.status = "failed"
+            release.error = "the dataset was deleted before this release ran"
+            release.finished_at = utcnow()
+            _settle_after_failure(runtime, session, release)
+            return None
         release.status = "running"
         release.attempts += 1
         release.started_at = release.started_at or utcnow()
@@ -155,7 +164,8 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         if release.report_dataset_id is not None:
             test = session.get(Dataset, release.report_dataset_id)
             test_budget = session.get(DatasetBudget, release.report_dataset_id)
-            if test is not None and test_budget is not None:
+            # An erased held-out set gives no report (the report endpoint answers 410).
+            if test is not None and test_budget is not None and test.deleted_at is None:
                 report_dataset = (
                     test.storage_key,
                     test.sha256,

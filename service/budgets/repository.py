@@ -15,6 +15,13 @@ def lock_budget(session: Session, *, dataset_id: str) -> DatasetBudget | None:
     return session.scalars(stmt).first()
 
 
+def lock_budgets(session: Session, *, dataset_ids: Sequence[str]) -> None:
+    """Lock several budget rows, always in id order, so that two transactions locking the
+    same rows cannot deadlock."""
+    for dataset_id in sorted(set(dataset_ids)):
+        lock_budget(session, dataset_id=dataset_id)
+
+
 def get_budget(session: Session, *, dataset_id: str) -> DatasetBudget | None:
     return session.get(DatasetBudget, dataset_id)
 

@@ -3,12 +3,20 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, UploadFile, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service import idempotency
+from service.access_schema import objects
 from service.datasets import service
-from service.datasets.schemas import DatasetList, DatasetOut, GrantIn, GrantOut
-from service.deps import IdempotencyKeyHeader, OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service.datasets.schemas import DatasetList, DatasetOut, GrantIn, GrantList, GrantOut
+from service.deps import (
+    IdempotencyKeyHeader,
+    OwnerDep,
+    OwnerOrAdminDep,
+    PrincipalDep,
+    RuntimeDep,
+    SessionDep,
+)
 from service.errors import InvalidInput
 from service.errors_http import responses
 
@@ -55,7 +63,7 @@ async def create_dataset(
             session,
             principal_id=owner.id,
             key=idempotency_key,
-            scope="POST /datasets",
+            scope=service.UPLOAD_SCOPE,
             digest=idempotency.request_hash(file.filename or "", metadata, content),
         )
         if isinstance(outcome, idempotency.Replay):
@@ -82,10 +90,40 @@ def list_datasets(session: SessionDep, principal: PrincipalDep) -> DatasetList:
     return DatasetList(items=[service.to_out(session, d, viewer=principal) for d in datasets])
 
 
-@router.get("/{dataset_id}", responses=responses(401, 404), summary="One dataset")
+@router.get(
+    "/{dataset_id}",
+    responses=responses(401, 404),
+    summary="One dataset",
+    openapi_extra=objects("the dataset's owner, analysts granted it, admins"),
+)
 def get_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
     dataset = service.get(session, principal=principal, dataset_id=dataset_id)
     return service.to_out(session, dataset, viewer=principal)
+
+
+@router.delete(
+    "/{dataset_id}",
+    responses=responses(
+        401,
+        403,
+        404,
+        409,
+        e409="A queued or running release still reads the raw data (code releases_pending)",
+    ),
+    summary="Delete a dataset: erase its raw data; its ledger and releases stay (owner)",
+    description="Erases the uploaded file from the object store, and the owner reports "
+    "computed on it as a held-out set, then marks the dataset `deleted`: it takes no new "
+    "release (409 `dataset_deleted`) while its ledger entries, grants and existing releases "
+    "stay readable and downloadable. Refused with 409 `releases_pending` while a release "
+    "that reads the raw data is queued or running. Repeating it is harmless. Owner only: "
+    "admins audit, they do not act on tenants' data.",
+    openapi_extra=objects("the dataset's owner"),
+)
+def delete_dataset(
+    dataset_id: str, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+) -> DatasetOut:
+    dataset = service.delete(session, principal=owner, dataset_id=dataset_id, store=runtime.store)
+    return service.to_out(session, dataset, viewer=owner)
 
 
 @router.post(
@@ -93,8 +131,32 @@ def get_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -
     status_code=status.HTTP_201_CREATED,
     responses=responses(401, 403, 404, 422),
     summary="Let an analyst list and download this dataset's releases (owner)",
+    openapi_extra=objects("the dataset's owner"),
 )
 def create_grant(dataset_id: str, body: GrantIn, session: SessionDep, owner: OwnerDep) -> GrantOut:
     return service.grant(
         session, principal=owner, dataset_id=dataset_id, analyst_id=body.principal_id
     )
+
+
+@router.get(
+    "/{dataset_id}/grants",
+    responses=responses(401, 403, 404),
+    summary="The analysts granted this dataset (owner, admin)",
+    openapi_extra=objects("the dataset's owner, admins"),
+)
+def list_grants(dataset_id: str, session: SessionDep, principal: OwnerOrAdminDep) -> GrantList:
+    return GrantList(items=service.list_grants(session, principal=principal, dataset_id=dataset_id))
+
+
+@router.delete(
+    "/{dataset_id}/grants/{grant_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=responses(401, 403, 404),
+    summary="Revoke a grant: the analyst no longer sees this dataset's releases (owner)",
+    openapi_extra=objects("the dataset's owner; the grant must be one of this dataset's"),
+)
+def revoke_grant(dataset_id: str, grant_id: str, session: SessionDep, owner: OwnerDep) -> Response:
+    service.revoke_grant(session, principal=owner, dataset_id=dataset_id, grant_id=grant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -37,3 +37,13 @@ def add_grant(session: Session, grant: Grant) -> Grant:
 
 def get_principal(session: Session, *, principal_id: str) -> Principal | None:
     return session.get(Principal, principal_id)
+
+
+def list_grants(session: Session, *, dataset_id: str) -> list[Grant]:
+    stmt = select(Grant).where(Grant.dataset_id == dataset_id)
+    return list(session.scalars(stmt.order_by(Grant.created_at, Grant.id)))
+
+
+def delete_grant(session: Session, grant: Grant) -> None:
+    session.delete(grant)
+    session.flush()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -101,10 +101,16 @@ class DatasetOut(BaseModel):
     )
     size_bytes: int
     clipped_values: int | None = Field(
-        description="Feature values outside feature_range, clipped; owner only"
+        description="Feature values outside feature_range, clipped; owner only (erased, "
+        "null, once the dataset is deleted)"
     )
     budget: BudgetStatus
     created_at: datetime
+    status: Literal["active", "deleted"] = Field(
+        description="deleted: the raw data is erased and no new release is accepted; the "
+        "ledger and the releases already made stay"
+    )
+    deleted_at: datetime | None = None
 
 
 class DatasetList(BaseModel):
@@ -122,3 +128,7 @@ class GrantOut(BaseModel):
     dataset_id: str
     principal_id: str
     created_at: datetime
+
+
+class GrantList(BaseModel):
+    items: list[GrantOut]

@@ -8,7 +8,8 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service.access import dataset_for, granted_dataset_ids
+from service import idempotency
+from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
@@ -16,9 +17,13 @@ from service.datasets import repository
 from service.datasets.parsing import detect_format, parse_dataset
 from service.datasets.schemas import DatasetMetadata, DatasetOut, GrantOut
 from service.deps import on_rollback
-from service.errors import InvalidInput, NotFound
-from service.models import Dataset, Grant, Principal, new_id
+from service.errors import InvalidInput, NotFound, ReleasesPending
+from service.models import Dataset, Grant, Principal, new_id, utcnow
+from service.releases import repository as release_repository
+from service.releases.service import report_key
 from service.storage import ObjectStore, sha256_hex
+
+UPLOAD_SCOPE = "POST /datasets"  # the Idempotency-Key scope of uploads
 
 
 def parse_metadata(raw: str) -> DatasetMetadata:
@@ -117,6 +122,8 @@ def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetO
         clipped_values=dataset.clipped_values if owner else None,
         budget=ledger.status_of(session, budget=budget),
         created_at=dataset.created_at,
+        status="deleted" if dataset.deleted_at is not None else "active",
+        deleted_at=dataset.deleted_at,
     )
 
 
@@ -134,6 +141,66 @@ def get(session: Session, *, principal: Principal, dataset_id: str) -> Dataset:
     return dataset_for(session, principal=principal, dataset_id=dataset_id)
 
 
+def delete(
+    session: Session, *, principal: Principal, dataset_id: str, store: ObjectStore
+) -> Dataset:
+    """Erase the raw data of the caller's dataset and mark it deleted; idempotent.
+
+    The budget row is locked first, as admission locks it, so no release can be admitted
+    while this runs; deletion is refused while a release that reads the raw data is queued or
+    running. Objects are deleted before the transaction commits: if that fails nothing is
+    marked deleted (a retry finishes the job), so "deleted" always means "erased".
+    """
+    dataset = dataset_for(session, principal=principal, dataset_id=dataset_id, manage=True)
+    budget_repository.lock_budgets(session, dataset_ids=[dataset.id])
+    session.refresh(dataset)  # as committed by whoever held the lock before us
+    pending = release_repository.pending_using(session, dataset_id=dataset.id)
+    if pending:
+        raise ReleasesPending(
+            f"dataset {dataset.id} is read by {len(pending)} queued or running release(s); "
+            f"delete it once they have finished",
+            detail={"release_ids": pending},
+        )
+    # The raw file, and the owner reports computed on it as a held-out set (not DP). The
+    # releases themselves are DP outputs and stay; so do their provenance files.
+    store.delete(dataset.storage_key)
+    for release_id in release_repository.reporting_on(session, dataset_id=dataset.id):
+        store.delete(report_key(release_id))
+    if dataset.deleted_at is None:
+        dataset.deleted_at = utcnow()
+        dataset.deleted_by = principal.id
+    dataset.class_counts = None
+    dataset.clipped_values = None
+    session.flush()
+    idempotency.rewrite_replays(
+        session,
+        principal_id=dataset.owner_id,
+        scope=UPLOAD_SCOPE,
+        object_id=dataset.id,
+        body=to_out(session, dataset, viewer=principal),
+    )
+    return dataset
+
+
+def list_grants(session: Session, *, principal: Principal, dataset_id: str) -> list[GrantOut]:
+    dataset = dataset_for(session, principal=principal, dataset_id=dataset_id)
+    return [_grant_out(g) for g in repository.list_grants(session, dataset_id=dataset.id)]
+
+
+def revoke_grant(session: Session, *, principal: Principal, dataset_id: str, grant_id: str) -> None:
+    dataset = dataset_for(session, principal=principal, dataset_id=dataset_id, manage=True)
+    repository.delete_grant(session, grant_for(session, dataset=dataset, grant_id=grant_id))
+
+
+def _grant_out(row: Grant) -> GrantOut:
+    return GrantOut(
+        id=row.id,
+        dataset_id=row.dataset_id,
+        principal_id=row.principal_id,
+        created_at=row.created_at,
+    )
+
+
 def grant(session: Session, *, principal: Principal, dataset_id: str, analyst_id: str) -> GrantOut:
     dataset = dataset_for(session, principal=principal, dataset_id=dataset_id, manage=True)
     analyst = repository.get_principal(session, principal_id=analyst_id)
@@ -143,9 +210,4 @@ def grant(session: Session, *, principal: Principal, dataset_id: str, analyst_id
     row = existing or repository.add_grant(
         session, Grant(dataset_id=dataset.id, principal_id=analyst_id, granted_by=principal.id)
     )
-    return GrantOut(
-        id=row.id,
-        dataset_id=row.dataset_id,
-        principal_id=row.principal_id,
-        created_at=row.created_at,
-    )
+    return _grant_out(row)

@@ -7,8 +7,9 @@ from fastapi import APIRouter, Body, Query, status
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from service import idempotency
+from service.access_schema import objects
 from service.deps import IdempotencyKeyHeader, OwnerDep, PrincipalDep, RuntimeDep, SessionDep
-from service.errors import NotFound, NotReady
+from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.releases import service
 from service.releases.mechanisms import catalogue
@@ -19,6 +20,7 @@ from service.releases.schemas import (
     ReleaseOut,
     ReleaseRequest,
 )
+from service.releases.service import report_key
 
 router = APIRouter(prefix="/releases", tags=["releases"])
 
@@ -91,7 +93,15 @@ def list_releases(
     return service.list_visible(session, principal=principal, dataset_id=dataset_id)
 
 
-@router.get("/{release_id}", responses=responses(401, 404), summary="Status of a release")
+_READERS = "the dataset's owner, analysts granted the dataset, admins"
+
+
+@router.get(
+    "/{release_id}",
+    responses=responses(401, 404),
+    summary="Status of a release",
+    openapi_extra=objects(_READERS),
+)
 def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
     release = service.get(session, principal=principal, release_id=release_id)
     return service.to_out(release, viewer=principal)
@@ -106,6 +116,7 @@ def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -
     },
     response_class=Response,
     summary="Download a succeeded release",
+    openapi_extra=objects(_READERS),
 )
 def download_release(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
@@ -127,8 +138,11 @@ def download_release(
 
 @router.get(
     "/{release_id}/report",
-    responses=responses(401, 404, 409),
+    responses=responses(
+        401, 404, 409, 410, e410="The held-out dataset was deleted, and the report with it"
+    ),
     summary="The owner-only utility report (computed on the owner's held-out raw data)",
+    openapi_extra=objects("the owner who requested the release; nobody else, admins included"),
 )
 def get_report(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
@@ -137,7 +151,12 @@ def get_report(
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
     if release.report_dataset_id is None or principal.id != release.requested_by:
         raise NotFound(f"release {release_id} has no report for you")
-    key = f"releases/{release.id}/report.json"
+    if service.report_erased(session, release):
+        raise Gone(
+            f"the report of release {release_id} was erased with its held-out dataset "
+            f"{release.report_dataset_id}"
+        )
+    key = report_key(release.id)
     if not runtime.store.exists(key):
         raise NotReady(
             f"the report of release {release_id} is not ready (status {release.status})",

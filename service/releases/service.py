@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from dpcore.accounting import Cost, registry
 from dpcore.accounting.registry import Accountant, Event
 from dpcore.calibration import CalibrationError
-from service.access import dataset_for, granted_dataset_ids, release_for
+from service.access import dataset_for, granted_dataset_ids, release_for, require_active
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
@@ -31,6 +31,11 @@ from service.releases.schemas import (
     Timings,
 )
 from service.runtime import Dispatcher
+
+
+def report_key(release_id: str) -> str:
+    """Where the owner report of a release is stored (raw-data results: owner only)."""
+    return f"releases/{release_id}/report.json"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ def plan(
 ) -> Plan:
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
+    require_active(dataset)
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
@@ -147,9 +153,17 @@ def create(
     dispatcher: Dispatcher,
 ) -> Release:
     p = plan(session, principal=principal, request=request, settings=settings)
-    report_id = None
+    used = [p.dataset]
     if request.report_test_dataset_id is not None:
-        report_id = _report_dataset(session, principal, p.dataset, request.report_test_dataset_id)
+        used.append(_report_dataset(session, principal, p.dataset, request.report_test_dataset_id))
+    # Deletion locks the same budget rows: once we hold them, a dataset still active stays
+    # active (its raw data too) until this release is queued, and a queued release blocks
+    # deletion. The refresh reads what a deletion that held the lock before us committed.
+    budget_repository.lock_budgets(session, dataset_ids=[d.id for d in used])
+    for dataset in used:
+        session.refresh(dataset)
+        require_active(dataset)
+    report_id = used[1].id if len(used) > 1 else None
     release = repository.add(
         session,
         Release(
@@ -182,8 +196,11 @@ def create(
     return release
 
 
-def _report_dataset(session: Session, principal: Principal, dataset: Dataset, test_id: str) -> str:
+def _report_dataset(
+    session: Session, principal: Principal, dataset: Dataset, test_id: str
+) -> Dataset:
     test = dataset_for(session, principal=principal, dataset_id=test_id, manage=True)
+    require_active(test)
     if test.id == dataset.id:
         raise InvalidInput("the report's test dataset must be held out: not the released one")
     if test.n_features != dataset.n_features or [str(c) for c in test.classes] != [
@@ -192,7 +209,14 @@ def _report_dataset(session: Session, principal: Principal, dataset: Dataset, te
         raise InvalidInput(
             "the report's test dataset needs the same features and classes as the dataset"
         )
-    return test.id
+    return test
+
+
+def report_erased(session: Session, release: Release) -> bool:
+    if release.report_dataset_id is None:
+        return False
+    test = session.get(Dataset, release.report_dataset_id)
+    return test is None or test.deleted_at is not None
 
 
 def get(session: Session, *, principal: Principal, release_id: str) -> Release:

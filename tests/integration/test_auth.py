@@ -127,3 +127,27 @@ def test_tenants_and_grants(harness: Harness) -> None:
 @pytest.mark.parametrize("path", ["/datasets", "/releases", "/budgets", "/me"])
 def test_every_read_endpoint_needs_a_key(embedded: Harness, path: str) -> None:
     assert embedded.client.get(path).status_code == 401
+
+
+def test_grants_are_listed_and_revocable(embedded: Harness) -> None:
+    h = embedded
+    s = _setup(h)
+    ds, rel = s["dataset"], s["release"]
+    grant = h.client.post(
+        f"/datasets/{ds}/grants",
+        json={"principal_id": s["analyst_id"]},
+        headers=h.headers(s["owner"]),
+    ).json()
+    for key in (s["owner"], h.admin_key):
+        listed = h.client.get(f"/datasets/{ds}/grants", headers=h.headers(key)).json()["items"]
+        assert [(g["id"], g["principal_id"]) for g in listed] == [(grant["id"], s["analyst_id"])]
+    assert h.client.get(f"/releases/{rel}", headers=h.headers(s["analyst"])).status_code == 200
+    url = f"/datasets/{ds}/grants/{grant['id']}"
+    assert h.client.delete(url, headers=h.headers(s["owner"])).status_code == 204
+    # Revoked: the analyst sees nothing again, and the grant is gone.
+    assert h.client.get(f"/releases/{rel}", headers=h.headers(s["analyst"])).status_code == 404
+    assert h.client.get("/releases", headers=h.headers(s["analyst"])).json()["items"] == []
+    assert h.client.get(f"/datasets/{ds}/grants", headers=h.headers(s["owner"])).json() == {
+        "items": []
+    }
+    assert h.client.delete(url, headers=h.headers(s["owner"])).status_code == 404

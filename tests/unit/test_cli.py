@@ -110,6 +110,12 @@ class FakeApi:
             return httpx.Response(200, json={"id": "ds-1", "name": "mnist"})
         if (method, path) == ("POST", "/datasets/ds-1/grants"):
             return httpx.Response(201, json={"id": "g-1", "dataset_id": "ds-1", **body})
+        if (method, path) == ("GET", "/datasets/ds-1/grants"):
+            return httpx.Response(200, json={"items": [{"id": "g-1", "principal_id": "p-9"}]})
+        if (method, path) == ("DELETE", "/datasets/ds-1/grants/g-1"):
+            return httpx.Response(204)
+        if (method, path) == ("DELETE", "/datasets/ds-1"):
+            return httpx.Response(200, json={"id": "ds-1", "status": "deleted"})
         if (method, path) == ("POST", "/releases"):
             return httpx.Response(202, json=self._release(self.release_states[0]))
         if (method, path) == ("POST", "/releases/preview"):
@@ -357,6 +363,16 @@ def test_datasets_grant_budgets_status_releases(run: Callable[..., Result], api:
     assert api.only("GET", "/releases").url.params["dataset_id"] == "ds-1"
     run("releases")
     assert "dataset_id" not in api.sent("GET", "/releases")[1].url.params
+
+
+def test_grants_revoke_and_delete(run: Callable[..., Result], api: FakeApi) -> None:
+    assert out(run("grants", "ds-1"))["items"][0]["id"] == "g-1"
+    assert out(run("revoke", "ds-1", "g-1")) == {"revoked": "g-1", "dataset_id": "ds-1"}
+    api.only("DELETE", "/datasets/ds-1/grants/g-1")
+    unconfirmed = run("delete", "ds-1")
+    assert unconfirmed.exit_code == 2 and api.sent("DELETE", "/datasets/ds-1") == []
+    assert out(run("delete", "ds-1", "--yes"))["status"] == "deleted"
+    api.only("DELETE", "/datasets/ds-1")
 
 
 def test_ids_are_quoted_into_one_path_segment(run: Callable[..., Result], api: FakeApi) -> None:
