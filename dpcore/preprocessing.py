@@ -17,6 +17,12 @@ def clip_rows_l2(X: np.ndarray, max_norm: float = 1.0) -> np.ndarray:
     return X / np.maximum(norms / max_norm, 1.0)
 
 
+def unit_features(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """DPMix's (and its baselines' and SGDRM's) features: [0, 1] per feature, then each row
+    scaled to L2 norm ≤ 1. Two such rows differ by at most √2 (their inner product is ≥ 0)."""
+    return clip_rows_l2(scale_to_unit(X, lo, hi))
+
+
 def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
     out = np.zeros((labels.shape[0], n_classes), dtype=np.float64)
     out[np.arange(labels.shape[0]), labels] = 1.0

@@ -636,9 +636,11 @@ def budgets(state: CliState, dataset_id: str | None) -> None:
 
 
 from dprelease_cli.account import account  # noqa: E402  (offline subcommands)
+from dprelease_cli.audit_cmd import audit_command  # noqa: E402
 from dprelease_cli.evaluate_cmd import evaluate_command  # noqa: E402
 
 cli.add_command(account)
+cli.add_command(audit_command)
 cli.add_command(evaluate_command)
 
 

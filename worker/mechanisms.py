@@ -9,15 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.accounting import baselines
 from dpcore.accounting import sgdrm as sgdrm_accountant
-from dpcore.mechanisms import dpcda, dpmix, sgdrm
+from dpcore.mechanisms import baselines, dpcda, dpmix, sgdrm
 from dpcore.mechanisms.noise import NoiseSampler
-from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit, standardise
+from dpcore.preprocessing import clip_rows_l2, one_hot, scale_to_unit, standardise, unit_features
 from service.datasets.parsing import ParsedDataset
 
 Chunks = Iterator[tuple[torch.Tensor, torch.Tensor]]
-_CHUNK_ROWS = 4096
 
 
 UNIT_SCALE: dict[str, Any] = {
@@ -39,30 +37,12 @@ class MechanismOutput:
 
 def _unit_scale(parsed: ParsedDataset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Features in [0, 1] with L2 norm ≤ 1 and one-hot labels: what the accountants assume."""
-    features = clip_rows_l2(scale_to_unit(parsed.X, parsed.lo, parsed.hi))
+    features = unit_features(parsed.X, parsed.lo, parsed.hi)
     labels = one_hot(parsed.labels, len(parsed.classes))
     return (
         torch.as_tensor(features, dtype=torch.float32, device=device),
         torch.as_tensor(labels, dtype=torch.float32, device=device),
     )
-
-
-def _noised(
-    features: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    sigma_x: float,
-    sigma_y: float,
-    feature_sensitivity: float,
-    noise: NoiseSampler,
-) -> Chunks:
-    for start in range(0, features.shape[0], _CHUNK_ROWS):
-        x = features[start : start + _CHUNK_ROWS]
-        y = labels[start : start + _CHUNK_ROWS]
-        yield (
-            noise(x, sigma=sigma_x, sensitivity=feature_sensitivity),
-            noise(y, sigma=sigma_y, sensitivity=baselines.LABEL_SENSITIVITY),
-        )
 
 
 def dp_statistics(
@@ -201,35 +181,26 @@ def build(
                 noise=noise,
             ),
         )
-    baseline = {"sigma_x": sigma_x, "sigma_y": sigma_y, "noise": noise}
+    baseline = {"sigma_x": sigma_x, "sigma_y": sigma_y, "generator": generator, "noise": noise}
     if mechanism == "local_perturbation":
         return MechanismOutput(
             rows=parsed.n_rows,
             feature_names=list(parsed.feature_names),
-            chunks=_noised(
-                features,
-                labels,
-                feature_sensitivity=baselines.FEATURE_SENSITIVITY,
-                **baseline,  # type: ignore[arg-type]
-            ),
+            chunks=baselines.local_perturbation(features, labels, **baseline),  # type: ignore[arg-type]
         )
     if mechanism == "random_projection":
-        dim, norm = int(params["projection_dim"]), float(params.get("spectral_norm", 1.0))
-        matrix = torch.randn(
-            (dim, features.shape[1]), generator=generator, device=device, dtype=torch.float64
+        dim = int(params["projection_dim"])
+        matrix, chunks = baselines.random_projection(
+            features,
+            labels,
+            projection_dim=dim,
+            spectral_norm=float(params.get("spectral_norm", 1.0)),
+            **baseline,  # type: ignore[arg-type]
         )
-        # Rescaled to spectral norm s exactly: the accountant's sensitivity is √2·s.
-        matrix *= norm / torch.linalg.matrix_norm(matrix, ord=2)
-        projected = (features.double() @ matrix.T).to(features.dtype)
         return MechanismOutput(
             rows=parsed.n_rows,
             feature_names=[f"p{i}" for i in range(dim)],
-            chunks=_noised(
-                projected,
-                labels,
-                feature_sensitivity=baselines.FEATURE_SENSITIVITY * norm,
-                **baseline,  # type: ignore[arg-type]
-            ),
+            chunks=chunks,
             extra={"projection": matrix.cpu().numpy()},
         )
     raise ValueError(f"unknown mechanism {mechanism!r}")
