@@ -37,7 +37,7 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
                 "stats_noise": 2.0,
             },
         ),
-        ("random_projection", {"projection_dim": 4}),
+        ("random_projection", {"projection_dim": 6}),
     ],
 )
 def test_evaluate_a_service_release(

@@ -1,0 +1,176 @@
+"""Every mechanism tells the noise sampler the sensitivity its accountant assumes.
+
+The secure sampler raises σ by the lattice slack relative to the sensitivity it is given, so a
+sensitivity larger than the true one would under-noise. Here a recording sampler (no noise)
+runs the worker's real mechanism code on worst-case neighbours with shared randomness: each
+noised row moves by at most the sensitivity passed with it, and the worst case reaches it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from service.datasets.parsing import ParsedDataset
+from worker.mechanisms import build
+
+
+@dataclass
+class Recorder:
+    """A NoiseSampler that adds nothing and keeps what it was asked to noise."""
+
+    name: str = "recorder"
+    calls: list[tuple[torch.Tensor, float, float]] = field(default_factory=list)
+
+    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+        self.calls.append((values.detach().double().clone(), sigma, sensitivity))
+        return values
+
+
+def _parsed(X: np.ndarray, labels: np.ndarray, n_classes: int) -> ParsedDataset:
+    return ParsedDataset(
+        X=X,
+        feature_shape=(X.shape[1],),
+        feature_names=[f"f{i}" for i in range(X.shape[1])],
+        labels=labels,
+        classes=list(range(n_classes)),
+        classes_declared=True,
+        lo=np.zeros(X.shape[1]),
+        hi=np.ones(X.shape[1]),
+        clipped_values=0,
+    )
+
+
+def _run(mechanism: str, params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:
+    recorder = Recorder()
+    out = build(
+        mechanism,
+        params,
+        _parsed(X, labels, 2),
+        sigma_x=0.5,
+        sigma_y=0.5,
+        generator=torch.Generator().manual_seed(3),
+        noise=recorder,
+        device=torch.device("cpu"),
+    )
+    for _ in out.chunks:
+        pass
+    return recorder
+
+
+def _neighbours(
+    n: int, *, same_class: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Record 0 at (1, 0, 0.5) in D and at (0, 1, 0.5) in D′; the rest at (0.5, 0.5, 0.5)."""
+    rng = np.random.default_rng(0)
+    X = np.full((n, 3), 0.5)
+    labels = rng.integers(0, 2, size=n)
+    X_prime, labels_prime = X.copy(), labels.copy()
+    X[0], X_prime[0] = (1.0, 0.0, 0.5), (0.0, 1.0, 0.5)
+    labels[0], labels_prime[0] = 0, (0 if same_class else 1)
+    return X, labels, X_prime, labels_prime
+
+
+CASES = [
+    ("dpmix", {"mixture_degree": 4, "n_samples": 300}, False),
+    ("dpmix", {"mixture_degree": 4, "n_samples": 300, "assignment": "record"}, False),
+    ("sgdrm", {"mixture_width": 4, "n_samples": 300, "coefficient_bound": 0.3}, False),
+    ("local_perturbation", {}, False),
+    ("random_projection", {"projection_dim": 2, "spectral_norm": 1.5}, False),
+    (
+        "dpcda",
+        {
+            "mixture_degree": 4,
+            "n_samples": 300,
+            "min_class_size": 4,
+            "clip_norm": 0.8,
+            "standardization": "declared",
+            "feature_mean": [0.5, 0.5, 0.5],
+            "feature_std": [0.5, 0.5, 0.5],
+        },
+        True,
+    ),
+    (
+        "dpcda",
+        {
+            "mixture_degree": 4,
+            "n_samples": 300,
+            "min_class_size": 4,
+            "standardization": "dp",
+            "stats_noise": 1.0,
+        },
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("mechanism", "params", "same_class"), CASES)
+def test_rows_move_by_at_most_the_declared_sensitivity(
+    mechanism: str, params: dict[str, Any], same_class: bool
+) -> None:
+    X, labels, X_prime, labels_prime = _neighbours(40, same_class=same_class)
+    if mechanism == "sgdrm":
+        # Its accountant's sensitivity is the radius of one record's contribution: compare
+        # with the record's contribution removed (a zero record), not with a replacement.
+        X_prime, labels_prime = X.copy(), labels.copy()
+    first = _run(mechanism, params, X, labels)
+    second = _run(mechanism, params, X_prime, labels_prime)
+    if mechanism == "sgdrm":
+        second = _zeroed_record_run(params, X, labels)
+    assert len(first.calls) == len(second.calls) > 0
+    reached = []
+    for (a, sigma, declared), (b, sigma_b, declared_b) in zip(
+        first.calls, second.calls, strict=True
+    ):
+        assert (sigma, declared) == (sigma_b, declared_b)
+        moved = torch.linalg.vector_norm(a - b, dim=-1).max().item()
+        assert moved <= declared * (1 + 1e-5), (mechanism, moved, declared)
+        reached.append(moved / declared)
+    # The worst case is reached (the declared sensitivity is not a loose overestimate) except
+    # by the random projection, whose worst direction the canary does not follow, and by
+    # DP standardisation, which does not map the canary to antipodal points.
+    if mechanism != "random_projection" and params.get("standardization") != "dp":
+        assert max(reached) > 0.99, reached
+
+
+def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:
+    """sgdrm with record 0's contribution removed: same randomness, coefficient of record 0
+    multiplied by a zero record."""
+    from dpcore.mechanisms import sgdrm
+    from dpcore.preprocessing import one_hot, unit_features
+
+    features = torch.as_tensor(unit_features(X, np.zeros(3), np.ones(3)), dtype=torch.float32)
+    onehot = torch.as_tensor(one_hot(labels, 2), dtype=torch.float32)
+    features[0] = 0
+    onehot[0] = 0
+    recorder = Recorder()
+    for _ in sgdrm.generate(
+        features,
+        onehot,
+        mixture_width=params["mixture_width"],
+        n_samples=params["n_samples"],
+        coefficient_bound=params["coefficient_bound"],
+        sigma=0.5,
+        generator=torch.Generator().manual_seed(3),
+        noise=recorder,
+    ):
+        pass
+    return recorder
+
+
+def test_dp_statistics_declare_their_sensitivity() -> None:
+    from worker.mechanisms import dp_statistics
+
+    unit = np.full((30, 4), 0.5)
+    other = unit.copy()
+    unit[0], other[0] = 1.0, 0.0
+    first, second = Recorder(), Recorder()
+    dp_statistics(unit, 1.0, first)
+    dp_statistics(other, 1.0, second)
+    ((a, _, declared),), ((b, _, _),) = first.calls, second.calls
+    assert declared == pytest.approx(math.sqrt(2 * 4))
+    assert torch.linalg.vector_norm(a - b).item() == pytest.approx(declared)
