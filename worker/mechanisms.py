@@ -176,6 +176,7 @@ def build(
                 mixture_width=width,
                 n_samples=int(params["n_samples"]),
                 coefficient_bound=float(bound),
+                clip=params.get("coefficients", "clipped") == "clipped",
                 sigma=sigma_x,
                 generator=generator,
                 noise=noise,

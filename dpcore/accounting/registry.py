@@ -55,6 +55,7 @@ class Key:
 
 Builder = Callable[[float, Mapping[str, Any]], Event]
 Guess = Callable[[Mapping[str, Any], float, float], float]
+Prepare = Callable[[dict[str, Any], float, float], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Accountant:
     # reproduces a paper's number for researchers but may not back a ledger charge.
     valid_bound: bool = True
     caveat: str = ""
+    # Fills analysis parameters that depend on the target (ε, δ) before calibrating.
+    prepare: Prepare | None = field(repr=False, default=None)
 
     def parse_keys(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         known = {k.name: k for k in self.keys}
@@ -94,6 +97,8 @@ class Accountant:
     def calibrate(self, epsilon: float, delta: float, keys: Mapping[str, Any]) -> Event:
         """The event with the smallest σ whose ε at δ does not exceed ``epsilon``."""
         parsed = self.parse_keys(keys)
+        if self.prepare is not None:
+            parsed = self.prepare(parsed, epsilon, delta)
         sigma, _ = smallest_noise(
             lambda s: self.build(s, parsed).epsilon(delta),
             epsilon,

@@ -78,6 +78,7 @@ from typing import Any
 
 import dp_accounting as dpa
 from dp_accounting.pld import pld_privacy_accountant
+from scipy import special
 from scipy.optimize import brentq
 
 from dpcore.accounting.composition import ApproximateDPEvent
@@ -308,6 +309,134 @@ class SGDRMClippedEvent(ApproximateDPEvent):
         }
 
 
+#: Share of δ the coupling may take when it picks its analysis bound c (the rest stays with
+#: the clipped analysis).
+COUPLING_DELTA_SHARE = 0.1
+
+
+def exceed_probability(coefficient_bound: float, mixture_width: int) -> float:
+    """P(|g| > c) for g ~ N(0, 1/ℓ), rounded up by a relative 1e-9 (float erfc)."""
+    return float(special.erfc(coefficient_bound * math.sqrt(mixture_width / 2))) * (1 + 1e-9)
+
+
+def coupling_bound(*, epsilon: float, delta: float, n: int, mixture_width: int, T: int) -> float:
+    """c with (1 + e^ε)·T·(ℓ/n)·P(|g| > c) = COUPLING_DELTA_SHARE·δ."""
+    target = COUPLING_DELTA_SHARE * delta / ((1 + math.exp(min(epsilon, 700.0))) * T)
+    tail = min(1.0, target * n / mixture_width)
+    return float(special.erfcinv(tail)) * math.sqrt(2 / mixture_width)
+
+
+@dataclass(frozen=True)
+class SGDRMGaussianEvent(ApproximateDPEvent):
+    """SGDRM with the paper's unbounded coefficients b·g, g ~ N(0, 1/ℓ), by coupling.
+
+    For neighbours differing in record i, let M′ be the mechanism with record i's
+    coefficients (only) clipped to [−c, c]. M and M′ differ only when some mixture includes
+    record i with |g| > c: TV(M(D), M′(D)) ≤ τ = T·(ℓ/n)·P(|g| > c). M′ is the clipped
+    variant's pair for record i (the other records' coefficients are a common shift, revealed
+    to the adversary as in the clipped analysis), (ε, δ′)-DP by that PLD; so M is
+    (ε, δ′ + (1 + e^ε)τ)-DP. ε is the least fixed point of ε = ε_clip(c; δ − (1 + e^ε)τ),
+    reached from below and verified.
+
+    c is an analysis parameter (nothing is clipped): ``coefficient_bound`` when given (the
+    service fixes it from the target ε when it calibrates), else chosen at each δ from
+    public quantities only, never below the default 3/√ℓ the worker's noise lattice assumes.
+    """
+
+    n: int
+    mixture_width: int
+    n_samples: int
+    sigma: float
+    coefficient_bound: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("n", "mixture_width", "n_samples"):
+            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        object.__setattr__(self, "sigma", float(self.sigma))
+        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
+        if self.coefficient_bound is not None:
+            bound = float(self.coefficient_bound)
+            if not (math.isfinite(bound) and bound > 0):
+                raise ValueError(f"coefficient_bound must be finite and > 0, got {bound}")
+            object.__setattr__(self, "coefficient_bound", bound)
+
+    @property
+    def sampling_prob(self) -> float:
+        return self.mixture_width / self.n
+
+    def _clipped_epsilon(self, c: float, delta: float) -> float:
+        if delta <= 0:
+            return math.inf
+        z = self.sigma / (c * RECORD_NORM)
+        return replace_one_epsilon(self.sampling_prob, z, self.n_samples, min(delta, 1 - 1e-12))
+
+    def candidate_bounds(self, delta: float) -> list[float]:
+        """The c values the coupling tries at δ (each a function of public quantities)."""
+        if self.coefficient_bound is not None:
+            return [self.coefficient_bound]
+        floor = default_coefficient_bound(self.mixture_width)
+        candidates = [floor]
+        # c ↦ the bound giving the coupling a tenth of δ at the clipped ε of c: increasing in
+        # c, so the iteration climbs towards a consistent pair (or past any useful one).
+        for _ in range(6):
+            eps = self._clipped_epsilon(candidates[-1], (1 - COUPLING_DELTA_SHARE) * delta)
+            if not math.isfinite(eps):
+                break
+            following = coupling_bound(
+                epsilon=eps,
+                delta=delta,
+                n=self.n,
+                mixture_width=self.mixture_width,
+                T=self.n_samples,
+            )
+            if not (math.isfinite(following) and following > floor):
+                break
+            if abs(following - candidates[-1]) <= 1e-3 * candidates[-1]:
+                break
+            candidates.append(following)
+        return candidates
+
+    def coupling_tv(self, c: float) -> float:
+        """τ: the probability that record i ever enters a mixture with |g| > c."""
+        return min(
+            1.0, self.n_samples * self.sampling_prob * exceed_probability(c, self.mixture_width)
+        )
+
+    def epsilon(self, delta: float) -> float:
+        _check_delta(delta)
+        return min(self._coupled_epsilon(c, delta) for c in self.candidate_bounds(delta))
+
+    def _coupled_epsilon(self, c: float, delta: float) -> float:
+        tau = self.coupling_tv(c)
+
+        def h(eps: float) -> float:
+            slack = (1 + math.exp(min(eps, 700.0))) * tau
+            return self._clipped_epsilon(c, delta - slack)
+
+        eps = h(0.0)  # (1 + e^ε) ≥ 2: at or below the least fixed point
+        for _ in range(60):
+            if not math.isfinite(eps):
+                return math.inf
+            candidate = eps * (1 + 1e-9) + 1e-12
+            if h(candidate) <= candidate:
+                return candidate
+            eps = h(candidate)
+        return math.inf
+
+    def noise(self) -> dict[str, float]:
+        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "sgdrm",
+            "accountant": "tight",
+            "coefficients": "gaussian",
+            "analysis": "coupling with the clipped variant (TV added to delta)",
+            "sampling_prob": self.sampling_prob,
+            **asdict(self),
+        }
+
+
 def default_coefficient_bound(mixture_width: int) -> float:
     return DEFAULT_COEFFICIENT_BOUND_STDS / math.sqrt(mixture_width)
 
@@ -323,15 +452,11 @@ def _paper(sigma: float, keys: Mapping[str, Any]) -> SGDRMPaperEvent:
     return SGDRMPaperEvent(keys["n"], keys["mixture_width"], keys["n_samples"], sigma)
 
 
-def _tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent:
-    if keys["coefficients"] != "clipped":
-        raise ValueError(
-            "sgdrm/tight has no finite bound for coefficients=gaussian: an unclipped Gaussian "
-            "coefficient gives one record unbounded influence; use coefficients=clipped "
-            "(coefficient_bound=c), or accountant=paper to reproduce Theorem 1"
-        )
+def _tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent | SGDRMGaussianEvent:
     ell = keys["mixture_width"]
     bound = keys["coefficient_bound"]
+    if keys["coefficients"] == "gaussian":
+        return SGDRMGaussianEvent(keys["n"], ell, keys["n_samples"], sigma, bound)
     return SGDRMClippedEvent(
         keys["n"],
         ell,
@@ -349,6 +474,17 @@ def _guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float
     except ValueError:
         return 1.0
     return math.exp(log_rhs / 2)  # Theorem 1 solved for σ: the exact answer
+
+
+def _prepare_tight(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
+    """Calibrating Gaussian coefficients to ε: fix the coupling's c for that ε up front."""
+    if keys["coefficients"] != "gaussian" or keys["coefficient_bound"] is not None:
+        return keys
+    ell = keys["mixture_width"]
+    c = coupling_bound(
+        epsilon=epsilon, delta=delta, n=keys["n"], mixture_width=ell, T=keys["n_samples"]
+    )
+    return {**keys, "coefficient_bound": max(default_coefficient_bound(ell), c)}
 
 
 def _guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
@@ -387,8 +523,9 @@ TIGHT = register(
             Key(
                 "coefficients",
                 str,
-                "clipped: g is clipped to [−coefficient_bound, coefficient_bound] (the only "
-                "variant with a valid bound)",
+                "clipped: g is clipped to [−coefficient_bound, coefficient_bound]; gaussian: "
+                "the paper's unbounded g, analysed by coupling with the clipped variant "
+                "(coefficient_bound is then the least analysis bound)",
                 required=False,
                 default="clipped",
                 choices=COEFFICIENTS,
@@ -402,5 +539,6 @@ TIGHT = register(
         ),
         build=_tight,
         guess=_guess_tight,
+        prepare=_prepare_tight,
     )
 )

@@ -1,9 +1,11 @@
-"""SGDRM mixtures (Lee et al., ICLR 2018 workshop), the bounded-coefficient variant.
+"""SGDRM mixtures (Lee et al., ICLR 2018 workshop).
 
 Mixture t is Σ_i c_{t,i}(x_i, y_i) + noise with c_{t,i} = b_{t,i}·clip(g_{t,i}, −c, c),
 b ~ Bern(ℓ/n) and g ~ N(0, 1/ℓ), all independent: exactly the Poisson inclusion and the
 coefficient bound the `sgdrm/tight` accountant assumes. Inclusion compares float64 uniforms
-with q, so it is Bernoulli(q) up to 2⁻⁵³.
+with q, so it is Bernoulli(q) up to 2⁻⁵³. With ``clip=False`` (the paper's coefficients) g is
+not clipped; c then only tells the noise sampler the contribution radius the coupling
+analysis starts from (its analysis bound is never smaller).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def generate(
     sigma: float,
     generator: torch.Generator,
     noise: NoiseSampler | None = None,
+    clip: bool = True,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     sampler = noise if noise is not None else FastNoise(generator)
     # One Gaussian on the joint (x, y) row: one record's contribution has norm ≤ c·√2.
@@ -46,9 +49,9 @@ def generate(
         count = min(step, n_samples - start)
         included = torch.rand((count, n), generator=generator, device=device, dtype=torch.float64)
         g = torch.randn((count, n), generator=generator, device=device, dtype=dtype) * scale
-        coefficients = torch.where(
-            included < q, g.clamp(-coefficient_bound, coefficient_bound), torch.zeros_like(g)
-        )
+        if clip:
+            g = g.clamp(-coefficient_bound, coefficient_bound)
+        coefficients = torch.where(included < q, g, torch.zeros_like(g))
         joint = torch.cat((coefficients @ features, coefficients @ labels), dim=1)
         noisy = sampler(joint, sigma=sigma, sensitivity=radius)
         yield noisy[:, : features.shape[1]], noisy[:, features.shape[1] :]

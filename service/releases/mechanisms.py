@@ -119,7 +119,8 @@ SERVED: dict[str, ServedMechanism] = {
         ServedMechanism(
             name="sgdrm",
             summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
-            "random coefficients b·clip(g, −c, c), b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+            "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
+            "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
             output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
             "y: the same combinations of one-hot labels, noisy; learn with "
             "dpcore.learning.bias_corrected_sgd",

@@ -119,11 +119,17 @@ def plan(
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
     cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
+    stored = params.model_dump()
+    # Analysis parameters the accountant fixed (sgdrm's coupling bound c) travel with the
+    # release: the worker plans its noise lattice for them.
+    resolved = getattr(event, "coefficient_bound", None)
+    if "coefficient_bound" in stored and resolved is not None:
+        stored["coefficient_bound"] = resolved
     return Plan(
         dataset=dataset,
         event=event,
         cost=cost,
-        params=params.model_dump(),
+        params=stored,
         sampler=request.noise_sampler,
     )
 

@@ -38,6 +38,7 @@ def test_catalogue_lists_mechanisms_params_and_accountants(embedded: Harness) ->
         ("local_perturbation", {}, 6),
         ("random_projection", {"projection_dim": 3, "spectral_norm": 2.0}, 3),
         ("sgdrm", {"mixture_width": 16, "n_samples": 150}, 6),
+        ("sgdrm", {"mixture_width": 16, "n_samples": 150, "coefficients": "gaussian"}, 6),
     ],
 )
 def test_baseline_release(harness: Harness, mechanism: str, params: dict, width: int) -> None:  # type: ignore[type-arg]
@@ -53,7 +54,10 @@ def test_baseline_release(harness: Harness, mechanism: str, params: dict, width:
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     created = r.json()
-    keys = {"n": 200, "d_x": 6, "d_y": 3, **params}
+    # The stored params carry what the accountant fixed (sgdrm/gaussian: the coupling's c).
+    keys = {"n": 200, "d_x": 6, "d_y": 3, **created["params"]}
+    if params.get("coefficients") == "gaussian":
+        assert created["params"]["coefficient_bound"] >= 3 / 4
     acc = registry.get(mechanism, "tight")
     declared = {k.name for k in acc.keys}
     event = acc.at_sigma(
