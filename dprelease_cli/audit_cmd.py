@@ -55,6 +55,13 @@ class _AuditCommand(click.Command):
     help="The bound holds with confidence 1 − alpha.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--noise-sampler",
+    type=click.Choice(["fast", "secure"]),
+    default="fast",
+    show_default=True,
+    help="fast is reproducible from --seed; secure is the release default (OS CSPRNG).",
+)
 def audit_command(
     mechanism: str,
     pairs: tuple[str, ...],
@@ -64,6 +71,7 @@ def audit_command(
     trials: int,
     alpha: float,
     seed: int,
+    noise_sampler: str,
 ) -> None:
     """Run MECHANISM's real code on worst-case neighbouring datasets many times and print
     a Clopper–Pearson lower bound on ε next to the ε its accountant claims (one JSON object).
@@ -83,6 +91,7 @@ def audit_command(
             trials=trials,
             alpha=alpha,
             seed=seed,
+            noise_sampler=noise_sampler,
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -18,6 +18,7 @@ from dpcore.accounting import registry
 from dpcore.audit import stats
 from dpcore.audit.cases import MECHANISMS, AuditedMechanism, Neighbours, Preprocess, RowModel, Wrap
 from dpcore.audit.runs import Release, Run
+from dpcore.mechanisms.noise import sampler
 from dpcore.preprocessing import one_hot
 
 ACCOUNTANT = "tight"
@@ -140,6 +141,7 @@ def releases(
     seed: int = 0,
     preprocess: Preprocess | None = None,
     wrap: Wrap | None = None,
+    noise_sampler: str = "fast",
 ) -> tuple[Release, Release, Neighbours]:
     """``trials`` releases of D and of D′ by the real mechanism, from one seeded generator."""
     spec = _spec(mechanism)
@@ -153,6 +155,7 @@ def releases(
             torch.as_tensor(one_hot(nb.labels, nb.n_classes), dtype=torch.float32),
             torch.as_tensor(one_hot(nb.labels_prime, nb.n_classes), dtype=torch.float32),
         )
+    generator = torch.Generator().manual_seed(seed)
     run = Run(
         features=torch.as_tensor(prep(nb.X, nb), dtype=torch.float32),
         features_prime=torch.as_tensor(prep(nb.X_prime, nb), dtype=torch.float32),
@@ -161,7 +164,8 @@ def releases(
         sigma_x=sigma_x,
         sigma_y=sigma_y,
         trials=trials,
-        generator=torch.Generator().manual_seed(seed),
+        generator=generator,
+        noise=None if noise_sampler == "fast" else sampler(noise_sampler, generator),
     )
     function = wrap(spec.function) if wrap is not None else spec.function
     with _one_thread():
@@ -181,6 +185,7 @@ def run_audit(
     seed: int = 0,
     preprocess: Preprocess | None = None,
     wrap: Wrap | None = None,
+    noise_sampler: str = "fast",
 ) -> dict[str, Any]:
     """Audit ``mechanism`` at noise ``sigma`` (or the noise the accountant calibrates for
     ``epsilon``): ``trials`` releases of D and of D′ each, half to pick the threshold, half to
@@ -210,6 +215,7 @@ def run_audit(
         seed=seed,
         preprocess=preprocess,
         wrap=wrap,
+        noise_sampler=noise_sampler,
     )
     model = spec.rows(p)
     canary = _canary(spec, nb, model, release.projection)
@@ -222,7 +228,7 @@ def run_audit(
         "mechanism": mechanism,
         "params": p,
         "accountant": ACCOUNTANT,
-        "noise": noise,
+        "noise": {**noise, "sampler": noise_sampler},
         "delta": delta,
         "epsilon_claimed": event.epsilon(delta),
         "epsilon_lower_bound": outcome.epsilon_lower_bound,

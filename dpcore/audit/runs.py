@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from dpcore.accounting import sgdrm as sgdrm_accountant
+from dpcore.mechanisms.noise import NoiseSampler
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Run:
     sigma_y: float
     trials: int
     generator: torch.Generator
+    # None: the fast sampler on ``generator`` (seeded, reproducible); else e.g. SecureNoise.
+    noise: NoiseSampler | None = None
 
 
 def coefficient_bound(p: Mapping[str, Any]) -> float:
@@ -72,6 +75,7 @@ def run_dpmix(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[R
             "sigma_x": run.sigma_x,
             "sigma_y": run.sigma_y,
             "generator": run.generator,
+            "noise": run.noise,
         }
         if p["assignment"] == "record":
             # One release couples its T mixtures (each record joins k of them): one call each.
@@ -101,6 +105,7 @@ def run_dpcda(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[R
             sigma=run.sigma_x,
             clip_norm=p["clip_norm"],
             generator=run.generator,
+            noise=run.noise,
         )
         x, _ = _collect(chunks, run.trials)
         out.append(Release(x, None))
@@ -120,6 +125,7 @@ def run_sgdrm(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[R
             coefficient_bound=coefficient_bound(p),
             sigma=run.sigma_x,
             generator=run.generator,
+            noise=run.noise,
         )
         out.append(Release(*_collect(chunks, run.trials)))
     return out[0], out[1]
@@ -143,7 +149,14 @@ def _split(
 
 def run_local(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
     features, labels = _stacked(run)
-    chunks = fn(features, labels, sigma_x=run.sigma_x, sigma_y=run.sigma_y, generator=run.generator)
+    chunks = fn(
+        features,
+        labels,
+        sigma_x=run.sigma_x,
+        sigma_y=run.sigma_y,
+        generator=run.generator,
+        noise=run.noise,
+    )
     x, y = _collect(chunks, 1)
     return _split(x[0], y[0], run.trials)
 
@@ -160,6 +173,7 @@ def run_projection(
         sigma_x=run.sigma_x,
         sigma_y=run.sigma_y,
         generator=run.generator,
+        noise=run.noise,
     )
     x, y = _collect(chunks, 1)
     return _split(x[0], y[0], run.trials, matrix)

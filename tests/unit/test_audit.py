@@ -143,6 +143,21 @@ def test_planted_bugs_push_the_bound_above_the_claim(case: str, hooks: dict[str,
     assert result["epsilon_lower_bound"] > result["epsilon_claimed"], result
 
 
+# --- the secure sampler (the release default; OS CSPRNG, so not seeded) ----------------------
+
+
+@pytest.mark.parametrize("case", ["local_perturbation", "dpmix"])
+def test_secure_sampler_stays_below_the_claim_and_keeps_the_power(case: str) -> None:
+    result = _audit(case, noise_sampler="secure")
+    assert result["noise"]["sampler"] == "secure"
+    assert POWER_FLOOR[case] < result["epsilon_lower_bound"] < result["epsilon_claimed"]
+
+
+def test_secure_sampler_with_half_the_noise_is_caught() -> None:
+    result = _audit("local_perturbation", wrap=_half_noise, noise_sampler="secure")
+    assert result["epsilon_lower_bound"] > result["epsilon_claimed"], result
+
+
 # --- the audit runs what the worker runs ------------------------------------------------------
 
 
