@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -68,18 +69,25 @@ def table_size(scale: float) -> int:
     return math.ceil(_TAIL_SIGMAS * scale) + 1
 
 
+# Arb's working precision is one process-wide setting: jobs running in threads (embedded
+# mode) must not change it under each other's feet.
+_FLINT_LOCK = threading.RLock()
+
+
 class _Prec:
-    """Arb's working precision for a block, restored afterwards."""
+    """Arb's working precision for a block (held under the lock), restored afterwards."""
 
     def __init__(self, prec: int) -> None:
         self.prec = prec
 
     def __enter__(self) -> None:
+        _FLINT_LOCK.acquire()
         self.saved = flint.ctx.prec
         flint.ctx.prec = self.prec
 
     def __exit__(self, *exc: object) -> None:
         flint.ctx.prec = self.saved
+        _FLINT_LOCK.release()
 
 
 class RoundedGaussian:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 
 import mpmath
 import numpy as np
@@ -23,7 +24,12 @@ from dpcore.mechanisms.noise import (
 )
 from dpcore.mechanisms.rounded_gaussian import RoundedGaussian, table_size
 
-mpmath.mp.prec = 600
+
+@pytest.fixture(autouse=True)
+def _high_precision() -> Iterator[None]:
+    # mpmath's precision is global: other test modules may have lowered it.
+    with mpmath.workprec(600):
+        yield
 
 
 def _cdf(k: int, scale: float) -> mpmath.mpf:
@@ -223,3 +229,29 @@ def test_table_cache_is_reused() -> None:
     RoundedGaussian(17.0)
     RoundedGaussian(17.0)
     assert rounded_gaussian._table.cache_info().hits == 1
+
+
+def test_tables_build_correctly_from_concurrent_threads() -> None:
+    # Embedded mode runs jobs in threads; Arb's precision is process-wide.
+    import threading
+
+    rounded_gaussian._table.cache_clear()
+    errors: list[BaseException] = []
+    built: dict[float, RoundedGaussian] = {}
+
+    def build(scale: float) -> None:
+        try:
+            built[scale] = RoundedGaussian(scale)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(800.0 + i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for scale, sampler in built.items():
+        k = sampler.size // 4
+        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
+        assert abs(entry - _cdf(k, scale) * mpmath.mpf(2) ** 128) < 2
