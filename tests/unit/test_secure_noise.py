@@ -242,7 +242,7 @@ def test_tables_build_correctly_from_concurrent_threads() -> None:
     def build(scale: float) -> None:
         try:
             built[scale] = RoundedGaussian(scale)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=build, args=(800.0 + i,)) for i in range(4)]
