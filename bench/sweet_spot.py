@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpcore.accounting import registry  # noqa: E402
 from dpcore.evaluation import Release, evaluate  # noqa: E402
+from dpcore.mechanisms.noise import sampler  # noqa: E402
 from dprelease_cli.idx import read_idx  # noqa: E402
 from service.datasets.parsing import parse_dataset  # noqa: E402
 from service.datasets.schemas import DatasetMetadata  # noqa: E402
@@ -81,7 +82,13 @@ def keys_for(mechanism: str, params: dict[str, Any], parsed: Any) -> dict[str, A
 
 
 def run_one(
-    mechanism: str, epsilon: float, ell: int | None, parsed: Any, test: tuple, epochs: int
+    mechanism: str,
+    epsilon: float,
+    ell: int | None,
+    parsed: Any,
+    test: tuple,
+    epochs: int,
+    noise_sampler: str = "secure",
 ) -> dict[str, Any]:
     start = time.perf_counter()
     counts = np.bincount(parsed.labels)
@@ -98,6 +105,7 @@ def run_one(
         sigma_x=noise["sigma_x"],
         sigma_y=noise["sigma_y"],
         generator=generator,
+        noise=sampler(noise_sampler, generator),
         device=torch.device("cpu"),
     )
     chunks = list(output.chunks)
@@ -210,6 +218,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--quick", action="store_true", help="ℓ ∈ {4, 64}, ε = 10 only")
+    parser.add_argument(
+        "--noise-sampler", choices=["secure", "fast"], default="secure", help="as in releases"
+    )
     parser.add_argument("--resume", action="store_true", help="keep rows already in the CSV")
     args = parser.parse_args()
     if args.quick:
@@ -244,7 +255,9 @@ def main() -> None:
                         and ell > min(np.bincount(parsed.labels))
                     ):
                         continue
-                    row = run_one(mechanism, epsilon, ell, parsed, test, args.epochs)
+                    row = run_one(
+                        mechanism, epsilon, ell, parsed, test, args.epochs, args.noise_sampler
+                    )
                     print(json.dumps(row), flush=True)
                     writer.writerow(row)
                     handle.flush()
