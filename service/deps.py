@@ -12,7 +12,9 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
+from fastapi.responses import JSONResponse
 from fastapi.security.base import SecurityBase
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
@@ -59,6 +61,19 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
+def locked_response(body: BaseModel, *, status_code: int) -> JSONResponse:
+    """The response of a sync endpoint that holds a row lock (the budget row, an
+    Idempotency-Key row) until its session commits: serialised here, in the endpoint's thread.
+
+    Returning the model instead makes FastAPI validate it in another pool thread *before* the
+    session's exit commits. A burst of requests for one dataset (40 per process fill anyio's
+    default pool) parks every thread on that lock, so the holder never got its thread and the
+    process stalled until connection-pool timeouts turned the waiters into 500s (found by
+    tests/integration/test_ledger_concurrency.py). The session's exit runs outside that limit.
+    """
+    return JSONResponse(body.model_dump(mode="json"), status_code=status_code)
+
+
 class BearerKey(SecurityBase):
     """Declares ``Authorization: Bearer <key>`` in the OpenAPI schema of every operation that
     depends on it, and hands the raw header to ``authenticate`` (which explains what is wrong
@@ -76,9 +91,16 @@ bearer_key = BearerKey()
 
 
 def get_principal(
-    session: SessionDep, authorization: Annotated[str | None, Depends(bearer_key)]
+    runtime: RuntimeDep, authorization: Annotated[str | None, Depends(bearer_key)]
 ) -> Principal:
-    return authenticate(session, authorization=authorization)
+    # A short read of its own, over before the endpoint's thread starts: the request's session
+    # then holds a connection (and, on SQLite, the write lock) only inside the endpoint and its
+    # commit. Holding one from here on, across FastAPI's hops between pool threads, let a burst
+    # of requests park every connection on requests waiting for a thread while every thread
+    # waited for a connection (see locked_response). The principal comes back detached, with
+    # its columns loaded.
+    with runtime.session_factory() as session:
+        return authenticate(session, authorization=authorization)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -8,7 +8,14 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 
 from service import idempotency
 from service.access_schema import objects
-from service.deps import IdempotencyKeyHeader, OwnerDep, PrincipalDep, RuntimeDep, SessionDep
+from service.deps import (
+    IdempotencyKeyHeader,
+    OwnerDep,
+    PrincipalDep,
+    RuntimeDep,
+    SessionDep,
+    locked_response,
+)
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.releases import service
@@ -67,7 +74,7 @@ def create_release(
     out = service.to_out(release, viewer=owner)
     if record is not None:
         idempotency.finish(session, record, status_code=status.HTTP_202_ACCEPTED, body=out)
-    return out
+    return locked_response(out, status_code=status.HTTP_202_ACCEPTED)
 
 
 @router.post(

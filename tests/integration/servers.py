@@ -1,0 +1,130 @@
+"""Processes of their own for the concurrency and crash tests: a private Redis server and the
+API under uvicorn. Private, so a short visibility timeout or a pile of queued jobs never
+touches the Redis that other test sessions share."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.config import Settings
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def private_redis(directory: Path) -> Iterator[str]:
+    """A throwaway redis-server on a free port (no persistence); yields its URL."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (scripts/ensure_services.sh installs it)")
+    port = free_port()
+    directory.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=directory,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("private redis-server did not start") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        client.close()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The process environment that gives a subprocess ``settings`` (and ``extra``, named
+    without the DPRELEASE_ prefix); nothing inherited from ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPRELEASE_")}
+    values: dict[str, Any] = {
+        "HOME": settings.home,
+        "DATABASE_URL": settings.database_url,
+        "CELERY_BROKER_URL": settings.celery_broker_url,
+        "S3_ENDPOINT_URL": settings.s3_endpoint_url,
+        "S3_BUCKET": settings.s3_bucket,
+        "S3_ACCESS_KEY_ID": settings.s3_access_key_id,
+        "S3_SECRET_ACCESS_KEY": settings.s3_secret_access_key.get_secret_value()
+        if settings.s3_secret_access_key
+        else None,
+        "ADMIN_KEY": settings.admin_key.get_secret_value() if settings.admin_key else None,
+        "TASK_MAX_ATTEMPTS": settings.task_max_attempts,
+        "CELERY_VISIBILITY_TIMEOUT": settings.celery_visibility_timeout,
+        "DEVICE": "cpu",
+        **extra,
+    }
+    env.update({f"DPRELEASE_{k}": str(v) for k, v in values.items() if v is not None})
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@contextmanager
+def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[str]:
+    """``uvicorn service.app:create_app --factory`` with ``workers`` processes; yields its
+    URL once every worker has started (the database must be migrated beforehand)."""
+    port = free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "service.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--no-access-log",
+            ],
+            env={**env, "DPRELEASE_RUN_MIGRATIONS": "false"},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while log.read_text().count("Application startup complete") < workers:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        yield url
+    finally:
+        stop(proc)
