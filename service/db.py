@@ -27,7 +27,17 @@ def make_engine(url: str) -> Engine:
         )
         _sqlite_immediate_transactions(engine)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # READ COMMITTED (Postgres's default, pinned so a server setting cannot change it): each
+    # statement sees what committed before it, so admission, once it holds the budget row lock,
+    # reads the ledger entries its predecessor committed. Under REPEATABLE READ the snapshot
+    # would predate the lock (and FOR UPDATE would fail with a serialization error).
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        isolation_level="READ COMMITTED",
+    )
 
 
 def _sqlite_immediate_transactions(engine: Engine) -> None:

@@ -17,7 +17,7 @@ from service.access import dataset_for
 from service.budgets import repository
 from service.budgets.schemas import BudgetList, BudgetSummary, Ledger, LedgerEntryOut
 from service.datasets.schemas import BudgetStatus
-from service.errors import BudgetExceeded, NotFound
+from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import DatasetBudget, LedgerEntry, Principal, utcnow
 
 RESERVED, COMMITTED, REFUNDED = "reserved", "committed", "refunded"
@@ -105,6 +105,7 @@ def admit(
     budget = repository.lock_budget(session, dataset_id=dataset_id)
     if budget is None:
         raise NotFound(f"dataset {dataset_id} not found")
+    _check_amount(cost, budget)
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
     total_after = _composed(holding, budget, cost)
     if total_after > budget.epsilon:
@@ -146,6 +147,21 @@ def admit(
             state=RESERVED,
         ),
     )
+
+
+def _check_amount(cost: Cost, budget: DatasetBudget) -> None:
+    """The ledger's own guard, whatever the caller checked: a release that reads private data
+    costs a finite ε > 0, at a δ within the budget's (``Cost`` already keeps δ in [0, 1))."""
+    if not (math.isfinite(cost.epsilon) and cost.epsilon > 0):
+        raise InvalidInput(f"a release must cost a finite ε > 0, got {cost.epsilon!r}")
+    if not 0 <= cost.delta <= budget.delta:
+        raise InvalidInput(
+            f"a release's δ must be in [0, {budget.delta:g}] (the budget's δ), got {cost.delta!r}"
+        )
+    if cost.mu is not None and not (math.isfinite(cost.mu) and cost.mu > 0):
+        raise InvalidInput(f"a release's GDP μ must be finite and > 0, got {cost.mu!r}")
+    if cost.rdp is not None and not all(v >= 0 for v in cost.rdp):  # also refuses NaN
+        raise InvalidInput("a release's RDP curve must be >= 0 at every order")
 
 
 def settle(session: Session, *, release_id: str, state: str) -> LedgerEntry:
