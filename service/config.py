@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     max_release_samples: int = Field(default=10_000_000, gt=0)
     task_max_attempts: int = Field(default=3, ge=1, le=10)
+    celery_visibility_timeout: int = Field(
+        default=6 * 3600,
+        ge=1,
+        description="Seconds a job may stay unacknowledged before Redis hands it to another "
+        "worker (how long a dead worker's job waits): keep it above the longest job",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -25,8 +25,10 @@ celery_app.conf.update(
     task_ignore_result=True,
     task_serializer="json",
     accept_content=["json"],
-    # Longer than the longest job, so a running job is not handed to a second worker.
-    broker_transport_options={"visibility_timeout": 6 * 3600},
+    # Longer than the longest job, so a running job is not handed to a second worker; a job
+    # whose worker died is redelivered after it. (A second delivery is safe anyway: the
+    # artifact is create-only and the runner claims the upload under the release row lock.)
+    broker_transport_options={"visibility_timeout": _settings.celery_visibility_timeout},
     broker_connection_retry_on_startup=True,
     include=["worker.tasks"],
 )
