@@ -4,7 +4,10 @@ A job is idempotent by release id: it does nothing for a release already in a te
 and it never draws fresh noise for a release whose artifact already exists (a previous attempt
 that stored its output and died before recording it is finished from the stored object).
 The ledger entry is committed in the same transaction that marks the release succeeded, and
-refunded only when a job fails before any output existed.
+refunded only when a job fails before any attempt claimed the artifact's upload: the claim is
+recorded under the release row lock before the first byte is stored, so a release settled by
+another delivery (one that gave up) is never published, and one that may have been published
+is never refunded.
 """
 
 from __future__ import annotations
@@ -228,6 +231,11 @@ def _produce(runtime: Runtime, job: Job) -> None:
     with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
         path = Path(scratch) / f"release.{job.fmt}"
         meta = _write_release(runtime, job, parsed, device, path)
+        if not _claim_upload(runtime, job):
+            # Another delivery settled the release meanwhile (it gave up and refunded):
+            # publishing now would leave output with no charge. This noise is never stored.
+            log.warning("release %s was settled by another attempt; not publishing", job.release_id)
+            return
         # The provenance file (owner side, never served to analysts) adds the raw data's
         # hash: a deterministic function of the private data must not travel with the release.
         provenance = {**meta, "dataset_sha256": job.dataset_sha256}
@@ -380,6 +388,18 @@ def _release_metadata(
     }
 
 
+def _claim_upload(runtime: Runtime, job: Job) -> bool:
+    """Record that this attempt is about to store output; False if the release is settled."""
+    with transaction(runtime.session_factory) as session:
+        release = session.scalars(
+            select(Release).where(Release.id == job.release_id).with_for_update()
+        ).first()
+        if release is None or release.status in TERMINAL:
+            return False
+        release.artifact_key = job.artifact_key
+        return True
+
+
 def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
     with transaction(runtime.session_factory) as session:
         release = session.scalars(
@@ -412,7 +432,10 @@ def fail(runtime: Runtime, release_id: str, error: str) -> None:
 
 
 def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> None:
-    # Output that exists may have been read: it stays charged. Otherwise nothing escaped.
-    wrote_output = runtime.store.exists(artifact_key(release.id, release.format))
+    # Output that exists, or that an attempt claimed and may be storing, may be read: it stays
+    # charged. Otherwise nothing escaped.
+    wrote_output = release.artifact_key is not None or runtime.store.exists(
+        artifact_key(release.id, release.format)
+    )
     state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
     ledger.settle(session, release_id=release.id, state=state)
