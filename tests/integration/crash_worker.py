@@ -15,7 +15,7 @@ command line on stdin:
 Crash plan: a file ``PLAN_DIR/<release_id>`` holding ``PHASE TIMES`` makes the job of that
 release SIGKILL its own process at PHASE on its first TIMES attempts (counted in
 ``PLAN_DIR/<release_id>.crashes``). Every phase reached is appended to ``PLAN_DIR/events`` as
-``release_id phase pid``. The hooks wrap ``worker.runner`` functions in this process and its
+``release_id phase pid time``. The hooks wrap ``worker.runner`` functions in this process and its
 children only: nothing in the service or the worker can turn them on.
 """
 
@@ -38,7 +38,7 @@ def install_hooks(plan_dir: Path) -> None:
 
     def note(release_id: str, what: str) -> None:
         with events.open("a") as handle:
-            handle.write(f"{release_id} {what} {os.getpid()}\n")
+            handle.write(f"{release_id} {what} {os.getpid()} {time.time():.3f}\n")
 
     def reach(release_id: str, phase: str) -> None:
         note(release_id, phase)

@@ -251,10 +251,11 @@ def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
     before_noise, after_upload = _releases(
         crash, queue, [("before_noise", 99), ("after_upload", 99)]
     )
-    worker = crash.spawn(queue, "prefork")
+    workers = [crash.spawn(queue, "prefork") for _ in range(2)]
     crash.wait_terminal([before_noise, after_upload])
-    assert crash.wait(worker, 0) == "alive"  # only its pool children died
-    assert crash.ask(f"stop {worker}") == "status 0"
+    for worker in workers:
+        assert crash.wait(worker, 0) == "alive"  # only their pool children died
+        assert crash.ask(f"stop {worker}") == "status 0"
     assert crash.queue_drained(queue)
     attempts = crash.harness.runtime.settings.task_max_attempts
 
