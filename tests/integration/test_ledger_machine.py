@@ -38,7 +38,7 @@ from service.budgets import service as ledger
 from service.db import make_engine, make_session_factory
 from service.errors import BudgetExceeded, InvalidInput
 from service.models import Dataset, DatasetBudget, LedgerEntry, Principal, Release
-from tests.conftest import TEST_DATABASE_URL, scratch_database
+from tests.conftest import TEST_DATABASE_URL, npz_bytes, scratch_database, toy_dataset
 
 pytestmark = pytest.mark.integration
 
@@ -315,3 +315,57 @@ def test_ledger_state_machine(kind: str, examples: int, tmp_path: Path) -> None:
     print(f"ledger machine on {kind}: {dict(STEPS)}")
     # Thousands of checked steps in all, with admissions on both sides of the boundary.
     assert STEPS["checked"] >= 10 * examples and min(STEPS["admitted"], STEPS["refused"]) > 50
+
+
+def test_requested_amounts_are_validated(embedded: Any) -> None:
+    """Non-finite, non-positive and out-of-range ε, δ and noise never reach the ledger: 422 and
+    nothing written (JSON literals NaN and Infinity included), for releases and budgets."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()
+    base = f'"dataset_id": "{ds["id"]}", "mechanism": "dpmix", '
+    base += '"params": {"mixture_degree": 8, "n_samples": 30}'
+    bad_releases = [
+        '"epsilon": NaN',
+        '"epsilon": Infinity',
+        '"epsilon": 0',
+        '"epsilon": -1',
+        '"epsilon": 1, "delta": NaN',
+        '"epsilon": 1, "delta": Infinity',
+        '"epsilon": 1, "delta": 0',
+        '"epsilon": 1, "delta": 1',
+        '"noise": {"sigma_x": NaN}',
+        '"noise": {"sigma_x": Infinity}',
+        '"noise": {"sigma_x": 0}',
+        '"noise": {"sigma_x": 1, "sigma_y": -1}',
+        '"epsilon": 1, "noise_ratio": Infinity',
+    ]
+    headers = {**h.headers(owner), "content-type": "application/json"}
+    for amount in bad_releases:
+        for path in ("/releases", "/releases/preview"):
+            r = h.client.post(path, content="{" + base + ", " + amount + "}", headers=headers)
+            assert r.status_code == 422, (path, amount, r.text)
+    ledger_now = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    assert ledger_now["entries"] == [] and ledger_now["reserved"] == 0
+    for budget in (
+        '{"epsilon": NaN, "delta": 1e-5}',
+        '{"epsilon": Infinity, "delta": 1e-5}',
+        '{"epsilon": 0, "delta": 1e-5}',
+        '{"epsilon": 1, "delta": 1}',
+        '{"epsilon": 1, "delta": 0}',
+        '{"epsilon": 1, "delta": NaN}',
+    ):
+        meta = '{"name": "t", "feature_range": [0, 13], "budget": ' + budget + "}"
+        r = h.client.post(
+            "/datasets",
+            files={"file": ("d.npz", npz_bytes(*toy_dataset()))},
+            data={"metadata": meta},
+            headers=h.headers(owner),
+        )
+        assert r.status_code == 422, (budget, r.text)
+    # The charge of an accepted release is its accountant's ε, rounded against the user.
+    body = "{" + base + ', "noise": {"sigma_x": 1.0}}'
+    charge = h.client.post("/releases/preview", content=body, headers=headers).json()["charge"]
+    exact = DPMixEvent(200, 8, 30, 1.0, 1.0).cost(BUDGET_DELTA).epsilon
+    assert exact < charge["epsilon"] <= exact * (1 + 2e-9)
+    assert len(h.client.get("/datasets", headers=h.headers(owner)).json()["items"]) == 1
