@@ -19,6 +19,7 @@ from service.db import transaction
 from service.releases import repository as release_repository
 from service.releases.endpoints import mechanisms_router
 from service.releases.endpoints import router as releases_router
+from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime, build_runtime
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,10 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         description=DESCRIPTION,
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
+        responses=errors_http.COMMON_RESPONSES,
     )
     errors_http.install(app)
+    app.add_middleware(RequestLimits)
     for router in (
         auth_router,
         datasets_router,

@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from limits import parse_many
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,7 +40,22 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = Field(
         default=None, description="The first admin API key; generated in embedded mode if unset"
     )
-    max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    max_upload_bytes: int = Field(
+        default=512 * 1024 * 1024, gt=0, description="Largest dataset file (413 above)"
+    )
+    max_request_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="Largest body of any request but an upload (413)"
+    )
+    rate_limit: str = Field(
+        default="50/second;2400/minute",
+        description="Requests per API key, in `limits` notation ('N/second;M/minute'); "
+        "empty: no limit",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis shared by API processes for rate limits; unset: the Celery broker "
+        "when it is Redis, else counted in-process",
+    )
     max_release_samples: int = Field(default=10_000_000, gt=0)
     task_max_attempts: int = Field(default=3, ge=1, le=10)
     celery_visibility_timeout: int = Field(
@@ -65,6 +81,23 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home / 'dprelease.db').resolve()}"
+
+    @property
+    def rate_limit_storage_url(self) -> str:
+        url = self.redis_url or self.celery_broker_url
+        if url and url.startswith(("redis://", "rediss://", "unix://")):
+            return url
+        return "memory://"
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit_parses(cls, value: str) -> str:
+        if value.strip():
+            try:
+                parse_many(value)
+            except ValueError as exc:
+                raise ValueError(f"rate_limit {value!r} is not in `limits` notation") from exc
+        return value
 
     @property
     def uses_s3(self) -> bool:

@@ -78,6 +78,17 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class RateLimited(ServiceError):
+    """Too many requests with this API key; ``retry_after`` seconds until the next fits."""
+
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
+        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
+        self.retry_after = retry_after
+
+
 class NotReady(Conflict):
     """The release exists but has no artifact yet (409)."""
 

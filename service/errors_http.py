@@ -6,10 +6,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+from starlette.routing import Match
 
-from service.errors import ServiceError
+from service.errors import RateLimited, ServiceError
 
 
 class ErrorBody(BaseModel):
@@ -29,30 +32,68 @@ _DESCRIPTIONS = {
     409: "Conflict: the privacy budget would be exceeded, the release is not ready, the "
     "dataset was deleted, or releases of the dataset are still pending",
     410: "Erased: the object was deleted with the raw data it was computed from",
-    413: "Request too large",
+    413: "Request body too large (uploads: DPRELEASE_MAX_UPLOAD_BYTES; any other request: "
+    "DPRELEASE_MAX_REQUEST_BYTES)",
     422: "Invalid input; the message says what to fix",
+    429: "Too many requests with this API key (DPRELEASE_RATE_LIMIT); retry after Retry-After",
+}
+
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds until a request with this key fits the rate limit again",
+        "schema": {"type": "integer", "minimum": 1},
+    }
 }
 
 
 def responses(*codes: int, **why: str) -> dict[int | str, dict[str, Any]]:
     """Error responses of an operation; ``why`` overrides a description, keyed ``e409=…``."""
-    return {
-        code: {"model": ErrorResponse, "description": why.get(f"e{code}", _DESCRIPTIONS[code])}
-        for code in codes
-    }
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        out[code] = {
+            "model": ErrorResponse,
+            "description": why.get(f"e{code}", _DESCRIPTIONS[code]),
+        }
+        if code == 429:
+            out[code]["headers"] = _RETRY_AFTER
+    return out
+
+
+# Every operation may answer these: both limits apply before any endpoint runs.
+COMMON_RESPONSES = responses(413, 429)
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
 def _body(code: str, message: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "detail": detail or {}}}
 
 
+def error_response(exc: ServiceError) -> JSONResponse:
+    headers: dict[str, str] = {}
+    if exc.status_code == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
+    return JSONResponse(
+        _body(exc.code, exc.message, exc.detail), status_code=exc.status_code, headers=headers
+    )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method routed at this path: Starlette's 405 names only the first route's."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-        return JSONResponse(
-            _body(exc.code, exc.message, exc.detail), status_code=exc.status_code, headers=headers
-        )
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -65,3 +106,21 @@ def install(app: FastAPI) -> None:
             _body("invalid_input", message or "invalid request", {"errors": problems}),
             status_code=422,
         )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """The framework's own errors (unknown path, wrong method, a body that cannot be
+        decoded or is too large) in the same JSON shape as ours."""
+        headers = dict(exc.headers or {})
+        status, message = exc.status_code, str(exc.detail)
+        if status == 400:
+            # FastAPI's answer to a body it cannot decode (bad UTF-8, broken multipart).
+            status, message = 422, f"the request body could not be read: {message}"
+        elif status == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        elif status == 413 and MAX_BODY_SIZE_SCOPE_KEY in request.scope:
+            message = f"request body is larger than {request.scope[MAX_BODY_SIZE_SCOPE_KEY]} bytes"
+        code = "invalid_input" if status == 422 else _HTTP_CODES.get(status, "http_error")
+        if status in (204, 304) or status < 200:
+            return Response(status_code=status, headers=headers)
+        return JSONResponse(_body(code, message), status_code=status, headers=headers)

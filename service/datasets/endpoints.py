@@ -17,7 +17,7 @@ from service.deps import (
     RuntimeDep,
     SessionDep,
 )
-from service.errors import InvalidInput
+from service.errors import PayloadTooLarge
 from service.errors_http import responses
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -36,7 +36,9 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
         parts.append(chunk)
         size += len(chunk)
     if size > limit:
-        raise InvalidInput(f"file is larger than the limit of {limit} bytes")
+        raise PayloadTooLarge(
+            f"file is larger than the limit of {limit} bytes", detail={"limit_bytes": limit}
+        )
     return b"".join(parts)
 
 

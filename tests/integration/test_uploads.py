@@ -86,7 +86,7 @@ def test_size_limit(embedded: Harness) -> None:
     owner, _ = h.new_key("owner")
     h.runtime.settings.max_upload_bytes = 1000
     r = h.upload(owner, npz_bytes(*toy_dataset()))
-    assert r.status_code == 422 and "limit" in r.json()["error"]["message"]
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
 
 
 def test_csv_and_parquet_with_clipping_and_declared_classes(harness: Harness) -> None:
