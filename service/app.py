@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 
 from service import bootstrap, errors_http
 from service.access_schema import declare_access
+from service.audit.endpoints import router as audit_router
 from service.auth.endpoints import router as auth_router
 from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         releases_router,
         budgets_router,
         mechanisms_router,
+        audit_router,
     ):
         declare_access(router)
         app.include_router(router)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -189,3 +190,20 @@ class IdempotencyRecord(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     response: Mapped[Any] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
+
+
+class AuditEvent(Base):
+    """One state change: who (a principal id, or "worker"/"system"), when, what, on which
+    object. Append-only: nothing updates or deletes a row, and a database trigger refuses
+    both. ``detail`` is small and never holds secrets, raw data or owner-only statistics."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_object", "object_type", "object_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64), index=True)
+    action: Mapped[str] = mapped_column(String(64))
+    object_type: Mapped[str] = mapped_column(String(32))
+    object_id: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)

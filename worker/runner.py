@@ -34,6 +34,7 @@ from dpcore import evaluation
 from dpcore.accounting import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
+from service.audit import service as audit
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
@@ -162,6 +163,7 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         release.status = "running"
         release.attempts += 1
         release.started_at = release.started_at or utcnow()
+        _audit(session, release, "release.running", attempt=release.attempts)
         metadata = _metadata_of(dataset, budget)
         report_dataset = None
         if release.report_dataset_id is not None:
@@ -416,6 +418,14 @@ def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
         release.artifact_bytes = size
         release.artifact_sha256 = sha256
         ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+        _audit(
+            session,
+            release,
+            "release.succeeded",
+            attempts=release.attempts,
+            artifact_bytes=size,
+            ledger=ledger.COMMITTED,
+        )
 
 
 def fail(runtime: Runtime, release_id: str, error: str) -> None:
@@ -439,3 +449,16 @@ def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> N
     )
     state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
     ledger.settle(session, release_id=release.id, state=state)
+    # The error text stays out: it may quote the raw data.
+    _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
+
+
+def _audit(session: Any, release: Release, action: str, **detail: Any) -> None:
+    audit.record(
+        session,
+        actor=audit.WORKER,
+        action=action,
+        object_type="release",
+        object_id=release.id,
+        detail={"dataset_id": release.dataset_id, **detail},
+    )

@@ -16,8 +16,8 @@ router = APIRouter(tags=["auth"])
     responses=responses(401, 403, 422),
     summary="Create a principal and its API key (admin)",
 )
-def create_api_key(body: ApiKeyCreate, session: SessionDep, _admin: AdminDep) -> ApiKeyCreated:
-    return service.create_key(session, name=body.name, role=body.role)
+def create_api_key(body: ApiKeyCreate, session: SessionDep, admin: AdminDep) -> ApiKeyCreated:
+    return service.create_key(session, name=body.name, role=body.role, actor=admin.id)
 
 
 @router.get("/me", responses=responses(401), summary="Who this key belongs to")

@@ -9,6 +9,7 @@ import secrets
 
 from sqlalchemy.orm import Session
 
+from service.audit import service as audit
 from service.auth import repository
 from service.auth.schemas import ApiKeyCreated, Role
 from service.errors import NotAuthenticated
@@ -37,11 +38,12 @@ def authenticate(session: Session, *, authorization: str | None) -> Principal:
     return principal
 
 
-def create_key(session: Session, *, name: str, role: Role) -> ApiKeyCreated:
+def create_key(session: Session, *, name: str, role: Role, actor: str) -> ApiKeyCreated:
     key = generate_key()
     principal, api_key = repository.add_principal_with_key(
         session, name=name, role=role.value, key_hash=hash_key(key), prefix=key[:12]
     )
+    _audit_created(session, actor=actor, principal=principal, key_id=api_key.id)
     return ApiKeyCreated(
         principal_id=principal.id,
         key_id=api_key.id,
@@ -57,7 +59,20 @@ def ensure_admin_key(session: Session, *, key: str) -> bool:
     key_hash = hash_key(key)
     if repository.key_exists(session, key_hash=key_hash):
         return False
-    repository.add_principal_with_key(
+    principal, api_key = repository.add_principal_with_key(
         session, name="admin", role=Role.admin.value, key_hash=key_hash, prefix=key[:12]
     )
+    _audit_created(session, actor=audit.SYSTEM, principal=principal, key_id=api_key.id)
     return True
+
+
+def _audit_created(session: Session, *, actor: str, principal: Principal, key_id: str) -> None:
+    # Who got a key, never the key, its hash or its prefix.
+    audit.record(
+        session,
+        actor=actor,
+        action="api_key.created",
+        object_type="api_key",
+        object_id=key_id,
+        detail={"principal_id": principal.id, "name": principal.name, "role": principal.role},
+    )

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from service import idempotency
 from service.access import dataset_for, grant_for, granted_dataset_ids
+from service.audit import service as audit
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
@@ -88,6 +89,20 @@ def create(
         dataset_id=dataset_id,
         epsilon=metadata.budget.epsilon,
         delta=metadata.budget.delta,
+    )
+    audit.record(
+        session,
+        actor=principal.id,
+        action="dataset.created",
+        object_type="dataset",
+        object_id=dataset_id,
+        detail={
+            "name": metadata.name,
+            "format": fmt,
+            "n_rows": parsed.n_rows,  # public (replace-one neighbours), as is the shape
+            "n_features": parsed.n_features,
+            "budget": {"epsilon": metadata.budget.epsilon, "delta": metadata.budget.delta},
+        },
     )
     store.put(key, content)
     on_rollback(session, lambda: store.delete(key))
@@ -169,6 +184,14 @@ def delete(
     if dataset.deleted_at is None:
         dataset.deleted_at = utcnow()
         dataset.deleted_by = principal.id
+        audit.record(
+            session,
+            actor=principal.id,
+            action="dataset.deleted",
+            object_type="dataset",
+            object_id=dataset.id,
+            detail={"raw_data": "erased"},
+        )
     dataset.class_counts = None
     dataset.clipped_values = None
     session.flush()
@@ -189,7 +212,16 @@ def list_grants(session: Session, *, principal: Principal, dataset_id: str) -> l
 
 def revoke_grant(session: Session, *, principal: Principal, dataset_id: str, grant_id: str) -> None:
     dataset = dataset_for(session, principal=principal, dataset_id=dataset_id, manage=True)
-    repository.delete_grant(session, grant_for(session, dataset=dataset, grant_id=grant_id))
+    grant = grant_for(session, dataset=dataset, grant_id=grant_id)
+    audit.record(
+        session,
+        actor=principal.id,
+        action="grant.revoked",
+        object_type="grant",
+        object_id=grant.id,
+        detail={"dataset_id": dataset.id, "principal_id": grant.principal_id},
+    )
+    repository.delete_grant(session, grant)
 
 
 def _grant_out(row: Grant) -> GrantOut:
@@ -206,8 +238,17 @@ def grant(session: Session, *, principal: Principal, dataset_id: str, analyst_id
     analyst = repository.get_principal(session, principal_id=analyst_id)
     if analyst is None or analyst.role != Role.analyst:
         raise InvalidInput(f"principal {analyst_id} is not an analyst; grants go to analysts")
-    existing = repository.find_grant(session, dataset_id=dataset.id, principal_id=analyst_id)
-    row = existing or repository.add_grant(
-        session, Grant(dataset_id=dataset.id, principal_id=analyst_id, granted_by=principal.id)
-    )
+    row = repository.find_grant(session, dataset_id=dataset.id, principal_id=analyst_id)
+    if row is None:
+        row = repository.add_grant(
+            session, Grant(dataset_id=dataset.id, principal_id=analyst_id, granted_by=principal.id)
+        )
+        audit.record(
+            session,
+            actor=principal.id,
+            action="grant.created",
+            object_type="grant",
+            object_id=row.id,
+            detail={"dataset_id": dataset.id, "principal_id": analyst_id},
+        )
     return _grant_out(row)

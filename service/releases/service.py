@@ -12,11 +12,12 @@ from dpcore.accounting import Cost, registry
 from dpcore.accounting.registry import Accountant, Event
 from dpcore.calibration import CalibrationError
 from service.access import dataset_for, granted_dataset_ids, release_for, require_active
+from service.audit import service as audit
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
-from service.errors import InvalidInput, NotFound
+from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
 from service.releases import repository
 from service.releases.mechanisms import SERVED, extra_accountant_keys
@@ -188,14 +189,40 @@ def create(
             report_dataset_id=report_id,
         ),
     )
-    ledger.admit(
+    charge = {"epsilon": p.cost.epsilon, "delta": p.cost.delta}
+    try:
+        ledger.admit(
+            session,
+            dataset_id=p.dataset.id,
+            release_id=release.id,
+            mechanism=request.mechanism,
+            params=p.params,
+            description=p.event.describe(),
+            cost=p.cost,
+        )
+    except BudgetExceeded:
+        audit.record_despite_rollback(
+            session,
+            actor=principal.id,
+            action="release.refused",
+            object_type="dataset",
+            object_id=p.dataset.id,
+            detail={"mechanism": request.mechanism, "requested": charge, "reason": "budget"},
+        )
+        raise
+    audit.record(
         session,
-        dataset_id=p.dataset.id,
-        release_id=release.id,
-        mechanism=request.mechanism,
-        params=p.params,
-        description=p.event.describe(),
-        cost=p.cost,
+        actor=principal.id,
+        action="release.admitted",
+        object_type="release",
+        object_id=release.id,
+        detail={
+            "dataset_id": p.dataset.id,
+            "mechanism": request.mechanism,
+            "accountant": request.accountant,
+            "format": request.format,
+            "reserved": charge,
+        },
     )
     release_id = release.id
     after_commit(session, lambda: dispatcher.enqueue(release_id))
