@@ -137,6 +137,8 @@ IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
+        min_length=1,
+        max_length=200,
         description="Repeat a POST safely: the same key and body give the first response "
         "again (one charge); the same key with another body is refused with 422",
     ),

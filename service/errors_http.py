@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
-from starlette.routing import Match
 
 from service.errors import RateLimited, ServiceError
 
@@ -81,13 +81,18 @@ def error_response(exc: ServiceError) -> JSONResponse:
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method routed at this path: Starlette's 405 names only the first route's."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    """The methods documented for this path (Starlette's 405 names only the first route's).
+    The most specific template wins: /releases/preview is POST only, although
+    /releases/{release_id} (GET) matches it too."""
+    path = request.scope["path"]
+    best: tuple[int, list[str]] | None = None
+    for template, operations in request.app.openapi()["paths"].items():
+        pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            params = template.count("{")
+            if best is None or params < best[0]:
+                best = (params, sorted(m.upper() for m in operations))
+    return best[1] if best else []
 
 
 def install(app: FastAPI) -> None:

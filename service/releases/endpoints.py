@@ -25,6 +25,7 @@ from service.releases.schemas import (
     PreviewOut,
     ReleaseList,
     ReleaseOut,
+    ReleaseQuery,
     ReleaseRequest,
 )
 from service.releases.service import report_key
@@ -91,13 +92,11 @@ def preview_release(
     return service.preview(session, principal=owner, request=body, settings=runtime.settings)
 
 
-@router.get("", responses=responses(401, 404), summary="Releases this key may see")
+@router.get("", responses=responses(401, 404, 422), summary="Releases this key may see")
 def list_releases(
-    session: SessionDep,
-    principal: PrincipalDep,
-    dataset_id: Annotated[str | None, Query()] = None,
+    session: SessionDep, principal: PrincipalDep, query: Annotated[ReleaseQuery, Query()]
 ) -> ReleaseList:
-    return service.list_visible(session, principal=principal, dataset_id=dataset_id)
+    return service.list_visible(session, principal=principal, dataset_id=query.dataset_id)
 
 
 _READERS = "the dataset's owner, analysts granted the dataset, admins"

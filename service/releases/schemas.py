@@ -30,8 +30,44 @@ class DPMixParams(BaseModel):
     )
 
 
+def _null_or_empty() -> dict[str, Any]:
+    return {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
+
+
+# The model validator below, for clients and for schema-driven tests: declared statistics go
+# with (and only with) 'declared', stats_noise with (and only with) 'dp'.
+_DPCDA_RULES: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {
+                "properties": {"standardization": {"const": "declared"}},
+                "required": ["standardization"],
+            },
+            "then": {
+                "required": ["feature_mean", "feature_std"],
+                "properties": {"feature_mean": {"type": "array"}, "feature_std": {"type": "array"}},
+            },
+            "else": {
+                "properties": {"feature_mean": _null_or_empty(), "feature_std": _null_or_empty()}
+            },
+        },
+        {
+            "if": {
+                "properties": {"standardization": {"const": "dp"}},
+                "required": ["standardization"],
+            },
+            "then": {
+                "required": ["stats_noise"],
+                "properties": {"stats_noise": {"type": "number"}},
+            },
+            "else": {"properties": {"stats_noise": {"type": "null"}}},
+        },
+    ]
+}
+
+
 class DPCDAParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_DPCDA_RULES)
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
     n_samples: int = Field(ge=1, description="T: mixtures in all, split evenly over classes")
@@ -54,7 +90,9 @@ class DPCDAParams(BaseModel):
         "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
     feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
-    feature_std: list[float] | None = Field(default=None, description="Public, per feature")
+    feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None, description="Public, per feature"
+    )
 
     @model_validator(mode="after")
     def _declared_stats(self) -> DPCDAParams:
@@ -110,8 +148,10 @@ NoiseSamplerName = Literal["secure", "fast"]
 class NoiseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sigma_x: float = Field(description="Std of the Gaussian noise on (preprocessed) features")
-    sigma_y: float | None = Field(default=None, description="Label noise std (default: sigma_x)")
+    sigma_x: float = Field(gt=0, description="Std of the Gaussian noise on (preprocessed) features")
+    sigma_y: float | None = Field(
+        default=None, gt=0, description="Label noise std (default: sigma_x)"
+    )
 
     @field_validator("sigma_x", "sigma_y")
     @classmethod
@@ -119,19 +159,33 @@ class NoiseIn(BaseModel):
         return _finite_positive(value, "noise")
 
 
+# The model validator below, in the schema: exactly one of epsilon and noise; noise_ratio only
+# with epsilon.
+_EPSILON_XOR_NOISE: dict[str, Any] = {
+    "oneOf": [
+        {"required": ["epsilon"], "properties": {"epsilon": {"type": "number"}}},
+        {"required": ["noise"], "properties": {"noise": {"type": "object"}}},
+    ],
+    "not": {
+        "required": ["noise", "noise_ratio"],
+        "properties": {"noise": {"type": "object"}, "noise_ratio": {"type": "number"}},
+    },
+}
+
+
 class _ReleaseCommon(BaseModel):
     """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_EPSILON_XOR_NOISE)
 
     dataset_id: str
-    epsilon: float | None = Field(default=None, description="Target ε; calibration meets it")
+    epsilon: float | None = Field(default=None, gt=0, description="Target ε; calibration meets it")
     delta: float | None = Field(
         default=None, gt=0, lt=1, description="δ of this release (default: the budget's δ)"
     )
     noise: NoiseIn | None = None
     noise_ratio: float | None = Field(
-        default=None, description="σ_y/σ_x when calibrating (default 1)"
+        default=None, gt=0, description="σ_y/σ_x when calibrating (default 1)"
     )
     accountant: Literal["paper", "tight"] = Field(
         default="tight",
@@ -244,6 +298,12 @@ class ReleaseOut(BaseModel):
 
 class ReleaseList(BaseModel):
     items: list[ReleaseOut]
+
+
+class ReleaseQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt filter must not list everything
+
+    dataset_id: str | None = Field(default=None, description="Only this dataset's releases")
 
 
 class BudgetPreview(BaseModel):

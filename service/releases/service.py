@@ -117,6 +117,12 @@ def plan(
         cost = event.cost(delta)
     except (CalibrationError, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
+    except ArithmeticError as exc:
+        # Numbers at the edge of floating point (a noise of 5e-324, whose square is 0) break
+        # the accountant's arithmetic: refused, as nothing can be accounted for them.
+        raise InvalidInput(
+            f"these numbers are out of the range the accountant can evaluate ({exc})"
+        ) from exc
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
     cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
