@@ -19,12 +19,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from service.datasets.schemas import DatasetMetadata, Range
 from service.errors import InvalidInput
 
 SUPPORTED_FORMATS = ("csv", "parquet", "npz")
+# Class names, not text: also keeps sorting the labels cheap.
+MAX_LABEL_CHARS = 200
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 Label = int | str
@@ -141,15 +144,28 @@ def _read_table(
                 dup = next(f for f in fields if fields.count(f) > 1)
                 raise InvalidInput(f"column name {dup!r} appears more than once")
             meta = parquet_file.metadata
+            groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
             # Parquet compresses well, so bound what decoding may allocate before doing it: no
-            # more values than max_bytes, which an uncompressed upload could not exceed either.
-            cells = meta.num_rows * meta.num_columns
+            # more values than max_bytes, which an uncompressed upload could not exceed either,
+            # and no more decompressed pages than max_bytes.
+            rows = max(meta.num_rows, sum(g.num_rows for g in groups))
+            cells = rows * meta.num_columns
             if cells > max_bytes:
                 raise InvalidInput(
-                    f"file holds {meta.num_rows} rows x {meta.num_columns} columns = {cells} "
+                    f"file holds {rows} rows x {meta.num_columns} columns = {cells} "
                     f"values; the limit is {max_bytes} values"
                 )
-            df = pq.read_table(io.BytesIO(content)).to_pandas()
+            pages = sum(
+                g.column(j).total_uncompressed_size for g in groups for j in range(g.num_columns)
+            )
+            if pages > max_bytes:
+                raise InvalidInput(
+                    f"file takes {pages} bytes uncompressed; the limit is {max_bytes} bytes"
+                )
+            # Text stays dictionary-encoded (pandas categoricals): a value stored once and
+            # referenced by every row must not be copied into every row.
+            text = [f.name for f in parquet_file.schema_arrow if _is_text(f.type)]
+            df = pq.read_table(io.BytesIO(content), read_dictionary=text).to_pandas()
     except (InvalidInput, MemoryError):
         raise
     except Exception as exc:  # whatever a parser raises on bad bytes is the file's fault
@@ -181,25 +197,60 @@ def _read_table(
     return X, names, _table_labels(df[label], label), _row_position
 
 
+def _is_text(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    )
+
+
+def _number(v: Any, name: str, i: int) -> float:
+    """One cell as a float (NaN when missing, reported by the caller); ``i`` is its row."""
+    if isinstance(v, bool | np.bool_):
+        raise InvalidInput(f"column {name!r} holds booleans (row {i + 1}); encode them as 0/1")
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise InvalidInput(
+            f"column {name!r} holds non-numeric values (first bad row {i + 1}: {_short(v)})"
+        ) from None
+
+
 def _coerce(column: pd.Series, name: str) -> np.ndarray:
     """Numbers out of a column pandas did not type as numeric (text, objects, bools, dates)."""
     if column.dtype.kind == "b":
         raise InvalidInput(f"column {name!r} holds booleans; encode them as 0/1")
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return _coerce_categorical(column, name)
     values = column.to_numpy(dtype=object)
     out = np.empty(len(values), dtype=np.float64)
     # Stops at the first bad value, so a rejected column costs only up to that row.
     for i, v in enumerate(values):
-        if isinstance(v, bool | np.bool_):
-            raise InvalidInput(f"column {name!r} holds booleans (row {i + 1}); encode them as 0/1")
-        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-            out[i] = np.nan  # reported as a missing value by the caller
-            continue
+        out[i] = _number(v, name, i)
+    return out
+
+
+def _coerce_categorical(column: pd.Series, name: str) -> np.ndarray:
+    """Each distinct value converted once (a long one, referenced by every row, included)."""
+    codes = column.cat.codes.to_numpy()
+    categories = column.cat.categories.to_numpy(dtype=object)
+    per_value = np.empty(len(categories), dtype=np.float64)
+    bad = np.zeros(len(categories), dtype=bool)
+    for k, v in enumerate(categories):
         try:
-            out[i] = float(v)
-        except (TypeError, ValueError):
-            raise InvalidInput(
-                f"column {name!r} holds non-numeric values (first bad row {i + 1}: {_short(v)})"
-            ) from None
+            per_value[k] = _number(v, name, 0)
+        except InvalidInput:
+            bad[k] = True
+    held = codes >= 0
+    if bad[codes[held]].any():
+        i = int(np.flatnonzero(held)[np.argmax(bad[codes[held]])])
+        _number(categories[codes[i]], name, i)  # raises, naming the first bad row
+    out = np.full(len(codes), np.nan)
+    out[held] = per_value[codes[held]]
     return out
 
 
@@ -216,14 +267,33 @@ def _table_labels(column: pd.Series, name: str) -> np.ndarray:
         return column.to_numpy(dtype=np.int64)
     if kind == "f":
         return _whole(column.to_numpy(), _row_position)
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        # Dictionary-encoded (Parquet): check each distinct label once, then index by codes,
+        # never copying a label into every row.
+        categories = column.cat.categories.to_numpy(dtype=object)
+        codes = column.cat.codes.to_numpy()
+        used = np.unique(codes)  # a dictionary may hold values no row refers to
+        _check_text_labels(categories[used], name, lambda j: int(np.argmax(codes == used[j])))
+        out: np.ndarray = categories[codes]
+        return out
     values = column.to_numpy(dtype=object)
-    for i, v in enumerate(values):
+    _check_text_labels(values, name, lambda i: i)
+    return values
+
+
+def _check_text_labels(values: np.ndarray, name: str, row_of: Callable[[int], int]) -> None:
+    for k, v in enumerate(values):
         if not isinstance(v, str):
             raise InvalidInput(
-                f"label column {name!r} holds {type(v).__name__} values (row {i + 1}: "
+                f"label column {name!r} holds {type(v).__name__} values (row {row_of(k) + 1}: "
                 f"{_short(v)}); labels must be integers or strings"
             )
-    return values
+        if len(v) > MAX_LABEL_CHARS:
+            raise InvalidInput(_long_label(len(v), _row_position(row_of(k))))
+
+
+def _long_label(length: int, where: str) -> str:
+    return f"label {where} has {length} characters; labels have at most {MAX_LABEL_CHARS}"
 
 
 def _read_npz(
@@ -245,15 +315,17 @@ def _read_npz(
                     f"'X' (features) and 'y' (labels) and holds {_some(npz.files)}"
                 )
             members = set(npz.zip.namelist())
-            size = sum(
-                npz.zip.getinfo(f"{k}.npy" if f"{k}.npy" in members else k).file_size
-                for k in ("X", "y")
-            )
+            infos = {
+                k: npz.zip.getinfo(f"{k}.npy" if f"{k}.npy" in members else k) for k in ("X", "y")
+            }
+            size = sum(info.file_size for info in infos.values())
             # Compression must not let an upload expand past what an uncompressed one may hold.
             if size > max_bytes:
                 raise InvalidInput(
                     f"arrays X and y take {size} bytes uncompressed; the limit is {max_bytes} bytes"
                 )
+            for key, info in infos.items():
+                _check_npy_header(npz.zip, info, key)
             X, y = npz["X"], npz["y"]
     except (InvalidInput, MemoryError):
         raise
@@ -294,10 +366,43 @@ def _read_npz(
     elif y.dtype.kind == "f":
         labels = _whole(y, _y_position)
     elif y.dtype.kind == "U":
+        lengths = np.char.str_len(y)
+        if lengths.size and lengths.max() > MAX_LABEL_CHARS:
+            i = int(np.argmax(lengths > MAX_LABEL_CHARS))
+            raise InvalidInput(_long_label(int(lengths[i]), _y_position(i)))
         labels = y
     else:
         raise InvalidInput(f"y must hold integers or strings (numpy 'U' dtype), not {y.dtype}")
     return features, feature_shape, labels, _y_position
+
+
+def _check_npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> None:
+    """numpy allocates what a member's header declares before reading its data: a file of a
+    few hundred bytes may declare terabytes. The data must fit in the member's stored size
+    (which the zip reader never exceeds, and which is within the limit)."""
+    with archive.open(info) as member:
+        try:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                raise ValueError(f"npy format version {version} is not supported")
+        except ValueError as exc:
+            raise InvalidInput(f"file could not be read as npz: array {key!r}: {exc}") from exc
+        header_bytes = member.tell()
+    if dtype.hasobject:
+        raise InvalidInput(
+            f"file could not be read as npz: array {key!r} holds Python objects, which would "
+            "need unpickling (refused, as with allow_pickle=False)"
+        )
+    needed = math.prod(shape) * dtype.itemsize
+    if header_bytes + needed > info.file_size:
+        raise InvalidInput(
+            f"file could not be read as npz: array {key!r} declares shape {shape} of {dtype} "
+            f"({needed} bytes) but holds {info.file_size - header_bytes} bytes"
+        )
 
 
 def _y_position(i: int) -> str:
@@ -313,7 +418,8 @@ def _row_position(i: int) -> str:
 
 def _whole(values: np.ndarray, where: Where) -> np.ndarray:
     """Float labels as int64, provided every one is a whole number."""
-    bad = ~np.isfinite(values) | (np.abs(values) >= 2.0**63)
+    with np.errstate(over="ignore"):  # 2**63 is inf in float16: still a fair comparison
+        bad = ~np.isfinite(values) | (np.abs(values) >= 2.0**63)
     bad[~bad] = values[~bad] != np.round(values[~bad])
     if bad.any():
         i = int(np.argmax(bad))
