@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 
 from service import bootstrap, errors_http
 from service.access_schema import declare_access
-from service.audit.endpoints import router as audit_router
+from service.audit_trail.endpoints import router as audit_router
 from service.auth.endpoints import router as auth_router
 from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings

@@ -34,7 +34,7 @@ from dpcore import evaluation
 from dpcore.accounting import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
-from service.audit import service as audit
+from service.audit_trail import service as audit
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata

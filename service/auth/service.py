@@ -9,7 +9,7 @@ import secrets
 
 from sqlalchemy.orm import Session
 
-from service.audit import service as audit
+from service.audit_trail import service as audit
 from service.auth import repository
 from service.auth.schemas import ApiKeyCreated, Role
 from service.errors import NotAuthenticated

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from service import idempotency
 from service.access import dataset_for, grant_for, granted_dataset_ids
-from service.audit import service as audit
+from service.audit_trail import service as audit
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger

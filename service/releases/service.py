@@ -12,7 +12,7 @@ from dpcore.accounting import Cost, registry
 from dpcore.accounting.registry import Accountant, Event
 from dpcore.calibration import CalibrationError
 from service.access import dataset_for, granted_dataset_ids, release_for, require_active
-from service.audit import service as audit
+from service.audit_trail import service as audit
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings

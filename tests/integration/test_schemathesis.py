@@ -3,10 +3,11 @@
 Every operation, positive and negative data, every check schemathesis has (server errors,
 status codes, content types, headers, response schemas, negative data rejected, positive data
 accepted, auth not ignored, unsupported methods, Allow headers, …). Half of the cases are
-pointed at objects that exist (a dataset, a release, an analyst), so that the code behind the
-404s runs too. Such a case may be refused for what that object is (asking a 200-row dataset for
-mixtures of 500 rows is a 422 no schema can express), so the one check that data valid by the
-schema must be accepted is left out for them, and for uploads (below), and only there.
+pointed at objects that exist (a dataset, a release, a grant, an analyst), so that the code
+behind the 404s runs too. Such a case may be refused for what that object is (asking a 200-row
+dataset for mixtures of 500 rows is a 422 no schema can express), so the one check that data
+valid by the schema must be accepted is left out for them, and for uploads (below), and only
+there.
 
 The number of cases run is printed (``-s``) and checked against a floor.
 """
@@ -76,12 +77,16 @@ def keys(embedded: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
         headers=h.headers(owner),
     ).json()
     assert h.wait(owner, release["id"])["status"] == "succeeded"
+    grant = h.client.post(
+        f"/datasets/{ds['id']}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
+    ).json()
     h.runtime.dispatcher = _NoJobs()
     EXISTING.update(
         dataset_id=ds["id"],
         release_id=release["id"],
         principal_id=analyst_id,
         report_test_dataset_id=held_out["id"],
+        grant_id=grant["id"],
     )
     yield {"owner": owner, "admin": h.admin_key}
     EXISTING.clear()

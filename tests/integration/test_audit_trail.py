@@ -101,6 +101,31 @@ def test_every_state_change_is_recorded_with_its_actor(harness: Harness) -> None
     assert all(datetime.fromisoformat(e["at"]) >= start for e in recent)
 
 
+def test_revocation_and_deletion_are_recorded(harness: Harness) -> None:
+    h = harness
+    owner, owner_id = h.new_key("owner")
+    _, analyst_id = h.new_key("analyst")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()
+    url = f"/datasets/{ds['id']}"
+    grant = h.client.post(
+        f"{url}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
+    ).json()
+    revoked = h.client.delete(f"{url}/grants/{grant['id']}", headers=h.headers(owner))
+    assert revoked.status_code < 300, revoked.text
+    assert _actions(h, "grant", grant["id"]) == [
+        ("grant.created", owner_id),
+        ("grant.revoked", owner_id),
+    ]
+    last = _audit(h, object_type="grant", object_id=grant["id"])["items"][-1]
+    assert last["detail"] == {"dataset_id": ds["id"], "principal_id": analyst_id}
+    for _ in range(2):  # deleting again changes nothing and records nothing
+        assert h.client.delete(url, headers=h.headers(owner)).status_code == 200
+    assert _actions(h, "dataset", ds["id"]) == [
+        ("dataset.created", owner_id),
+        ("dataset.deleted", owner_id),
+    ]
+
+
 def test_pagination_walks_every_event_once(embedded: Harness) -> None:
     h = embedded
     for _ in range(5):

@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.audit import service
-from service.audit.schemas import AuditPage, AuditQuery
+from service.audit_trail import service
+from service.audit_trail.schemas import AuditPage, AuditQuery
 from service.deps import AdminDep, SessionDep
 from service.errors_http import responses
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.audit import repository
-from service.audit.schemas import AuditEventOut, AuditPage, ObjectType
+from service.audit_trail import repository
+from service.audit_trail.schemas import AuditEventOut, AuditPage, ObjectType
 from service.errors import InvalidInput
 from service.models import AuditEvent
 
