@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
 from service.auth.service import authenticate
-from service.errors import Forbidden
+from service.errors import Forbidden, InvalidInput
 from service.models import Principal
 from service.runtime import Runtime
 
@@ -143,3 +143,16 @@ IdempotencyKeyHeader = Annotated[
         "again (one charge); the same key with another body is refused with 422",
     ),
 ]
+
+
+def single_valued_query(request: Request) -> None:
+    """No query parameter of this API takes several values: a repeated one is refused rather
+    than silently reduced to its last value (a filter must never widen)."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            raise InvalidInput(f"query parameter {name!r} is given more than once")
+        seen.add(name)
+
+
+SingleValuedQuery = Depends(single_valued_query)

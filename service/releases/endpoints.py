@@ -14,6 +14,7 @@ from service.deps import (
     PrincipalDep,
     RuntimeDep,
     SessionDep,
+    SingleValuedQuery,
     locked_response,
 )
 from service.errors import Gone, NotFound, NotReady
@@ -92,7 +93,12 @@ def preview_release(
     return service.preview(session, principal=owner, request=body, settings=runtime.settings)
 
 
-@router.get("", responses=responses(401, 404, 422), summary="Releases this key may see")
+@router.get(
+    "",
+    responses=responses(401, 404, 422),
+    dependencies=[SingleValuedQuery],
+    summary="Releases this key may see",
+)
 def list_releases(
     session: SessionDep, principal: PrincipalDep, query: Annotated[ReleaseQuery, Query()]
 ) -> ReleaseList:

@@ -3,6 +3,8 @@ request the schema forbids being accepted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import Harness, npz_bytes, toy_dataset
@@ -63,7 +65,13 @@ def test_schema_rules_are_enforced_as_declared(embedded: Harness) -> None:
     h = embedded
     owner, _ = h.new_key("owner")
     admin = h.headers(h.admin_key)
-    for params in ({"since": "0.5"}, {"since": "2026-01-01T00:00:00"}, {"objectid": "x"}):
+    cases: list[Any] = [
+        {"since": "0.5"},
+        {"since": "2026-01-01T00:00:00"},
+        {"objectid": "x"},
+        [("actor", "a"), ("actor", "b")],  # was: the last one, silently
+    ]
+    for params in cases:
         assert h.client.get("/audit", params=params, headers=admin).status_code == 422, params
     assert (
         h.client.get("/releases", params={"dataset": "x"}, headers=h.headers(owner)).status_code

@@ -80,7 +80,7 @@ def keys(embedded: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
     grant = h.client.post(
         f"/datasets/{ds['id']}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
     ).json()
-    h.runtime.dispatcher = _NoJobs()
+    jobs, h.runtime.dispatcher = h.runtime.dispatcher, _NoJobs()
     EXISTING.update(
         dataset_id=ds["id"],
         release_id=release["id"],
@@ -90,6 +90,7 @@ def keys(embedded: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
     )
     yield {"owner": owner, "admin": h.admin_key}
     EXISTING.clear()
+    h.runtime.dispatcher = jobs  # the harness shuts its thread down
 
 
 @schema.parametrize()
