@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -84,6 +85,30 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     return ApiError(message, status=response.status_code)
 
 
+RATE_LIMIT_RETRIES = 3
+MAX_RETRY_WAIT_S = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        wait = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        wait = 1.0
+    return min(max(wait, 0.0), MAX_RETRY_WAIT_S)
+
+
+def _rewind(files: Any) -> bool:
+    """Put upload streams back at their start for a resend; False if one cannot be."""
+    if not files:
+        return True
+    for value in dict(files).values():
+        stream = value[1] if isinstance(value, tuple) else value
+        if not (hasattr(stream, "seekable") and stream.seekable()):
+            return False
+        stream.seek(0)
+    return True
+
+
 class ApiClient:
     """Calls the dprelease API with a bearer key.
 
@@ -105,6 +130,7 @@ class ApiClient:
         self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
         self._owns_http = http is None
         self._http = http if http is not None else httpx.Client(timeout=timeout)
+        self.sleep: Callable[[float], None] = time.sleep
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -123,11 +149,25 @@ class ApiClient:
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, resent after a 429 (refused before the server read it, so resending
+        cannot act twice) up to RATE_LIMIT_RETRIES times, waiting as Retry-After says."""
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                response = self._http.request(
+                    method, self._url(path), headers=self._headers, **kwargs
+                )
+            except httpx.TransportError as exc:
+                raise self._connection_error(exc) from exc
+            if response.status_code != 429 or attempt == RATE_LIMIT_RETRIES:
+                return response
+            if not _rewind(kwargs.get("files")):
+                return response
+            self.sleep(_retry_after(response))
+        raise AssertionError("unreachable")
+
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, self._url(path), headers=self._headers, **kwargs)
-        except httpx.TransportError as exc:
-            raise self._connection_error(exc) from exc
+        response = self._send(method, path, **kwargs)
         if response.is_error:
             raise _error_from_response(response)
         if not response.content:

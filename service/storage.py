@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -20,6 +21,13 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from service.config import Settings
+
+# botocore's DEBUG records carry request headers, among them x-amz-content-sha256 of what is
+# stored: for an upload, a hash of the raw data. Never let them through, whatever the root
+# logger's level.
+for _name in ("botocore", "boto3", "s3transfer"):
+    _logger = logging.getLogger(_name)
+    _logger.setLevel(max(_logger.level, logging.INFO))
 
 
 class ObjectExists(Exception):

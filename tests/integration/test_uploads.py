@@ -138,3 +138,18 @@ def test_list_and_get_datasets(harness: Harness) -> None:
     assert [d["id"] for d in listed] == ids
     one = h.client.get(f"/datasets/{ids[0]}", headers=h.headers(owner)).json()
     assert one["sha256"] and one["size_bytes"] > 0 and one["budget"]["spent"] == 0.0
+
+
+def test_s3_debug_logs_never_carry_the_upload_hash(
+    real: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    import hashlib
+    import logging
+
+    content = npz_bytes(*toy_dataset(seed=11))
+    owner, _ = real.new_key("owner")
+    with caplog.at_level(logging.DEBUG):
+        assert real.upload(owner, content).status_code == 201
+    text = "\n".join(record.getMessage() for record in caplog.records)
+    assert hashlib.sha256(content).hexdigest() not in text
+    assert not any(record.name.startswith("botocore") for record in caplog.records)
