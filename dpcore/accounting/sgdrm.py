@@ -121,6 +121,20 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
+def _coerce(event: Any, *, bound: bool) -> None:
+    """Validate a frozen event's fields and store them as plain Python numbers (dp_accounting
+    must see floats, not numpy scalars); ``bound``: also its coefficient_bound."""
+    for name in ("n", "mixture_width", "n_samples"):
+        object.__setattr__(event, name, _as_int(name, getattr(event, name)))
+    object.__setattr__(event, "sigma", float(event.sigma))
+    _check_common(event.n, event.mixture_width, event.n_samples, event.sigma)
+    if bound:
+        value = float(event.coefficient_bound)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"coefficient_bound must be finite and > 0, got {value}")
+        object.__setattr__(event, "coefficient_bound", value)
+
+
 # --------------------------------------------------------------------------------------------
 # paper: Theorem 1
 # --------------------------------------------------------------------------------------------
@@ -191,10 +205,7 @@ class SGDRMPaperEvent(ApproximateDPEvent):
     sigma: float
 
     def __post_init__(self) -> None:
-        for name in ("n", "mixture_width", "n_samples"):
-            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
-        object.__setattr__(self, "sigma", float(self.sigma))
-        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
+        _coerce(self, bound=False)
 
     @property
     def max_delta(self) -> float:
@@ -268,16 +279,7 @@ class SGDRMClippedEvent(ApproximateDPEvent):
     coefficient_bound: float
 
     def __post_init__(self) -> None:
-        # Plain Python numbers: dp_accounting must see floats, not numpy scalars.
-        for name in ("n", "mixture_width", "n_samples"):
-            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
-        for name in ("sigma", "coefficient_bound"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
-        if not (math.isfinite(self.coefficient_bound) and self.coefficient_bound > 0):
-            raise ValueError(
-                f"coefficient_bound must be finite and > 0, got {self.coefficient_bound}"
-            )
+        _coerce(self, bound=True)
 
     @property
     def sampling_prob(self) -> float:
@@ -350,25 +352,18 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
     coefficient_bound: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("n", "mixture_width", "n_samples"):
-            object.__setattr__(self, name, _as_int(name, getattr(self, name)))
-        object.__setattr__(self, "sigma", float(self.sigma))
-        _check_common(self.n, self.mixture_width, self.n_samples, self.sigma)
-        if self.coefficient_bound is not None:
-            bound = float(self.coefficient_bound)
-            if not (math.isfinite(bound) and bound > 0):
-                raise ValueError(f"coefficient_bound must be finite and > 0, got {bound}")
-            object.__setattr__(self, "coefficient_bound", bound)
+        _coerce(self, bound=self.coefficient_bound is not None)
 
     @property
     def sampling_prob(self) -> float:
         return self.mixture_width / self.n
 
     def _clipped_epsilon(self, c: float, delta: float) -> float:
+        """ε at δ of the clipped variant with bound c (what M′ is for record i)."""
         if delta <= 0:
             return math.inf
-        z = self.sigma / (c * RECORD_NORM)
-        return replace_one_epsilon(self.sampling_prob, z, self.n_samples, min(delta, 1 - 1e-12))
+        clipped = SGDRMClippedEvent(self.n, self.mixture_width, self.n_samples, self.sigma, c)
+        return clipped.epsilon(min(delta, 1 - 1e-12))
 
     def candidate_bounds(self, delta: float) -> list[float]:
         """The c values the coupling tries at δ (each a function of public quantities)."""
