@@ -41,27 +41,25 @@ _TAIL_SIGMAS = 13.3
 _GUARD_BITS = 64
 
 
-def _erf_bits(x_num: float, scale: float, bits: int) -> tuple[int, bool]:
-    """⌊2^bits · erf(x_num/(scale·√2))⌋ within 2 (the bool says the ball was tight enough)."""
-    prec = bits + _GUARD_BITS
-    with _Prec(prec):
+def _erf_bits(x_num: float, scale: float, bits: int) -> int:
+    """⌊2^bits · erf(x_num/(scale·√2))⌋ within 2."""
+    with _Prec(bits + _GUARD_BITS):
         value = (flint.arb(x_num) / (flint.arb(scale) * flint.arb(2).sqrt())).erf()
-        scaled = value * flint.arb(2) ** bits
-        radius_ok = bool(scaled.rad() < 1)
-        return _clamp(_floor_of_mid(scaled), bits), radius_ok
+        return _fixed_point(value * flint.arb(2) ** bits, bits)
 
 
-def _floor_of_mid(ball: flint.arb) -> int:
-    """⌊midpoint⌋ of an Arb ball (exact when the working precision covers its integer part)."""
-    floor = ball.mid().floor().unique_fmpz()
+def _fixed_point(scaled: flint.arb, bits: int) -> int:
+    """An integer within 2 of the value in the ball ``scaled`` = 2^bits·F, F ∈ [0, 1).
+
+    Call it at the working precision ``scaled`` was computed with, which must cover its
+    integer part (the floor of the midpoint is then exact)."""
+    if not scaled.rad() < 1:  # cannot happen with the guard bits; refuse rather than guess
+        raise ArithmeticError("Arb could not bound erf tightly enough")
+    floor = scaled.mid().floor().unique_fmpz()
     if floor is None:
         raise ArithmeticError("the floor of an exact midpoint was not an integer")
-    return int(floor)
-
-
-def _clamp(value: int, bits: int) -> int:
-    """Into [0, 2^bits − 1], where 2^bits·F lies: clamping only moves towards the truth."""
-    return min(max(value, 0), (1 << bits) - 1)
+    # Into [0, 2^bits − 1], where 2^bits·F lies: clamping only moves towards the truth.
+    return min(max(int(floor), 0), (1 << bits) - 1)
 
 
 def table_size(scale: float) -> int:
@@ -102,10 +100,7 @@ class RoundedGaussian:
 
     def _cdf_bits(self, k: int, bits: int) -> int:
         """⌊2^bits·F(k)⌋ within 2, for any k ≥ 0 and precision."""
-        value, ok = _erf_bits(k + 0.5, self.scale, bits)
-        if not ok:  # cannot happen with the guard bits; refuse rather than guess
-            raise ArithmeticError("Arb could not bound erf tightly enough")
-        return value
+        return _erf_bits(k + 0.5, self.scale, bits)
 
     def sample(self, count: int, *, random_bytes: RandomBytes = os.urandom) -> np.ndarray:
         """``count`` independent draws as int64."""
@@ -169,10 +164,9 @@ def _table(scale: float, size: int) -> tuple[np.ndarray, np.ndarray]:
         root = flint.arb(scale) * flint.arb(2).sqrt()
         two_bits = flint.arb(2) ** _HEAD_BITS
         for k in range(size):
-            scaled = ((flint.arb(k) + flint.arb(0.5)) / root).erf() * two_bits
-            if not scaled.rad() < 1:
-                raise ArithmeticError("Arb could not bound erf tightly enough")
-            value = _clamp(_floor_of_mid(scaled), _HEAD_BITS)
+            value = _fixed_point(
+                ((flint.arb(k) + flint.arb(0.5)) / root).erf() * two_bits, _HEAD_BITS
+            )
             hi[k] = value >> _WORD
             lo[k] = value & mask
     return hi, lo
