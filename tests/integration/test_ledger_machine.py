@@ -122,36 +122,40 @@ class LedgerMachine(RuleBasedStateMachine):
     def _composed(self, items: list[Cost]) -> float:
         return compose_epsilon(items, delta=BUDGET_DELTA)
 
+    def _release_and_admit(self, session: Session, cost: Cost) -> str:
+        """A release row and its admission, in the caller's transaction; the release id."""
+        release = Release(
+            dataset_id=self.dataset_id,
+            requested_by=self.owner_id,
+            mechanism="test",
+            params={},
+            accountant="tight",
+            format="npz",
+            sigma_x=1.0,
+            sigma_y=1.0,
+            epsilon=cost.epsilon,
+            delta=cost.delta,
+        )
+        session.add(release)
+        session.flush()
+        ledger.admit(
+            session,
+            dataset_id=self.dataset_id,
+            release_id=release.id,
+            mechanism="test",
+            params={},
+            description={},
+            cost=cost,
+        )
+        return release.id
+
     def _admit(self, cost: Cost) -> str | None:
         """Run admission in its own transaction; the release id, or None when refused."""
         fits = ledger.round_up(self._composed(self._holding(cost))) <= self.budget
         before = self._entry_count()
         try:
             with self.factory() as session, session.begin():
-                release = Release(
-                    dataset_id=self.dataset_id,
-                    requested_by=self.owner_id,
-                    mechanism="test",
-                    params={},
-                    accountant="tight",
-                    format="npz",
-                    sigma_x=1.0,
-                    sigma_y=1.0,
-                    epsilon=cost.epsilon,
-                    delta=cost.delta,
-                )
-                session.add(release)
-                session.flush()
-                ledger.admit(
-                    session,
-                    dataset_id=self.dataset_id,
-                    release_id=release.id,
-                    mechanism="test",
-                    params={},
-                    description={},
-                    cost=cost,
-                )
-                release_id = release.id
+                release_id = self._release_and_admit(session, cost)
         except BudgetExceeded:
             assert not fits, "refused a release that fits"
             assert self._entry_count() == before  # nothing written
@@ -223,29 +227,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def invalid_amount(self, bad: Cost) -> None:
         before = self._entry_count()
         with pytest.raises(InvalidInput), self.factory() as session, session.begin():
-            release = Release(
-                dataset_id=self.dataset_id,
-                requested_by=self.owner_id,
-                mechanism="test",
-                params={},
-                accountant="tight",
-                format="npz",
-                sigma_x=1.0,
-                sigma_y=1.0,
-                epsilon=bad.epsilon,
-                delta=bad.delta,
-            )
-            session.add(release)
-            session.flush()
-            ledger.admit(
-                session,
-                dataset_id=self.dataset_id,
-                release_id=release.id,
-                mechanism="test",
-                params={},
-                description={},
-                cost=bad,
-            )
+            self._release_and_admit(session, bad)
         assert self._entry_count() == before
 
     # --- invariants -----------------------------------------------------------------------
