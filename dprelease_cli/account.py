@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 
-from dpcore.accounting import registry
-
 
 def _keys_help() -> str:
+    # The registry holds names, summaries and keys only: no accountant's numerics load here.
+    from dpcore.mechanisms import registry
+
     lines = ["\b", "Keys (KEY=VALUE) per mechanism and accountant:"]
     for acc in registry.all_accountants():
         lines.append(f"  {acc.mechanism} --accountant {acc.name}: {acc.summary}")
@@ -47,13 +48,17 @@ class _AccountCommand(click.Command):
 @click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
 @click.option(
     "--accountant",
-    type=click.Choice(["paper", "tight"]),
     default="tight",
     show_default=True,
-    help="The paper's own analysis or dprelease's tightest valid one.",
+    help="The mechanism's accountant: tight (dprelease's tightest valid analysis), paper (the "
+    "paper's own), or another the mechanism lists below.",
 )
 @click.option("--delta", type=float, required=True, help="δ at which ε is reported.")
-@click.option("--sigma", type=float, help="Noise scale (σ_x for dpmix): report its ε.")
+@click.option(
+    "--sigma",
+    type=float,
+    help="The calibrated noise scale (σ_x where features and labels have their own): report its ε.",
+)
 @click.option("--epsilon", type=float, help="Target ε: report the smallest noise meeting it.")
 def account(
     mechanism: str,
@@ -67,8 +72,10 @@ def account(
     smallest noise for a target ε (--epsilon). Prints one JSON object."""
     if (sigma is None) == (epsilon is None):
         raise click.UsageError("give exactly one of --sigma or --epsilon")
+    from dpcore.mechanisms import registry
+
     try:
-        acc = registry.get(mechanism, accountant)
+        acc = registry.accountant(mechanism, accountant)
         keys = _parse_pairs(pairs)
         if sigma is not None:
             event = acc.at_sigma(sigma, keys)
@@ -80,7 +87,7 @@ def account(
             "accountant": accountant,
             "epsilon": event.epsilon(delta),
             "delta": delta,
-            "noise": event.noise(),
+            "noise": event.noise().to_json(),
             "target_epsilon": epsilon,
             "valid_upper_bound": acc.valid_bound,
             **({"caveat": acc.caveat} if acc.caveat else {}),

@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
-from dpcore.audit import run_audit
-from dpcore.audit.cases import MECHANISMS
 from dprelease_cli.account import _parse_pairs
+
+
+def _audited() -> list[Any]:
+    from dpcore.mechanisms import registry
+
+    return [s for s in registry.specs() if s.audit is not None]
 
 
 def _keys_help() -> str:
     lines = ["\b", "Keys (KEY=VALUE) per mechanism, with the audit's defaults:"]
-    for spec in MECHANISMS.values():
+    for spec in _audited():
         lines.append(f"  {spec.name}:")
-        for key in spec.keys:
+        for key in spec.audit.keys:
             choices = f" [{'|'.join(key.choices)}]" if key.choices else ""
             lines.append(f"      {key.name}{choices}: {key.help} (default {key.default})")
     return "\n".join(lines)
+
+
+class _MechanismChoice(click.Choice):  # type: ignore[type-arg]
+    """The audited mechanisms, read from the registry when the command runs (not at import)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property  # type: ignore[override]
+    def choices(self) -> list[str]:
+        return sorted(s.name for s in _audited())
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        pass
 
 
 class _AuditCommand(click.Command):
@@ -29,7 +49,7 @@ class _AuditCommand(click.Command):
 
 
 @click.command("audit", cls=_AuditCommand)
-@click.argument("mechanism", type=click.Choice(sorted(MECHANISMS)))
+@click.argument("mechanism", type=_MechanismChoice())
 @click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
 @click.option("--epsilon", type=float, help="Claimed ε: audit the noise calibrated for it.")
 @click.option("--sigma", type=float, help="Audit this noise scale (σ_x; its ε is the claim).")
@@ -81,6 +101,8 @@ def audit_command(
     "Empirical audits")."""
     if (sigma is None) == (epsilon is None):
         raise click.UsageError("give exactly one of --sigma or --epsilon")
+    from dpcore.audit import run_audit
+
     try:
         result = run_audit(
             mechanism,

@@ -25,6 +25,7 @@ import click
 import httpx
 from tqdm import tqdm
 
+from dpcore.mechanisms.registry import BUILTIN
 from dprelease_cli.client import ApiClient, ApiError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -155,7 +156,12 @@ def _json_option(text: str | None, *, hint: str, kinds: tuple[type, ...]) -> Any
 def release_options(func: F) -> F:
     """The options shared by ``release`` and ``preview``."""
     options = [
-        click.option("--mechanism", default="dpmix", show_default=True, help="Mechanism name."),
+        click.option(
+            "--mechanism",
+            default=BUILTIN[0],
+            show_default=True,
+            help="Mechanism name (GET /mechanisms lists them).",
+        ),
         click.option(
             "-p",
             "--param",

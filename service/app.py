@@ -18,8 +18,8 @@ from service.config import Settings, get_settings
 from service.datasets.endpoints import router as datasets_router
 from service.db import transaction
 from service.releases import repository as release_repository
+from service.releases.endpoints import make_router as releases_router
 from service.releases.endpoints import mechanisms_router
-from service.releases.endpoints import router as releases_router
 from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime, build_runtime
 
@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     for router in (
         auth_router,
         datasets_router,
-        releases_router,
+        releases_router(),
         budgets_router,
         mechanisms_router,
         audit_router,

@@ -133,8 +133,9 @@ class Release(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     accountant: Mapped[str] = mapped_column(String(16))
     format: Mapped[str] = mapped_column(String(16))
-    sigma_x: Mapped[float] = mapped_column(Float)
-    sigma_y: Mapped[float] = mapped_column(Float)
+    # The accountant's noise description (dpcore.accounting.events.NoiseDescription JSON;
+    # rows from before 0009 hold only {"sigma_x", "sigma_y"}: see service.releases.noise).
+    noise: Mapped[dict[str, Any]] = mapped_column(JSON)
     # "secure" (lattice + exact rounded Gaussian from the CSPRNG) or "fast" (torch floats).
     noise_sampler: Mapped[str] = mapped_column(
         String(16), default="secure", server_default="secure"

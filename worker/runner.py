@@ -31,20 +31,21 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from dpcore import evaluation
-from dpcore.accounting import registry
+from dpcore.accounting.events import NoiseDescription
+from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
+from dpcore.mechanisms.run import build
 from service.audit_trail import service as audit
 from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
-from service.releases.mechanisms import SERVED
+from service.releases import noise as release_noise
 from service.releases.service import report_key
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
-from worker import mechanisms
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,7 @@ class Job:
     mechanism: str
     params: dict[str, Any]
     fmt: str
-    sigma_x: float
-    sigma_y: float
+    noise: NoiseDescription
     noise_sampler: str
     epsilon: float
     delta: float
@@ -183,8 +183,7 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
             mechanism=release.mechanism,
             params=dict(release.params),
             fmt=release.format,
-            sigma_x=release.sigma_x,
-            sigma_y=release.sigma_y,
+            noise=release_noise.description(release, dataset),
             noise_sampler=release.noise_sampler,
             epsilon=release.epsilon,
             delta=release.delta,
@@ -276,8 +275,6 @@ def _owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) 
             raise RuntimeError("stored test dataset does not match its recorded sha256")
         test = parse_dataset(content=raw, filename=filename, metadata=test_meta, max_bytes=len(raw))
         release = evaluation.release_from_file(path, job.fmt, meta, {})
-        if job.mechanism == "random_projection" and "projection" not in release.extra:
-            raise ValueError("a random-projection report needs the NPZ format")
         labels = np.asarray(test.classes, dtype=object)[test.labels]
         report = evaluation.evaluate(release, test.X, labels, classifiers=("linear", "mlp"))
     except Exception as exc:  # a failed report never fails the release
@@ -308,14 +305,13 @@ def _write_release(
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
     noise = noise_sampler(job.noise_sampler, generator)
-    output = mechanisms.build(
+    output = build(
         job.mechanism,
         job.params,
         parsed,
-        sigma_x=job.sigma_x,
-        sigma_y=job.sigma_y,
+        noise=job.noise,
+        sampler=noise,
         generator=generator,
-        noise=noise,
         device=device,
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing)
@@ -367,16 +363,16 @@ def _release_metadata(
         "dataset_id": job.dataset_id,
         "mechanism": job.mechanism,
         "params": job.params,
-        "noise": {"sigma_x": job.sigma_x, "sigma_y": job.sigma_y, "sampler": job.noise_sampler},
+        "noise": release_noise.from_description(job.noise, job.noise_sampler).model_dump(),
         "charge": {"epsilon": job.epsilon, "delta": job.delta},
         "accountant": {
             "name": job.accountant,
-            "method": registry.get(job.mechanism, job.accountant).summary,
+            "method": registry.accountant(job.mechanism, job.accountant).summary,
             "neighbouring_relation": "replace-one (n public)",
             "n": parsed.n_rows,
         },
         "preprocessing": preprocessing,
-        "columns": SERVED[job.mechanism].output,
+        "columns": registry.get(job.mechanism).output,
         "feature_shape": list(parsed.feature_shape),
         "feature_names": list(parsed.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.

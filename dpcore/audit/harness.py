@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.accounting import registry
+from dpcore.accounting.accountant import Key
 from dpcore.audit import stats
-from dpcore.audit.cases import MECHANISMS, AuditedMechanism, Neighbours, Preprocess, RowModel, Wrap
+from dpcore.audit.case import AuditCase, Neighbours, Preprocess, RowModel, Wrap
 from dpcore.audit.runs import Release, Run
+from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import sampler
 from dpcore.preprocessing import one_hot
 
@@ -37,9 +38,18 @@ class Canary:
     base_labels: torch.Tensor | None = None
 
 
+def audited() -> list[str]:
+    """The mechanisms with an audit case."""
+    return [s.name for s in registry.specs() if s.audit is not None]
+
+
+def audit_keys(mechanism: str) -> tuple[Key, ...]:
+    return _audit_spec(mechanism).keys
+
+
 def parse_params(mechanism: str, raw: Mapping[str, Any]) -> dict[str, Any]:
-    spec = _spec(mechanism)
-    known = {k.name: k for k in spec.keys}
+    keys = audit_keys(mechanism)
+    known = {k.name: k for k in keys}
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise ValueError(
@@ -47,18 +57,25 @@ def parse_params(mechanism: str, raw: Mapping[str, Any]) -> dict[str, Any]:
             f"known: {', '.join(known)}"
         )
     return {
-        k.name: k.parse(raw[k.name]) if raw.get(k.name) is not None else k.default
-        for k in spec.keys
+        k.name: k.parse(raw[k.name]) if raw.get(k.name) is not None else k.default for k in keys
     }
 
 
-def _spec(mechanism: str) -> AuditedMechanism:
+def _audit_spec(mechanism: str) -> Any:
     try:
-        return MECHANISMS[mechanism]
-    except KeyError:
+        spec = registry.get(mechanism)
+    except ValueError:
+        spec = None
+    if spec is None or spec.audit is None:
         raise ValueError(
-            f"no audit for {mechanism!r}; audited: {', '.join(sorted(MECHANISMS))}"
+            f"no audit for {mechanism!r}; audited: {', '.join(sorted(audited()))}"
         ) from None
+    return spec.audit
+
+
+def _case(mechanism: str) -> AuditCase:
+    case: AuditCase = _audit_spec(mechanism).case()
+    return case
 
 
 def _log_presence(a: torch.Tensor, energy: float, model: RowModel) -> torch.Tensor:
@@ -97,7 +114,7 @@ def score(
 
 
 def _canary(
-    spec: AuditedMechanism, nb: Neighbours, model: RowModel, projection: torch.Tensor | None
+    spec: AuditCase, nb: Neighbours, model: RowModel, projection: torch.Tensor | None
 ) -> Canary:
     """The claimed geometry, from the worker's preprocessing whatever hook the run had (the
     auditor does not know of it). Record 1 stands for the others (they are identical): a
@@ -144,7 +161,7 @@ def releases(
     noise_sampler: str = "fast",
 ) -> tuple[Release, Release, Neighbours]:
     """``trials`` releases of D and of D′ by the real mechanism, from one seeded generator."""
-    spec = _spec(mechanism)
+    spec = _case(mechanism)
     p = parse_params(mechanism, params)
     nb = spec.neighbours(p)
     prep = preprocess or spec.preprocess
@@ -167,7 +184,9 @@ def releases(
         generator=generator,
         noise=None if noise_sampler == "fast" else sampler(noise_sampler, generator),
     )
-    function = wrap(spec.function) if wrap is not None else spec.function
+    function = spec.function(p)
+    if wrap is not None:
+        function = wrap(function)
     with _one_thread():
         release, release_prime = spec.run(function, run, p)
     return release, release_prime, nb
@@ -196,9 +215,9 @@ def run_audit(
         raise ValueError("give exactly one of sigma or epsilon")
     if trials < 4 or not 0 < alpha < 1 or not 0 < delta < 1:
         raise ValueError("need trials >= 4, alpha in (0, 1) and delta in (0, 1)")
-    spec = _spec(mechanism)
+    spec = _case(mechanism)
     p = parse_params(mechanism, params or {})
-    accountant = registry.get(mechanism, ACCOUNTANT)
+    accountant = registry.accountant(mechanism, ACCOUNTANT)
     keys = spec.claim_keys(p)
     event = (
         accountant.at_sigma(sigma, keys)
@@ -206,11 +225,13 @@ def run_audit(
         else accountant.calibrate(float(epsilon), delta, keys)  # type: ignore[arg-type]
     )
     noise = event.noise()
+    # Exact labels (no label noise) leave σ_y unused.
+    sigma_x, sigma_y = noise.sigma_x, noise.sigma_y or 0.0
     release, release_prime, nb = releases(
         mechanism,
         p,
-        sigma_x=noise["sigma_x"],
-        sigma_y=noise["sigma_y"],
+        sigma_x=sigma_x,
+        sigma_y=sigma_y,
         trials=trials,
         seed=seed,
         preprocess=preprocess,
@@ -219,8 +240,8 @@ def run_audit(
     )
     model = spec.rows(p)
     canary = _canary(spec, nb, model, release.projection)
-    s = score(release, canary, model, noise["sigma_x"], noise["sigma_y"])
-    s_prime = score(release_prime, canary, model, noise["sigma_x"], noise["sigma_y"])
+    s = score(release, canary, model, sigma_x, sigma_y)
+    s_prime = score(release_prime, canary, model, sigma_x, sigma_y)
     half = trials // 2
     threshold = stats.choose_threshold(s[:half], s_prime[:half], delta, alpha)
     outcome = stats.evaluate(s[half : 2 * half], s_prime[half : 2 * half], threshold, delta, alpha)
@@ -228,7 +249,7 @@ def run_audit(
         "mechanism": mechanism,
         "params": p,
         "accountant": ACCOUNTANT,
-        "noise": {**noise, "sampler": noise_sampler},
+        "noise": {**noise.to_json(), "sampler": noise_sampler},
         "delta": delta,
         "epsilon_claimed": event.epsilon(delta),
         "epsilon_lower_bound": outcome.epsilon_lower_bound,

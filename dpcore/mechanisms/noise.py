@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms.rounded_gaussian import RoundedGaussian, table_size
 
 # The rounding slack g√d/Δ stays within [MIN_SLACK, MAX_SLACK]: finer lattices cost a larger
@@ -37,7 +38,8 @@ _ROUNDING_MARGIN = 1e-12
 
 
 class NoiseSampler(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
         """``values`` plus Gaussian noise of std ``sigma`` per entry; ``sensitivity`` is the
@@ -148,6 +150,53 @@ class SecureNoise:
             }
             for p in self.plans.values()
         ]
+
+
+class UndeclaredNoise(ValueError):
+    """A generator asked for noise its release's accountant did not declare."""
+
+
+# Declared and requested scales are computed by the same formulas, possibly in another order:
+# they agree to a few ulps.
+_MATCH_RTOL = 1e-9
+
+
+@dataclass
+class DeclaredNoise:
+    """A sampler that adds only the noise a release's accountant declared.
+
+    Each call must name a declared scale's σ and a sensitivity no larger than the declared one
+    (the generator computes it from the same accountant); the inner sampler then plans and
+    draws with the declared values, so the noise is what was charged and nothing else."""
+
+    inner: NoiseSampler
+    declared: NoiseDescription
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def scale_for(self, *, sigma: float, sensitivity: float) -> NoiseScale:
+        for scale in self.declared.scales:
+            if math.isclose(sigma, scale.sigma, rel_tol=_MATCH_RTOL) and sensitivity <= (
+                scale.sensitivity * (1 + _MATCH_RTOL)
+            ):
+                return scale
+        declared = ", ".join(
+            f"{s.name} (σ={s.sigma:g}, sensitivity {s.sensitivity:g})" for s in self.declared.scales
+        )
+        raise UndeclaredNoise(
+            f"noise σ={sigma:g} with sensitivity {sensitivity:g} is not declared by the "
+            f"accountant; declared: {declared}"
+        )
+
+    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+        scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
+        return self.inner(values, sigma=scale.sigma, sensitivity=scale.sensitivity)
+
+    def describe(self) -> list[dict[str, float]] | None:
+        describe = getattr(self.inner, "describe", None)
+        return describe() if callable(describe) else None
 
 
 def sampler(name: str, generator: torch.Generator) -> NoiseSampler:

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import torch
 
+# Gathered rows per chunk (chunk × ℓ × d floats): bounds memory at a few hundred MB.
+GATHER_BUDGET = 1 << 25
+
+
+def chunk_size(*, mixture_degree: int, dim: int, n: int) -> int:
+    """Rows per chunk of a mechanism that averages ``mixture_degree`` of ``n`` records of
+    ``dim`` entries: bounded gathers, and bounded sort keys for large subsets."""
+    by_gather = GATHER_BUDGET // max(1, mixture_degree * dim)
+    by_keys = GATHER_BUDGET // max(1, n) if mixture_degree * mixture_degree > n else 1 << 16
+    return max(1, min(4096, by_gather, by_keys))
+
 
 def uniform_subsets(
     n: int, size: int, count: int, *, generator: torch.Generator, device: torch.device

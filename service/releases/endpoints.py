@@ -1,11 +1,15 @@
-from __future__ import annotations
+"""Release endpoints. The request body of create and preview is the union of the served
+mechanisms' requests, so the router is built from the registry (``make_router``)."""
 
+import functools
+import inspect
 import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, status
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
+from dpcore.mechanisms import registry
 from service import idempotency
 from service.access_schema import objects
 from service.deps import (
@@ -20,18 +24,16 @@ from service.deps import (
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.releases import service
-from service.releases.mechanisms import catalogue
+from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
     PreviewOut,
     ReleaseList,
     ReleaseOut,
     ReleaseQuery,
-    ReleaseRequest,
+    ReleaseRequestBase,
 )
 from service.releases.service import report_key
-
-router = APIRouter(prefix="/releases", tags=["releases"])
 
 _MEDIA = {
     "npz": "application/octet-stream",
@@ -40,15 +42,8 @@ _MEDIA = {
 }
 
 
-@router.post(
-    "",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=ReleaseOut,
-    responses=responses(401, 403, 404, 409, 422),
-    summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
-)
 def create_release(
-    body: Annotated[ReleaseRequest, Body()],
+    body: ReleaseRequestBase,
     session: SessionDep,
     owner: OwnerDep,
     runtime: RuntimeDep,
@@ -79,13 +74,8 @@ def create_release(
     return locked_response(out, status_code=status.HTTP_202_ACCEPTED)
 
 
-@router.post(
-    "/preview",
-    responses=responses(401, 403, 404, 422),
-    summary="What a release would cost and leave, without charging or storing anything",
-)
 def preview_release(
-    body: Annotated[ReleaseRequest, Body()],
+    body: ReleaseRequestBase,
     session: SessionDep,
     owner: OwnerDep,
     runtime: RuntimeDep,
@@ -93,12 +83,6 @@ def preview_release(
     return service.preview(session, principal=owner, request=body, settings=runtime.settings)
 
 
-@router.get(
-    "",
-    responses=responses(401, 404, 422),
-    dependencies=[SingleValuedQuery],
-    summary="Releases this key may see",
-)
 def list_releases(
     session: SessionDep, principal: PrincipalDep, query: Annotated[ReleaseQuery, Query()]
 ) -> ReleaseList:
@@ -108,28 +92,11 @@ def list_releases(
 _READERS = "the dataset's owner, analysts granted the dataset, admins"
 
 
-@router.get(
-    "/{release_id}",
-    responses=responses(401, 404),
-    summary="Status of a release",
-    openapi_extra=objects(_READERS),
-)
 def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
     release = service.get(session, principal=principal, release_id=release_id)
     return service.to_out(release, viewer=principal)
 
 
-@router.get(
-    "/{release_id}/download",
-    responses={
-        **responses(401, 404, 409),
-        200: {"description": "The release file (embedded mode)"},
-        307: {"description": "Redirect to a presigned URL of the object store"},
-    },
-    response_class=Response,
-    summary="Download a succeeded release",
-    openapi_extra=objects(_READERS),
-)
 def download_release(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> Response:
@@ -148,14 +115,6 @@ def download_release(
     return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
 
 
-@router.get(
-    "/{release_id}/report",
-    responses=responses(
-        401, 404, 409, 410, e410="The held-out dataset was deleted, and the report with it"
-    ),
-    summary="The owner-only utility report (computed on the owner's held-out raw data)",
-    openapi_extra=objects("the owner who requested the release; nobody else, admins included"),
-)
 def get_report(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -188,3 +147,81 @@ mechanisms_router = APIRouter(tags=["releases"])
 )
 def list_mechanisms(_principal: PrincipalDep) -> MechanismList:
     return catalogue()
+
+
+def make_router() -> APIRouter:
+    """The ``/releases`` routes, with the request body of the mechanisms served now."""
+    request: Any = request_union(registry.served())
+    router = APIRouter(prefix="/releases", tags=["releases"])
+
+    def body_of(endpoint: Any) -> Any:
+        # The same endpoint, whose body parameter takes the served mechanisms' requests.
+        signature = inspect.signature(endpoint)
+        parameters = [
+            p.replace(annotation=Annotated[request, Body()]) if p.name == "body" else p
+            for p in signature.parameters.values()
+        ]
+
+        @functools.wraps(endpoint)
+        def route(*args: Any, **kwargs: Any) -> Any:
+            return endpoint(*args, **kwargs)
+
+        route.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return route
+
+    router.add_api_route(
+        "",
+        body_of(create_release),
+        methods=["POST"],
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=ReleaseOut,
+        responses=responses(401, 403, 404, 409, 422),
+        summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
+    )
+    router.add_api_route(
+        "/preview",
+        body_of(preview_release),
+        methods=["POST"],
+        responses=responses(401, 403, 404, 422),
+        summary="What a release would cost and leave, without charging or storing anything",
+    )
+    router.add_api_route(
+        "",
+        list_releases,
+        methods=["GET"],
+        responses=responses(401, 404, 422),
+        dependencies=[SingleValuedQuery],
+        summary="Releases this key may see",
+    )
+    router.add_api_route(
+        "/{release_id}",
+        get_release,
+        methods=["GET"],
+        responses=responses(401, 404),
+        summary="Status of a release",
+        openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/download",
+        download_release,
+        methods=["GET"],
+        responses={
+            **responses(401, 404, 409),
+            200: {"description": "The release file (embedded mode)"},
+            307: {"description": "Redirect to a presigned URL of the object store"},
+        },
+        response_class=Response,
+        summary="Download a succeeded release",
+        openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/report",
+        get_report,
+        methods=["GET"],
+        responses=responses(
+            401, 404, 409, 410, e410="The held-out dataset was deleted, and the report with it"
+        ),
+        summary="The owner-only utility report (computed on the owner's held-out raw data)",
+        openapi_extra=objects("the owner who requested the release; nobody else, admins included"),
+    )
+    return router

@@ -1,185 +1,96 @@
-"""The mechanisms the service runs: their parameters, the checks against public facts, and
-what `GET /mechanisms` says of them."""
+"""The served mechanisms as the API sees them, all derived from the registry
+(``dpcore.mechanisms.registry``): one request model per mechanism, the discriminated union of
+them, the public facts admission checks read, and what ``GET /mechanisms`` says."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import typing
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import Field, create_model
 
-from dpcore.accounting import registry
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
 from service.config import Settings
-from service.errors import InvalidInput
 from service.models import Dataset
 from service.releases.schemas import (
     AccountantInfo,
-    DPCDAParams,
-    DPMixParams,
-    LocalPerturbationParams,
     MechanismInfo,
     MechanismList,
-    RandomProjectionParams,
-    SGDRMParams,
+    ReleaseRequestBase,
 )
 
-Check = Callable[[Any, Dataset, Settings], None]
+
+def facts(dataset: Dataset, settings: Settings) -> PublicFacts:
+    """What admission may read of ``dataset``; ``class_counts`` is owner-only (only owners
+    request releases, so a check reading it answers nobody else)."""
+    return PublicFacts(
+        n=dataset.n_rows,
+        n_features=dataset.n_features,
+        n_classes=len(dataset.classes),
+        feature_shape=tuple(dataset.feature_shape or ()),
+        max_release_rows=settings.max_release_samples,
+        limit_hint="this server's limit",
+        class_counts=tuple(dataset.class_counts) if dataset.class_counts is not None else None,
+    )
 
 
-@dataclass(frozen=True)
-class ServedMechanism:
-    name: str
-    summary: str
-    output: str
-    params: type[BaseModel]
-    check: Check
-
-
-def _check_dpmix(params: DPMixParams, dataset: Dataset, settings: Settings) -> None:
-    if params.mixture_degree > dataset.n_rows:
-        raise InvalidInput(
-            f"mixture_degree {params.mixture_degree} exceeds the dataset's {dataset.n_rows} rows"
-        )
-    _check_rows(params.n_samples, settings)
-
-
-def _check_rows(rows: int, settings: Settings) -> None:
-    if rows > settings.max_release_samples:
-        raise InvalidInput(
-            f"n_samples {rows} exceeds this server's limit {settings.max_release_samples} "
-            "(DPRELEASE_MAX_RELEASE_SAMPLES)"
-        )
-
-
-def _check_dpcda(params: DPCDAParams, dataset: Dataset, settings: Settings) -> None:
-    if params.mixture_degree > params.min_class_size:
-        raise InvalidInput(
-            f"min_class_size {params.min_class_size} must be at least mixture_degree "
-            f"{params.mixture_degree}"
-        )
-    if dataset.class_counts is None:
-        raise InvalidInput("this dataset predates class counts; upload it again to use dpcda")
-    # Only the owner can ask, so this check on private counts answers nobody else.
-    if params.min_class_size > min(dataset.class_counts):
-        raise InvalidInput(
-            f"min_class_size {params.min_class_size} is not a lower bound of every class's "
-            "size in this dataset; declare a smaller one"
-        )
-    for name in ("feature_mean", "feature_std"):
-        values = getattr(params, name)
-        if values is not None and len(values) != dataset.n_features:
-            raise InvalidInput(f"{name} needs {dataset.n_features} values, got {len(values)}")
-    k = len(dataset.classes)
-    _check_rows(k * (-(-params.n_samples // k)), settings)
-
-
-def _check_sgdrm(params: SGDRMParams, dataset: Dataset, settings: Settings) -> None:
-    if params.mixture_width > dataset.n_rows:
-        raise InvalidInput(
-            f"mixture_width {params.mixture_width} exceeds the dataset's {dataset.n_rows} rows"
-        )
-    _check_rows(params.n_samples, settings)
-
-
-def _check_local(_params: LocalPerturbationParams, dataset: Dataset, settings: Settings) -> None:
-    _check_rows(dataset.n_rows, settings)
-
-
-def _check_projection(params: RandomProjectionParams, dataset: Dataset, settings: Settings) -> None:
-    if params.projection_dim > dataset.n_features:
-        raise InvalidInput(
-            f"projection_dim {params.projection_dim} exceeds the dataset's "
-            f"{dataset.n_features} features"
-        )
-    _check_rows(dataset.n_rows, settings)
-
-
-SERVED: dict[str, ServedMechanism] = {
-    m.name: m
-    for m in (
-        ServedMechanism(
-            name="dpmix",
-            summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
-            output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
-            "y: n_samples × n_classes noisy mixed one-hot labels",
-            params=DPMixParams,
-            check=_check_dpmix,
-        ),
-        ServedMechanism(
-            name="dpcda",
-            summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of "
-            "that class; class-balanced output, exact labels",
-            output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
-            "scale); y: their one-hot classes (exact)",
-            params=DPCDAParams,
-            check=_check_dpcda,
-        ),
-        ServedMechanism(
-            name="sgdrm",
-            summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
-            "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
-            "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
-            output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
-            "y: the same combinations of one-hot labels, noisy; learn with "
-            "dpcore.learning.bias_corrected_sgd",
-            params=SGDRMParams,
-            check=_check_sgdrm,
-        ),
-        ServedMechanism(
-            name="local_perturbation",
-            summary="Baseline: every record once, with Gaussian noise (DPMix paper, Sec. IV)",
-            output="X: n × n_features noisy records (preprocessed scale); y: n × n_classes "
-            "noisy one-hot labels",
-            params=LocalPerturbationParams,
-            check=_check_local,
-        ),
-        ServedMechanism(
-            name="random_projection",
-            summary="Baseline: every record projected by a data-independent Gaussian matrix "
-            "then noised (DPMix paper, Sec. IV)",
-            output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
-            "labels; NPZ also holds the projection matrix",
-            params=RandomProjectionParams,
-            check=_check_projection,
+def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
+    """``spec``'s request: the common fields, its ``mechanism`` literal, its ``params`` model
+    (defaulted when no parameter is required) and its accountants."""
+    names = tuple(a.name for a in spec.accountants)
+    params_required = any(f.is_required() for f in spec.params.model_fields.values())
+    params: Any = (spec.params, ...)
+    if not params_required:
+        params = (spec.params, Field(default_factory=spec.params))
+    accountant_help = (
+        f"The privacy analysis (default {spec.default_accountant}). GET /mechanisms describes "
+        "each; one that is not a valid bound is refused for releases"
+    )
+    model: type[ReleaseRequestBase] = create_model(  # type: ignore[call-overload]
+        spec.title or f"{spec.name.title().replace('_', '')}Request",
+        __base__=ReleaseRequestBase,
+        __module__=__name__,
+        mechanism=(Literal[spec.name], ...),  # type: ignore[arg-type,valid-type]
+        params=params,
+        accountant=(  # type: ignore[arg-type]
+            Literal[names],  # type: ignore[valid-type]
+            Field(default=spec.default_accountant, description=accountant_help),
         ),
     )
-}
+    return model
+
+
+def request_union(specs: Sequence[MechanismSpec]) -> Any:
+    """The body of ``POST /releases``: one of the served mechanisms' requests, told apart by
+    ``mechanism``."""
+    models = tuple(request_model(s) for s in specs)
+    if not models:
+        raise RuntimeError("no mechanism is served")
+    if len(models) == 1:
+        return models[0]
+    return Annotated[typing.Union[models], Field(discriminator="mechanism")]  # noqa: UP007
 
 
 def catalogue() -> MechanismList:
     items = []
-    for mechanism in SERVED.values():
-        accountants = [
-            AccountantInfo(
-                name=acc.name,
-                summary=acc.summary,
-                valid_bound=acc.valid_bound,
-                caveat=acc.caveat or None,
-            )
-            for acc in registry.all_accountants()
-            if acc.mechanism == mechanism.name
-        ]
+    for spec in registry.served():
         items.append(
             MechanismInfo(
-                name=mechanism.name,
-                summary=mechanism.summary,
-                output=mechanism.output,
-                params_schema=mechanism.params.model_json_schema(),
-                accountants=accountants,
+                name=spec.name,
+                summary=spec.summary,
+                output=spec.output,
+                params_schema=spec.params.model_json_schema(),
+                accountants=[
+                    AccountantInfo(
+                        name=acc.name,
+                        summary=acc.summary,
+                        valid_bound=acc.valid_bound,
+                        caveat=acc.caveat or None,
+                    )
+                    for acc in sorted(spec.accountants, key=lambda a: a.name)
+                ],
             )
         )
     return MechanismList(items=items)
-
-
-def stats_mu(*, n_features: int, stats_noise: float) -> float:
-    """μ of DP standardisation statistics: replace-one moves the sum vector and the sum-of-
-    squares vector of [0, 1]-scaled features by at most √d each."""
-    return math.sqrt(2 * n_features) / stats_noise
-
-
-def extra_accountant_keys(mechanism: str, params: Any, dataset: Dataset) -> dict[str, Any]:
-    if mechanism == "dpcda" and params.standardization == "dp":
-        return {"stats_mu": stats_mu(n_features=dataset.n_features, stats_noise=params.stats_noise)}
-    return {}

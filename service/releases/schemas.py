@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,130 +16,6 @@ def _finite_positive(value: float | None, name: str) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0")
     return value
-
-
-class DPMixParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")
-    n_samples: int = Field(ge=1, description="T: number of mixtures released")
-    assignment: Literal["mixture", "record"] = Field(
-        default="mixture",
-        description="mixture: every mixture draws ℓ distinct records (Thm 1); record: every "
-        "record joins ⌈Tℓ/n⌉ distinct mixtures (Appendix B, Thm 3)",
-    )
-
-
-def _null_or_empty() -> dict[str, Any]:
-    return {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
-
-
-# The model validator below, for clients and for schema-driven tests: declared statistics go
-# with (and only with) 'declared', stats_noise with (and only with) 'dp'.
-_DPCDA_RULES: dict[str, Any] = {
-    "allOf": [
-        {
-            "if": {
-                "properties": {"standardization": {"const": "declared"}},
-                "required": ["standardization"],
-            },
-            "then": {
-                "required": ["feature_mean", "feature_std"],
-                "properties": {"feature_mean": {"type": "array"}, "feature_std": {"type": "array"}},
-            },
-            "else": {
-                "properties": {"feature_mean": _null_or_empty(), "feature_std": _null_or_empty()}
-            },
-        },
-        {
-            "if": {
-                "properties": {"standardization": {"const": "dp"}},
-                "required": ["standardization"],
-            },
-            "then": {
-                "required": ["stats_noise"],
-                "properties": {"stats_noise": {"type": "number"}},
-            },
-            "else": {"properties": {"stats_noise": {"type": "null"}}},
-        },
-    ]
-}
-
-
-class DPCDAParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_DPCDA_RULES)
-
-    mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
-    n_samples: int = Field(ge=1, description="T: mixtures in all, split evenly over classes")
-    clip_norm: float = Field(default=1.0, gt=0, description="C: L2 clip of every record")
-    min_class_size: int = Field(
-        ge=1,
-        description="m: a public lower bound on every class's size, declared by the owner "
-        "(checked against the data; the accountant's sampling ratio is ℓ/m)",
-    )
-    standardization: Literal["unit_range", "declared", "dp"] = Field(
-        default="unit_range",
-        description="unit_range: scale by the declared feature_range to [0, 1]; declared: "
-        "z-score with the owner's public feature_mean/feature_std; dp: z-score with means and "
-        "stds estimated under DP (noise stats_noise), charged with the release",
-    )
-    stats_noise: float | None = Field(
-        default=None,
-        gt=0,
-        description="dp: noise std on the per-feature sums and sums of squares of the "
-        "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
-    )
-    feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
-    feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
-        default=None, description="Public, per feature"
-    )
-
-    @model_validator(mode="after")
-    def _declared_stats(self) -> DPCDAParams:
-        given = self.feature_mean is not None and self.feature_std is not None
-        if self.standardization == "declared" and not given:
-            raise ValueError("standardization 'declared' needs feature_mean and feature_std")
-        if self.standardization != "declared" and (self.feature_mean or self.feature_std):
-            raise ValueError("feature_mean/feature_std apply to standardization 'declared'")
-        if self.feature_std is not None and any(s <= 0 or s != s for s in self.feature_std):
-            raise ValueError("feature_std must be positive numbers")
-        if (self.standardization == "dp") != (self.stats_noise is not None):
-            raise ValueError("stats_noise goes with standardization 'dp' (and is required there)")
-        return self
-
-
-class LocalPerturbationParams(BaseModel):
-    """Every record released once with Gaussian noise; nothing to choose."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class RandomProjectionParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    projection_dim: int = Field(ge=1, description="d: dimension of the projected features")
-    spectral_norm: float = Field(
-        default=1.0, gt=0, description="s: the projection is rescaled to this spectral norm"
-    )
-
-
-class SGDRMParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mixture_width: int = Field(ge=1, description="ℓ: each record enters a mixture w.p. ℓ/n")
-    n_samples: int = Field(ge=1, description="T: number of mixtures released")
-    coefficients: Literal["clipped", "gaussian"] = Field(
-        default="clipped",
-        description="clipped: coefficients b·clip(g, −c, c); gaussian: the paper's unbounded "
-        "b·g, accounted by coupling with the clipped variant (about 2.4× the noise of "
-        "clipped at ε = 10; docs/privacy.md)",
-    )
-    coefficient_bound: float | None = Field(
-        default=None,
-        gt=0,
-        description="c: the clip (clipped; default 3/√mixture_width) or the coupling's "
-        "analysis bound (gaussian; default chosen for the target ε, at least 3/√mixture_width)",
-    )
 
 
 NoiseSamplerName = Literal["secure", "fast"]
@@ -187,10 +63,6 @@ class _ReleaseCommon(BaseModel):
     noise_ratio: float | None = Field(
         default=None, gt=0, description="σ_y/σ_x when calibrating (default 1)"
     )
-    accountant: Literal["paper", "tight"] = Field(
-        default="tight",
-        description="tight: dprelease's tightest valid analysis; paper: the paper's theorem",
-    )
     noise_sampler: NoiseSamplerName = Field(
         default="secure",
         description="secure: values on a power-of-two lattice plus exact rounded-Gaussian "
@@ -220,41 +92,43 @@ class _ReleaseCommon(BaseModel):
         return self
 
 
-class DPMixRequest(_ReleaseCommon):
-    mechanism: Literal["dpmix"]
-    params: DPMixParams
+class ReleaseRequestBase(_ReleaseCommon):
+    """What every release request holds. Each served mechanism's request (built from the
+    registry by ``service.releases.mechanisms``) narrows ``mechanism`` to its name, ``params``
+    to its parameter model and ``accountant`` to its accountants' names."""
+
+    mechanism: str
+    params: BaseModel
+    accountant: str = "tight"
 
 
-class LocalPerturbationRequest(_ReleaseCommon):
-    mechanism: Literal["local_perturbation"]
-    params: LocalPerturbationParams = Field(default_factory=LocalPerturbationParams)
-
-
-class RandomProjectionRequest(_ReleaseCommon):
-    mechanism: Literal["random_projection"]
-    params: RandomProjectionParams
-
-
-class DPCDARequest(_ReleaseCommon):
-    mechanism: Literal["dpcda"]
-    params: DPCDAParams
-
-
-class SGDRMRequest(_ReleaseCommon):
-    mechanism: Literal["sgdrm"]
-    params: SGDRMParams
-
-
-AnyReleaseRequest = (
-    DPMixRequest | DPCDARequest | SGDRMRequest | LocalPerturbationRequest | RandomProjectionRequest
-)
-ReleaseRequest = Annotated[AnyReleaseRequest, Field(discriminator="mechanism")]
+class NoiseScaleOut(BaseModel):
+    name: str
+    sigma: float = Field(description="Std of the Gaussian noise on each entry")
+    sensitivity: float = Field(
+        description="L2 distance one replaced record moves a noised row, as the accountant "
+        "assumed (the secure sampler's lattice is planned from it)"
+    )
+    perturbs: list[str] = Field(description="What this noise is added to")
+    description: str = ""
 
 
 class Noise(BaseModel):
-    sigma_x: float = Field(description="Feature noise std the accountant was given")
-    sigma_y: float = Field(description="Label noise std the accountant was given")
+    """Every Gaussian noise of the release, as its accountant described it."""
+
+    sigma_x: float = Field(
+        description="σ of the calibrated scale (what a request's noise.sigma_x sets)"
+    )
+    sigma_y: float | None = Field(
+        description="σ of the noise on labels; null when labels are not noised"
+    )
     sampler: NoiseSamplerName = Field(description="How the noise is drawn (see the request)")
+    calibrated: str = Field(description="Name of the scale calibration searched")
+    scales: list[NoiseScaleOut]
+    analysis: dict[str, float] = Field(
+        default_factory=dict,
+        description="Parameters the accountant fixed that the mechanism uses too",
+    )
 
 
 class Charge(BaseModel):

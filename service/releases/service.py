@@ -8,9 +8,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from dpcore.accounting import Cost, registry
-from dpcore.accounting.registry import Accountant, Event
+from dpcore.accounting.accountant import Event
+from dpcore.accounting.composition import Cost
 from dpcore.calibration import CalibrationError
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
 from service.access import dataset_for, granted_dataset_ids, release_for, require_active
 from service.audit_trail import service as audit
 from service.budgets import repository as budget_repository
@@ -19,16 +21,17 @@ from service.config import Settings
 from service.deps import after_commit
 from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
+from service.releases import noise as release_noise
 from service.releases import repository
-from service.releases.mechanisms import SERVED, extra_accountant_keys
+from service.releases.mechanisms import facts
 from service.releases.schemas import (
-    AnyReleaseRequest,
     Artifact,
     Charge,
     Noise,
     PreviewOut,
     ReleaseList,
     ReleaseOut,
+    ReleaseRequestBase,
     Timings,
 )
 from service.runtime import Dispatcher
@@ -49,7 +52,7 @@ class Plan:
 
     @property
     def noise(self) -> Noise:
-        return Noise(**self.event.noise(), sampler=self.sampler)  # type: ignore[arg-type]
+        return release_noise.from_description(self.event.noise(), self.sampler)
 
     @property
     def charge(self) -> Charge:
@@ -57,33 +60,32 @@ class Plan:
 
 
 def accountant_keys(
-    accountant: Accountant, dataset: Dataset, request: AnyReleaseRequest
+    spec: MechanismSpec,
+    accountant_name: str,
+    dataset: Dataset,
+    request: ReleaseRequestBase,
+    settings: Settings,
 ) -> dict[str, Any]:
-    """The public facts ``accountant`` declares, from the dataset and the request."""
-    keys: dict[str, Any] = {
-        "n": dataset.n_rows,
-        "d_x": dataset.n_features,
-        "d_y": len(dataset.classes),
-        "n_classes": len(dataset.classes),
-        **request.params.model_dump(),
-    }
+    """The keys the accountant gets: the dataset's public facts it declares, every parameter
+    (a parameter that reaches no accountant is refused by the spec, never dropped), and the
+    request's label-noise choices where the mechanism has separate label noise."""
+    accountant = spec.accountant(accountant_name)
+    asked: dict[str, Any] = {}
     if request.noise is not None and request.noise.sigma_y is not None:
-        keys["sigma_y"] = request.noise.sigma_y
+        asked["sigma_y"] = request.noise.sigma_y
     if request.noise_ratio is not None:
-        keys["noise_ratio"] = request.noise_ratio
-    keys |= extra_accountant_keys(request.mechanism, request.params, dataset)
-    declared = {key.name for key in accountant.keys}
-    for asked in ("sigma_y", "noise_ratio"):
-        if asked in keys and asked not in declared:
+        asked["noise_ratio"] = request.noise_ratio
+    for name in asked:
+        if name not in accountant.key_names:
             raise InvalidInput(
-                f"{request.mechanism} has no separate label noise: "
-                f"'{'noise.sigma_y' if asked == 'sigma_y' else asked}' does not apply"
+                f"{spec.name} has no separate label noise: "
+                f"'{'noise.sigma_y' if name == 'sigma_y' else name}' does not apply"
             )
-    return {name: value for name, value in keys.items() if name in declared}
+    return spec.accountant_keys(accountant, request.params, facts(dataset, settings), asked)
 
 
 def plan(
-    session: Session, *, principal: Principal, request: AnyReleaseRequest, settings: Settings
+    session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> Plan:
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
@@ -96,17 +98,17 @@ def plan(
         raise InvalidInput(
             f"delta {delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
-    params = request.params
-    SERVED[request.mechanism].check(params, dataset, settings)
+    spec = registry.get(request.mechanism)
     try:
-        accountant = registry.get(request.mechanism, request.accountant)
+        spec.check(request.params, facts(dataset, settings))
+        accountant = spec.accountant(request.accountant)
         if not accountant.valid_bound:
             raise InvalidInput(
                 f"the {request.accountant} accountant of {request.mechanism} is not a valid "
                 f"bound under replace-one neighbours ({accountant.caveat}); use 'tight', or "
                 f"reproduce the paper's number offline with `dprelease account`"
             )
-        keys = accountant_keys(accountant, dataset, request)
+        keys = accountant_keys(spec, request.accountant, dataset, request, settings)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
@@ -115,7 +117,7 @@ def plan(
             assert request.noise is not None
             event = accountant.at_sigma(request.noise.sigma_x, keys)
         cost = event.cost(delta)
-    except (CalibrationError, ValueError) as exc:
+    except (CalibrationError, InvalidParams, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
     except ArithmeticError as exc:
         # Numbers at the edge of floating point (a noise of 5e-324, whose square is 0) break
@@ -126,12 +128,12 @@ def plan(
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
     cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
-    stored = params.model_dump()
-    # Analysis parameters the accountant fixed (sgdrm's coupling bound c) travel with the
-    # release: the worker plans its noise lattice for them.
-    resolved = getattr(event, "coefficient_bound", None)
-    if "coefficient_bound" in stored and resolved is not None:
-        stored["coefficient_bound"] = resolved
+    stored = request.params.model_dump()
+    # Analysis parameters the accountant fixed (a coupling bound chosen for the target ε, say)
+    # travel with the release's parameters where the mechanism has such a parameter.
+    for name, value in event.noise().analysis.items():
+        if name in stored:
+            stored[name] = value
     return Plan(
         dataset=dataset,
         event=event,
@@ -142,7 +144,7 @@ def plan(
 
 
 def preview(
-    session: Session, *, principal: Principal, request: AnyReleaseRequest, settings: Settings
+    session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> PreviewOut:
     p = plan(session, principal=principal, request=request, settings=settings)
     budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
@@ -161,7 +163,7 @@ def create(
     session: Session,
     *,
     principal: Principal,
-    request: AnyReleaseRequest,
+    request: ReleaseRequestBase,
     settings: Settings,
     dispatcher: Dispatcher,
 ) -> Release:
@@ -186,8 +188,7 @@ def create(
             params=p.params,
             accountant=request.accountant,
             format=request.format,
-            sigma_x=p.noise.sigma_x,
-            sigma_y=p.noise.sigma_y,
+            noise=p.event.noise().to_json(),
             noise_sampler=request.noise_sampler,
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
@@ -304,11 +305,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         format=release.format,  # type: ignore[arg-type]
         status=release.status,  # type: ignore[arg-type]
         progress=release.progress,
-        noise=Noise(
-            sigma_x=release.sigma_x,
-            sigma_y=release.sigma_y,
-            sampler=release.noise_sampler,  # type: ignore[arg-type]
-        ),
+        noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
         error=release.error if viewer.role != "analyst" or release.error is None else "failed",
         attempts=release.attempts,

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from dpcore.accounting import Cost, compose_epsilon
-from dpcore.accounting.baselines import LocalPerturbationEvent
+from dpcore.mechanisms.local_perturbation.accounting import LocalPerturbationEvent
 from service import bootstrap
 from service.budgets.service import cost_of
 from service.config import Settings

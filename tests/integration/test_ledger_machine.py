@@ -32,7 +32,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpcore.accounting import Cost, compose_epsilon, gdp
-from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent
 from service import bootstrap
 from service.budgets import service as ledger
 from service.db import make_engine, make_session_factory
@@ -131,8 +131,7 @@ class LedgerMachine(RuleBasedStateMachine):
             params={},
             accountant="tight",
             format="npz",
-            sigma_x=1.0,
-            sigma_y=1.0,
+            noise={"sigma_x": 1.0, "sigma_y": 1.0},
             epsilon=cost.epsilon,
             delta=cost.delta,
         )

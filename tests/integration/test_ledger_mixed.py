@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpcore.accounting import Cost, compose_epsilon, gdp
-from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent
 from service.budgets import service as ledger
 from service.errors import BudgetExceeded
 from service.models import Release
@@ -20,8 +20,7 @@ def _release_row(session, dataset_id: str, owner_id: str) -> str:  # type: ignor
         params={},
         accountant="tight",
         format="npz",
-        sigma_x=1.0,
-        sigma_y=1.0,
+        noise={"sigma_x": 1.0, "sigma_y": 1.0},
         epsilon=0.0,
         delta=0.0,
     )

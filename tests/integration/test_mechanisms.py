@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dpcore.accounting import registry
+from dpcore.mechanisms import registry
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
@@ -58,7 +58,7 @@ def test_baseline_release(harness: Harness, mechanism: str, params: dict, width:
     keys = {"n": 200, "d_x": 6, "d_y": 3, **created["params"]}
     if params.get("coefficients") == "gaussian":
         assert created["params"]["coefficient_bound"] >= 3 / 4
-    acc = registry.get(mechanism, "tight")
+    acc = registry.accountant(mechanism, "tight")
     declared = {k.name for k in acc.keys}
     event = acc.at_sigma(
         created["noise"]["sigma_x"],
@@ -130,7 +130,12 @@ def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
     body["noise"] = {"sigma_x": 1.0}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
-    assert r.json()["noise"] == {"sigma_x": 1.0, "sigma_y": 1.0, "sampler": "secure"}
+    noise = r.json()["noise"]
+    assert (noise["sigma_x"], noise["sigma_y"], noise["sampler"]) == (1.0, 1.0, "secure")
+    # One Gaussian on each mixture's joint (features, labels) row.
+    assert [(s["name"], s["perturbs"]) for s in noise["scales"]] == [
+        ("mixtures", ["features", "labels"])
+    ]
 
 
 @pytest.mark.parametrize("standardization", ["unit_range", "declared", "dp"])
@@ -154,7 +159,7 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     created = r.json()
-    acc = registry.get("dpcda", "tight")
+    acc = registry.accountant("dpcda", "tight")
     keys = {
         "n": 200,
         "mixture_degree": 8,
@@ -162,12 +167,20 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "clip_norm": 2.0,
         "n_classes": 3,
         "min_class_size": int(counts.min()),
-        # DP statistics are charged with the release: μ = √(2d)/stats_noise, d = 6.
-        "stats_mu": (12**0.5 / 5.0) if standardization == "dp" else 0.0,
     }
+    if standardization == "dp":
+        # DP statistics are charged with the release: μ = √(2d)/stats_noise, d = 6.
+        keys |= {"stats_noise": 5.0, "d_x": 6}
     event = acc.at_sigma(created["noise"]["sigma_x"], keys)
     assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
-    assert created["noise"]["sigma_y"] == 0.0
+    assert created["noise"]["sigma_y"] is None  # exact labels
+    scales = {s["name"]: s for s in created["noise"]["scales"]}
+    assert scales["features"]["sensitivity"] == pytest.approx(2 * 2.0 / 8)  # 2C/ℓ
+    if standardization == "dp":
+        assert scales["statistics"]["sigma"] == 5.0
+        assert scales["statistics"]["sensitivity"] == pytest.approx(12**0.5)
+    else:
+        assert set(scales) == {"features"}
     done = h.wait(owner, created["id"])
     assert done["status"] == "succeeded", done
     npz = np.load(io.BytesIO(h.download(owner, done["id"])))

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from dpcore.accounting import Cost, compose_epsilon
-from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent
 from service import bootstrap, openapi_export
 from service.config import Settings
 from service.models import LedgerEntry, Release

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dpcore.accounting.dpmix import DPMixEvent, DPMixRecordEvent
-from dpcore.accounting.dpmix_paper import DPMixPaperEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent, DPMixRecordEvent
+from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
@@ -148,7 +148,12 @@ def test_noise_mode_reports_epsilon(harness: Harness) -> None:
     expected = DPMixEvent(200, 8, 300, 0.5, 1.0).epsilon(1e-5)
     assert r.json()["charge"]["epsilon"] == pytest.approx(expected, rel=1e-8)
     assert r.json()["charge"]["epsilon"] >= expected
-    assert r.json()["noise"] == {"sigma_x": 0.5, "sigma_y": 1.0, "sampler": "secure"}
+    noise = r.json()["noise"]
+    assert (noise["sigma_x"], noise["sigma_y"], noise["sampler"]) == (0.5, 1.0, "secure")
+    assert {s["name"]: (s["sigma"], s["sensitivity"]) for s in noise["scales"]} == {
+        "features": (0.5, pytest.approx(2**0.5 / 8)),
+        "labels": (1.0, pytest.approx(2**0.5 / 8)),
+    }
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])

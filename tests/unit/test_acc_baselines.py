@@ -1,4 +1,4 @@
-"""Accountants of DPMix's baselines: local perturbation and random projection."""
+"""Accountants of the random-mixing paper's baselines: local perturbation and random projection."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from dpcore.accounting import Cost, compose_epsilon, gdp, registry
-from dpcore.accounting.baselines import (
+from dpcore.accounting import Cost, compose_epsilon, gdp
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
+from dpcore.mechanisms.local_perturbation.accounting import (
     LocalPerturbationEvent,
     LocalPerturbationPaperEvent,
+)
+from dpcore.mechanisms.random_projection.accounting import (
     RandomProjectionEvent,
     RandomProjectionPaperEvent,
     paper_epsilon,
     paper_sigma,
 )
-from dpcore.accounting.dpmix_paper import DPMixPaperEvent
 
 DELTA = 1e-5
 
@@ -85,7 +88,7 @@ def test_local_paper_reading_is_not_a_valid_bound(dx: int, dy: int, sigma: float
     paper = LocalPerturbationPaperEvent(60_000, sigma, sigma, dx, dy).epsilon(DELTA)
     exact = LocalPerturbationEvent(60_000, sigma, sigma).epsilon(DELTA)
     assert paper < exact / 2
-    assert not registry.get("local_perturbation", "paper").valid_bound
+    assert not registry.accountant("local_perturbation", "paper").valid_bound
 
 
 # --- random projection ------------------------------------------------------------------------
@@ -189,39 +192,41 @@ CASES = [
 
 @pytest.mark.parametrize(("mechanism", "name", "keys"), CASES)
 def test_calibration_never_overshoots(mechanism: str, name: str, keys: dict) -> None:  # type: ignore[type-arg]
-    accountant = registry.get(mechanism, name)
+    accountant = registry.accountant(mechanism, name)
     for target in (0.5, 2.0, 8.0):
         for extra in ({}, {"noise_ratio": 3.0}, {"sigma_y": 50.0}):
             event = accountant.calibrate(target, DELTA, {**keys, **extra})
             assert event.epsilon(DELTA) <= target
-            sigma = event.noise()["sigma_x"]
+            sigma = event.noise().sigma_x
             assert (
                 accountant.at_sigma(sigma * (1 - 1e-5), {**keys, **extra}).epsilon(DELTA) > target
             )
             if "noise_ratio" in extra:
-                assert event.noise()["sigma_y"] == pytest.approx(3.0 * sigma)
+                assert event.noise().sigma_y == pytest.approx(3.0 * sigma)
             if "sigma_y" in extra:
-                assert event.noise()["sigma_y"] == 50.0
+                assert event.noise().sigma_y == 50.0
 
 
 def test_tight_calibration_is_the_closed_form() -> None:
     # μ-GDP with μ = √(2s² + 2/ρ²)/σ: σ = √(2s² + 2/ρ²)/μ*(ε, δ).
-    event = registry.get("random_projection", "tight").calibrate(
+    event = registry.accountant("random_projection", "tight").calibrate(
         1.0, DELTA, {"n": 10, "projection_dim": 3, "spectral_norm": 2.0, "noise_ratio": 0.5}
     )
     expected = math.sqrt(2 * 4 + 2 / 0.25) / gdp.mu_for_epsilon(1.0, DELTA)
-    assert event.noise()["sigma_x"] == pytest.approx(expected, rel=2e-6)
+    assert event.noise().sigma_x == pytest.approx(expected, rel=2e-6)
 
 
 def test_descriptions_and_ledger_costs() -> None:
-    local = registry.get("local_perturbation", "tight").at_sigma(5.0, {"n": 10, "d_x": 3, "d_y": 2})
-    projection = registry.get("random_projection", "tight").at_sigma(
+    local = registry.accountant("local_perturbation", "tight").at_sigma(
+        5.0, {"n": 10, "d_x": 3, "d_y": 2}
+    )
+    projection = registry.accountant("random_projection", "tight").at_sigma(
         5.0, {"n": 10, "projection_dim": 2, "d_x": 3, "d_y": 2}
     )
     for event, mechanism in ((local, "local_perturbation"), (projection, "random_projection")):
         described = event.describe()
         assert described["mechanism"] == mechanism and described["accountant"] == "tight"
-        assert set(event.noise()) == {"sigma_x", "sigma_y"}
+        assert [s.name for s in event.noise().scales] == ["features", "labels"]
     costs = [local.cost(DELTA), projection.cost(DELTA)]
     mu = math.hypot(local.mu, projection.mu)  # type: ignore[attr-defined]
     assert compose_epsilon(costs, delta=DELTA) == pytest.approx(
@@ -229,13 +234,13 @@ def test_descriptions_and_ledger_costs() -> None:
     )
     assert isinstance(costs[0], Cost)
     for mechanism in ("local_perturbation", "random_projection"):
-        assert registry.get(mechanism, "tight").valid_bound
-        assert not registry.get(mechanism, "paper").valid_bound
+        assert registry.accountant(mechanism, "tight").valid_bound
+        assert not registry.accountant(mechanism, "paper").valid_bound
     with pytest.raises(ValueError, match="formula"):
-        registry.get("random_projection", "paper").at_sigma(
+        registry.accountant("random_projection", "paper").at_sigma(
             1.0, {"n": 10, "projection_dim": 2, "formula": "x"}
         )
     with pytest.raises(ValueError, match="d_x"):
-        registry.get("local_perturbation", "paper").at_sigma(1.0, {"n": 10, "d_y": 2})
+        registry.accountant("local_perturbation", "paper").at_sigma(1.0, {"n": 10, "d_y": 2})
     with pytest.raises(ValueError, match="spectral_norm"):
         RandomProjectionEvent(10, 2, 0.0, 1.0, 1.0)

@@ -15,12 +15,13 @@ from scipy import integrate
 from scipy.special import logsumexp
 from scipy.stats import norm
 
-from dpcore.accounting import registry
-from dpcore.accounting.dpcda import DPCDAEvent, DPCDAPaperEvent
+from dpcore.accounting.accountant import Accountant
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpcda.accounting import DPCDAEvent, DPCDAPaperEvent
 
-PAPER = registry.REGISTRY[("dpcda", "paper")]
-TIGHT = registry.REGISTRY[("dpcda", "tight")]
+PAPER = registry.accountant("dpcda", "paper")
+TIGHT = registry.accountant("dpcda", "tight")
 MNIST = {
     "n": 60000,
     "mixture_degree": 16,
@@ -225,7 +226,7 @@ def test_reference_numbers() -> None:
 
 @pytest.mark.parametrize("acc", [PAPER, TIGHT])
 @pytest.mark.parametrize("target", [0.2, 1.0, 8.0])
-def test_calibration_never_overshoots(acc: registry.Accountant, target: float) -> None:
+def test_calibration_never_overshoots(acc: Accountant, target: float) -> None:
     event = acc.calibrate(target, 1e-5, SMALL)
     assert event.epsilon(1e-5) <= target
     assert acc.at_sigma(event.sigma * (1 - 1e-5), SMALL).epsilon(1e-5) > target
@@ -244,7 +245,7 @@ def test_description_and_noise() -> None:
     assert d["mechanism"] == "dpcda" and d["accountant"] == "tight"
     assert d["mixtures_per_class"] == math.ceil(500 / 3)
     assert PAPER.at_sigma(0.5, SMALL).describe()["accountant"] == "paper"
-    assert event.noise() == {"sigma_x": 0.5, "sigma_y": 0.0}
+    assert (event.noise().sigma_x, event.noise().sigma_y) == (0.5, None)
 
 
 @pytest.mark.parametrize("acc", [PAPER, TIGHT])
@@ -261,7 +262,7 @@ def test_description_and_noise() -> None:
         ({**SMALL, "n_samples": 0}, "n_samples must be >= 1"),
     ],
 )
-def test_key_errors_are_clear(acc: registry.Accountant, keys: dict, message: str) -> None:  # type: ignore[type-arg]
+def test_key_errors_are_clear(acc: Accountant, keys: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=message):
         acc.at_sigma(1.0, keys)
 
@@ -272,24 +273,39 @@ def test_paper_is_flagged_as_not_a_valid_bound() -> None:
 
 
 def test_dp_statistics_compose_as_gdp() -> None:
-    """stats_mu adds the μ-GDP statistics' RDP αμ²/2 to the mixtures' curve, order by order."""
-    from dpcore.accounting.dpcda import DPCDAEvent
+    """DP statistics (μ = √(2d)/stats_noise) add their RDP αμ²/2 to the mixtures' curve,
+    order by order, in one event whose noise lists both scales."""
     from dpcore.accounting.orders import ORDERS
+    from dpcore.mechanisms.dpcda.accounting import DPCDAEvent
 
-    base = DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5)
-    with_stats = DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5, stats_mu=0.7)
+    keys = {
+        "n": 1000,
+        "mixture_degree": 8,
+        "n_samples": 300,
+        "clip_norm": 1.0,
+        "n_classes": 10,
+        "min_class_size": 80,
+    }
+    base = TIGHT.at_sigma(0.5, keys)
+    assert base == DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5)
+    # d = 2, stats_noise = 2/0.7: μ = √(2·2)/(2/0.7) = 0.7.
+    with_stats = TIGHT.at_sigma(0.5, {**keys, "stats_noise": 2 / 0.7, "d_x": 2})
     for a, b, order in zip(base.rdp(), with_stats.rdp(), ORDERS, strict=True):
         assert b == pytest.approx(a + order * 0.7**2 / 2, rel=1e-12)
     assert with_stats.epsilon(1e-5) > base.epsilon(1e-5)
-    with pytest.raises(ValueError):
-        DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5, stats_mu=-1.0)
+    assert [s.name for s in with_stats.noise().scales] == ["statistics", "features"]
+    assert with_stats.noise().scale("statistics").sensitivity == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="d_x"):
+        TIGHT.at_sigma(0.5, {**keys, "stats_noise": 1.0})
+    with pytest.raises(ValueError, match="stats_noise"):
+        TIGHT.at_sigma(0.5, {**keys, "stats_noise": -1.0, "d_x": 2})
 
 
 def test_dp_statistics_sensitivity_and_accuracy() -> None:
     import torch
 
+    from dpcore.mechanisms.dpcda.release import dp_statistics
     from dpcore.mechanisms.noise import FastNoise, SecureNoise
-    from worker.mechanisms import dp_statistics
 
     rng = np.random.default_rng(0)
     unit = rng.uniform(0, 1, size=(500, 7))

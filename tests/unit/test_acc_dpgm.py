@@ -14,8 +14,9 @@ import pytest
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
 from scipy import integrate, special
 
-from dpcore.accounting import gdp, registry
-from dpcore.accounting.dpgm import (
+from dpcore.accounting import gdp
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpgm.accounting import (
     HOLDER_WEIGHTS,
     DPGMEvent,
     DPGMPaperEvent,
@@ -445,29 +446,35 @@ KEYS = {"n": 60_000, "batch_size": 102, "sgd_steps": 5000, "sigma_kmeans": 40.0,
 
 @pytest.mark.parametrize("name", ["tight", "paper"])
 def test_calibration_never_overshoots(name: str) -> None:
-    accountant = registry.get("dpgm", name)
+    accountant = registry.accountant("dpgm", name)
     for target in (1.0, 3.0) if name == "paper" else (1.0,):
         event = accountant.calibrate(target, DELTA, KEYS)
         assert event.epsilon(DELTA) <= target
-        sigma = event.noise()["sigma_sgd"]
+        sigma = event.noise().sigma("gradients")
         below = accountant.at_sigma(sigma * (1 - 1e-4), KEYS)
         assert below.epsilon(DELTA) > target
 
 
 def test_registry_keys_and_description() -> None:
-    tight = registry.get("dpgm", "tight")
+    tight = registry.accountant("dpgm", "tight")
     event = tight.at_sigma(1.5, {**KEYS, "rbf": "false", "d_x": 784, "d_y": 10})
     assert isinstance(event, DPGMEvent)
     assert event.kmeans_iterations == 20 and event.rbf is False
     described = event.describe()
     assert described["mechanism"] == "dpgm" and described["accountant"] == "tight"
-    assert event.noise() == {"sigma_sgd": 1.5, "sigma_kmeans": 40.0, "sigma_norm": 6.0}
+    noise = event.noise()
+    assert {s.name: s.sigma for s in noise.scales} == {
+        "kmeans": 40.0,
+        "norm_histogram": 6.0,
+        "gradients": 1.5,
+    }
+    assert noise.calibrated == "gradients"
     cost = event.cost(DELTA)
     assert cost.epsilon == event.epsilon(DELTA) and cost.rdp is None and cost.mu is None
     # rbf=false charges DPNorm in every k-means iteration: strictly more.
     assert event.epsilon(DELTA) > tight.at_sigma(1.5, KEYS).epsilon(DELTA)
 
-    paper = registry.get("dpgm", "paper")
+    paper = registry.accountant("dpgm", "paper")
     assert not paper.valid_bound and paper.caveat
     assert paper.at_sigma(1.5, {**KEYS, "lambda_max": 16}).describe()["lambda_max"] == 16
     with pytest.raises(ValueError, match="rbf"):

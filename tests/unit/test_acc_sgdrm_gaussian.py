@@ -11,8 +11,9 @@ import torch
 from scipy import integrate
 from scipy.stats import norm
 
-from dpcore.accounting import registry
-from dpcore.accounting.sgdrm import (
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.sgdrm import generate as sgdrm_mechanism
+from dpcore.mechanisms.sgdrm.accounting import (
     RECORD_NORM,
     SGDRMClippedEvent,
     SGDRMGaussianEvent,
@@ -20,9 +21,8 @@ from dpcore.accounting.sgdrm import (
     exceed_probability,
     replace_one_epsilon,
 )
-from dpcore.mechanisms import sgdrm as sgdrm_mechanism
 
-TIGHT = registry.get("sgdrm", "tight")
+TIGHT = registry.accountant("sgdrm", "tight")
 MNIST = {"n": 60000, "mixture_width": 128, "n_samples": 60000, "coefficients": "gaussian"}
 
 

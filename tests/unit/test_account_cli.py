@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from dpcore.accounting import registry
-from dpcore.accounting.dpmix import DPMixEvent
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent
 from dprelease_cli.main import cli
 
 KEYS = ["n=10000", "mixture_degree=64", "n_samples=10000"]
@@ -24,7 +24,8 @@ def test_sigma_mode_reports_the_accountant_epsilon() -> None:
     out = _account("dpmix", "--delta", "1e-5", "--sigma", "0.05", "sigma_y=0.1", *KEYS)
     expected = DPMixEvent(10000, 64, 10000, 0.05, 0.1).epsilon(1e-5)
     assert out["epsilon"] == expected
-    assert out["noise"] == {"sigma_x": 0.05, "sigma_y": 0.1}
+    assert (out["noise"]["sigma_x"], out["noise"]["sigma_y"]) == (0.05, 0.1)
+    assert [s["name"] for s in out["noise"]["scales"]] == ["features", "labels"]
     assert out["delta"] == 1e-5 and out["accountant"] == "tight"
 
 

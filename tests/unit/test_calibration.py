@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.accounting.dpmix import DPMixEvent, calibrate
 from dpcore.calibration import CalibrationError, smallest_noise
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent, calibrate
 
 RTOL = 1e-6
 # c/σ in floating point can sit on the target one ulp below the exact threshold c/target.

@@ -8,8 +8,8 @@ from functools import cache
 import pytest
 
 from dpcore.accounting.composition import Cost, compose_epsilon
-from dpcore.accounting.dpmix import DPMixEvent
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent
 
 DELTA = 1e-5
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dpcore.mechanisms.dpcda import generate, per_class
+from dpcore.mechanisms.dpcda.generate import generate, per_class
 
 
 def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0):  # type: ignore[no-untyped-def]

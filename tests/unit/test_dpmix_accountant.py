@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.accounting.dpmix import DPMixEvent, calibrate
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent, calibrate
 
 DELTA = 1e-5
 INTEGER_ORDERS = [a for a in ORDERS if a.is_integer() and 2 <= a <= 20]

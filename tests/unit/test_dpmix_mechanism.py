@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import dpcore.mechanisms.dpmix as dpmix
-from dpcore.mechanisms.dpmix import chunk_size, generate
+from dpcore.mechanisms import sampling
+from dpcore.mechanisms.dpmix.generate import chunk_size, generate
 
 CPU = torch.device("cpu")
 
@@ -30,7 +30,7 @@ def identity_data(
 def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     n, k, ell = 12, 3, 3
     # one chunk gathers chunk × ℓ × (d + k) = chunk × 3 × 15 values: budget 315 → 7 per chunk
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 7 * ell * (n + k))
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 7 * ell * (n + k))
     assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 7
     features, labels = identity_data(n, k)
     chunks = list(
@@ -53,14 +53,14 @@ def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_key_regime_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
     n, k, ell = 10, 2, 4  # ℓ² > n: keys of size n per row bound the chunk too
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 40)
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 40)
     assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // 48 → at least 1
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 100)
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 100)
     # gather bound 100 // (4 · 2) = 12, key bound 100 // 10 = 10
     assert chunk_size(mixture_degree=ell, dim=2, n=n) == 10
     # rejection regime (ℓ² ≤ n): no key matrix, only the gather bound
     assert chunk_size(mixture_degree=3, dim=2, n=n) == 100 // 6
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 5 * ell * (n + k))
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * ell * (n + k))
     features, labels = identity_data(n, k)
     sizes = [
         x.shape[0]
@@ -82,7 +82,7 @@ def test_default_chunk_size_bounded() -> None:
     for ell, dim, n in [(64, 794, 60_000), (1, 3, 2), (300, 100, 1_000), (2, 10_000, 10)]:
         c = chunk_size(mixture_degree=ell, dim=dim, n=n)
         assert 1 <= c <= 4096
-        assert c * ell * dim <= dpmix._GATHER_BUDGET or c == 1
+        assert c * ell * dim <= sampling.GATHER_BUDGET or c == 1
 
 
 @pytest.mark.parametrize(("n", "ell"), [(12, 3), (10, 4), (7, 7), (30, 1)])
@@ -90,7 +90,7 @@ def test_noiseless_rows_are_means_of_distinct_records(
     monkeypatch: pytest.MonkeyPatch, n: int, ell: int
 ) -> None:
     k = 3
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 11 * ell * (n + k))  # several chunks
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 11 * ell * (n + k))  # several chunks
     features, labels = identity_data(n, k)
     rows = 0
     for x, y in generate(
@@ -114,7 +114,7 @@ def test_noiseless_rows_are_means_of_distinct_records(
 
 def test_subsets_vary_across_rows_and_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     n, k, ell = 12, 2, 3
-    monkeypatch.setattr(dpmix, "_GATHER_BUDGET", 5 * ell * (n + k))
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * ell * (n + k))
     features, labels = identity_data(n, k)
     x = torch.cat(
         [

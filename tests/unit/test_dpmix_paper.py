@@ -8,10 +8,11 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from dpcore.accounting import Cost, compose_epsilon, gdp, registry
-from dpcore.accounting.dpmix import DPMixEvent, DPMixRecordEvent
-from dpcore.accounting.dpmix_paper import DPMixPaperEvent
+from dpcore.accounting import Cost, compose_epsilon, gdp
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpmix.accounting import DPMixEvent, DPMixRecordEvent
+from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
 
 
 def _theorem1_mp(n: int, ell: int, T: int, sx: float, sy: float, dx: int, dy: int, alpha: int):  # type: ignore[no-untyped-def]
@@ -80,10 +81,10 @@ def test_theorem3_closed_form() -> None:
 
 def test_paper_is_looser_than_tight_for_mnist() -> None:
     keys = {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "d_x": 784, "d_y": 10}
-    paper = registry.get("dpmix", "paper").calibrate(10, 1e-5, keys)
-    tight = registry.get("dpmix", "tight").calibrate(10, 1e-5, keys)
+    paper = registry.accountant("dpmix", "paper").calibrate(10, 1e-5, keys)
+    tight = registry.accountant("dpmix", "tight").calibrate(10, 1e-5, keys)
     assert paper.epsilon(1e-5) <= 10 and tight.epsilon(1e-5) <= 10
-    assert paper.noise()["sigma_x"] > 10 * tight.noise()["sigma_x"]
+    assert paper.noise().sigma_x > 10 * tight.noise().sigma_x
 
 
 def test_paper_rdp_curve_is_an_upper_bound_on_the_grid() -> None:
@@ -109,7 +110,7 @@ def test_tight_record_variant_is_gdp() -> None:
     assert event.epsilon(1e-5) == gdp.epsilon_of(mu, 1e-5)
     cost = event.cost(1e-5)
     assert isinstance(cost, Cost) and cost.mu == event.mu
-    via_registry = registry.get("dpmix", "tight").at_sigma(
+    via_registry = registry.accountant("dpmix", "tight").at_sigma(
         0.05,
         {
             "n": 10_000,
@@ -121,13 +122,13 @@ def test_tight_record_variant_is_gdp() -> None:
     )
     assert via_registry.epsilon(1e-5) == event.epsilon(1e-5)
     # The mixture variant is a different event.
-    assert registry.get("dpmix", "tight").at_sigma(
+    assert registry.accountant("dpmix", "tight").at_sigma(
         0.05, {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "sigma_y": 0.1}
     ) == DPMixEvent(10_000, 64, 10_000, 0.05, 0.1)
 
 
 def test_paper_needs_dimensions_and_valid_assignment() -> None:
-    paper = registry.get("dpmix", "paper")
+    paper = registry.accountant("dpmix", "paper")
     with pytest.raises(ValueError, match="d_x"):
         paper.at_sigma(1.0, {"n": 100, "mixture_degree": 4, "n_samples": 10, "d_y": 2})
     with pytest.raises(ValueError, match="assignment"):

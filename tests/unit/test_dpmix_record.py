@@ -7,8 +7,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpcore.accounting import registry
-from dpcore.mechanisms.dpmix import generate_by_record, mixtures_per_record
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpmix.generate import generate_by_record, mixtures_per_record
 
 
 def _run(n: int, ell: int, T: int, seed: int = 0, sigma: float = 0.0) -> tuple[np.ndarray, ...]:
@@ -65,7 +65,7 @@ def test_noise_and_accountant_agree_on_k() -> None:
     n, ell, T = 50, 5, 23
     X, _ = _run(n, ell, T, sigma=3.0, seed=4)
     assert 2.5 < X.std() < 3.5
-    event = registry.get("dpmix", "tight").at_sigma(
+    event = registry.accountant("dpmix", "tight").at_sigma(
         1.0, {"n": n, "mixture_degree": ell, "n_samples": T, "assignment": "record"}
     )
     assert event.describe()["mixtures_per_record"] == mixtures_per_record(

@@ -6,13 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from dpcore.learning import (
-    Correction,
-    bias_corrected_sgd,
-    dpmix_correction,
-    sgdrm_correction,
-)
-from dpcore.mechanisms import dpmix, sgdrm
+from dpcore.learning import Correction, bias_corrected_sgd
+from dpcore.mechanisms.dpmix import generate as dpmix
+from dpcore.mechanisms.dpmix.learning import correction as dpmix_correction
+from dpcore.mechanisms.sgdrm import generate as sgdrm
+from dpcore.mechanisms.sgdrm.learning import correction as sgdrm_correction
 
 N, D, K, SIGMA = 2000, 5, 2, 0.05
 

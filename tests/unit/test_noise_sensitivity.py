@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.run import build, facts_of, noise_for
 from service.datasets.parsing import ParsedDataset
-from worker.mechanisms import build
 
 
 @dataclass
@@ -47,14 +48,18 @@ def _parsed(X: np.ndarray, labels: np.ndarray, n_classes: int) -> ParsedDataset:
 
 def _run(mechanism: str, params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:
     recorder = Recorder()
+    data = _parsed(X, labels, 2)
+    two_scales = "sigma_y" in registry.accountant(mechanism, "tight").key_names
+    noise = noise_for(
+        mechanism, params, facts_of(data), sigma=0.5, sigma_y=0.5 if two_scales else None
+    )
     out = build(
         mechanism,
         params,
-        _parsed(X, labels, 2),
-        sigma_x=0.5,
-        sigma_y=0.5,
+        data,
+        noise=noise,
+        sampler=recorder,
         generator=torch.Generator().manual_seed(3),
-        noise=recorder,
         device=torch.device("cpu"),
     )
     for _ in out.chunks:
@@ -140,7 +145,7 @@ def test_rows_move_by_at_most_the_declared_sensitivity(
 def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:
     """sgdrm with record 0's contribution removed: same randomness, coefficient of record 0
     multiplied by a zero record."""
-    from dpcore.mechanisms import sgdrm
+    from dpcore.mechanisms.sgdrm import generate as sgdrm
     from dpcore.preprocessing import one_hot, unit_features
 
     features = torch.as_tensor(unit_features(X, np.zeros(3), np.ones(3)), dtype=torch.float32)
@@ -163,7 +168,7 @@ def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray
 
 
 def test_dp_statistics_declare_their_sensitivity() -> None:
-    from worker.mechanisms import dp_statistics
+    from dpcore.mechanisms.dpcda.release import dp_statistics
 
     unit = np.full((30, 4), 0.5)
     other = unit.copy()

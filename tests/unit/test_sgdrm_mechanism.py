@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from dpcore.mechanisms.sgdrm import generate
+from dpcore.mechanisms.sgdrm.generate import generate
 
 
 def _coefficients(n: int, ell: int, T: int, c: float, seed: int = 0) -> np.ndarray:

@@ -50,7 +50,7 @@ from typing import Any
 
 from dpcore.accounting import gdp
 from dpcore.accounting.composition import GaussianEvent
-from dpcore.accounting.registry import Accountant, Key, register
+from dpcore.accounting.events import NoiseDescription, NoiseScale
 
 
 def _as_int(name: str, value: Any) -> int:
@@ -98,8 +98,8 @@ class ClustMixPaperEvent(GaussianEvent):
         """Eq. 8: δ(ε, σ, l, C, D)."""
         return gdp.delta_of(self.mu, epsilon)
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": 0.0}
+    def noise(self) -> NoiseDescription:
+        return _means_noise(self.sigma, means_sensitivity(self.cluster_size))
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": "clustmix", "accountant": "paper", "mu": self.mu, **asdict(self)}
@@ -129,8 +129,8 @@ class ClustMixEvent(GaussianEvent):
     def mu(self) -> float:
         return self.sensitivity / self.sigma
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": 0.0}
+    def noise(self) -> NoiseDescription:
+        return _means_noise(self.sigma, means_sensitivity(self.cluster_size))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -144,14 +144,19 @@ class ClustMixEvent(GaussianEvent):
         }
 
 
-CLUSTER_SIZE = Key("cluster_size", int, "l: public lower bound on every cluster's size")
+def _means_noise(sigma: float, sensitivity: float) -> NoiseDescription:
+    # Labels are the clusters' classes (fixed by the clustering): only the means are noised.
+    scale = NoiseScale(
+        "means", sigma, sensitivity, ("features",), "every cluster's mean of clipped records"
+    )
+    return NoiseDescription(scales=(scale,), calibrated="means")
 
 
-def _paper(sigma: float, keys: Mapping[str, Any]) -> ClustMixPaperEvent:
+def paper(sigma: float, keys: Mapping[str, Any]) -> ClustMixPaperEvent:
     return ClustMixPaperEvent(keys["cluster_size"], keys["n_classes"], keys["n_features"], sigma)
 
 
-def _tight(sigma: float, keys: Mapping[str, Any]) -> ClustMixEvent:
+def tight(sigma: float, keys: Mapping[str, Any]) -> ClustMixEvent:
     return ClustMixEvent(keys["cluster_size"], sigma)
 
 
@@ -163,42 +168,11 @@ def _guess(sensitivity: float, epsilon: float, delta: float) -> float:
         return 1.0
 
 
-PAPER = register(
-    Accountant(
-        mechanism="clustmix",
-        name="paper",
-        summary="Madl et al. Eq. 8: μ = √(CD)/(lσ)-GDP for the final noisy averaging only, "
-        "converted exactly; reproduction only",
-        keys=(
-            CLUSTER_SIZE,
-            Key("n_classes", int, "C: number of classes"),
-            Key("n_features", int, "D: feature dimension"),
-        ),
-        build=_paper,
-        guess=lambda keys, eps, delta: _guess(
-            math.sqrt(keys["n_classes"] * keys["n_features"]) / keys["cluster_size"], eps, delta
-        ),
-        valid_bound=False,
-        caveat=(
-            "Eq. 8 counts only the final noisy averaging; the GMM clustering, cluster sizes "
-            "and KIP adaptation are data-dependent and unaccounted"
-        ),
+def guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    return _guess(
+        math.sqrt(keys["n_classes"] * keys["n_features"]) / keys["cluster_size"], epsilon, delta
     )
-)
 
-TIGHT = register(
-    Accountant(
-        mechanism="clustmix",
-        name="tight",
-        summary="final noisy averaging over a fixed clustering, records clipped to norm 1: "
-        "Gaussian mechanism with L2 sensitivity max(2/l, 2√2/(l+1)) (GDP); clustering and "
-        "KIP are not covered",
-        keys=(
-            CLUSTER_SIZE,
-            Key("n_classes", int, "C (used by the paper accountant only)", required=False),
-            Key("n_features", int, "D (used by the paper accountant only)", required=False),
-        ),
-        build=_tight,
-        guess=lambda keys, eps, delta: _guess(means_sensitivity(keys["cluster_size"]), eps, delta),
-    )
-)
+
+def guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    return _guess(means_sensitivity(keys["cluster_size"]), epsilon, delta)

@@ -81,13 +81,14 @@ import dp_accounting as dpa
 import numpy as np
 from scipy.special import logsumexp
 
+from dpcore.accounting.accountant import Event
 from dpcore.accounting.composition import ApproximateDPEvent
-from dpcore.accounting.registry import Accountant, Event, Key, register
+from dpcore.accounting.events import NoiseDescription, NoiseScale
+from dpcore.mechanisms.dpgm import PAPER_LAMBDA_MAX
 
 SQRT2 = math.sqrt(2.0)
 #: The paper's "10 different values of j_1" (j_2 = 1 − j_1): midpoints of a tenth grid.
 HOLDER_WEIGHTS: tuple[float, ...] = tuple((i + 0.5) / 10 for i in range(10))
-PAPER_LAMBDA_MAX = 32
 #: dp_accounting's default PLD grid; coarser grids stay valid (pessimistic) but lose accuracy
 #: over thousands of compositions.
 PLD_DISCRETIZATION = 1e-4
@@ -263,7 +264,7 @@ class DPGMPaperEvent(ApproximateDPEvent):
         total = self.alpha_kmeans() + self.alpha_sgd() + math.log(1 / delta)
         return float(np.min(total / lam))
 
-    def noise(self) -> dict[str, float]:
+    def noise(self) -> NoiseDescription:
         return _noise(self)
 
     def describe(self) -> dict[str, Any]:
@@ -322,7 +323,7 @@ class DPGMEvent(ApproximateDPEvent):
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         return _pld_epsilon(self, delta)
 
-    def noise(self) -> dict[str, float]:
+    def noise(self) -> NoiseDescription:
         return _noise(self)
 
     def describe(self) -> dict[str, Any]:
@@ -367,55 +368,38 @@ def _coerce(event: DPGMEvent | DPGMPaperEvent) -> None:
     setattr_(event, "rbf", _parse_flag(event.rbf))
 
 
-def _noise(event: DPGMEvent | DPGMPaperEvent) -> dict[str, float]:
-    return {
-        "sigma_sgd": event.sigma_sgd,
-        "sigma_kmeans": event.sigma_kmeans,
-        "sigma_norm": event.sigma_norm,
-    }
-
-
-# --- registry --------------------------------------------------------------------------------
-
-COMMON_KEYS = (
-    Key("n", int, "number of records (public)"),
-    Key("batch_size", int, "L: expected batch size; Poisson sampling with q = L/n"),
-    Key("sgd_steps", int, "T_S: number of DP-SGD steps"),
-    Key(
-        "kmeans_iterations",
-        int,
-        "T_K: DP kernel k-means iterations",
-        required=False,
-        default=20,
-    ),
-    Key(
-        "sigma_kmeans",
-        float,
-        "σ_K: noise std on cluster sizes, and per C_s on cluster feature sums (paper: √2·σ′_K)",
-    ),
-    Key(
-        "sigma_norm",
-        float,
-        "σ_C: noise std per DPNorm histogram bin (paper: √2·σ′_C)",
-    ),
-    Key(
-        "rbf",
-        str,
-        "true: RBF kernel, features clipped to the public C_s = 1, no DPNorm in k-means",
-        required=False,
-        default="true",
-        choices=("true", "false"),
-    ),
-    Key("d_x", int, "feature dimension (not used by the DPGM accountants)", required=False),
-    Key("d_y", int, "label dimension (not used by the DPGM accountants)", required=False),
-)
-LAMBDA_MAX_KEY = Key(
-    "lambda_max",
-    int,
-    "largest integer moment order λ of Theorem 4 (paper accountant only)",
-    required=False,
-    default=PAPER_LAMBDA_MAX,
-)
+def _noise(event: DPGMEvent | DPGMPaperEvent) -> NoiseDescription:
+    """σ's are per unit of the per-record bound; the sensitivities are how far one replaced
+    record moves a noised vector, in those units (module docstring)."""
+    return NoiseDescription(
+        scales=(
+            NoiseScale(
+                "kmeans",
+                event.sigma_kmeans,
+                2.0,
+                ("cluster sizes", "cluster feature sums"),
+                "every k-means iteration: cluster sizes and sums of clipped random Fourier "
+                "features (sums in units of C_s)",
+            ),
+            NoiseScale(
+                "norm_histogram",
+                event.sigma_norm,
+                SQRT2,
+                ("norm histograms",),
+                "DPNorm's histogram of norms (k-means features unless rbf; every SGD batch's "
+                "gradients)",
+            ),
+            NoiseScale(
+                "gradients",
+                event.sigma_sgd,
+                2.0,
+                ("gradients",),
+                "every DP-SGD step: the Poisson batch's sum of clipped gradients (in units of "
+                "the released clip C_s)",
+            ),
+        ),
+        calibrated="gradients",
+    )
 
 
 def _args(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
@@ -431,11 +415,11 @@ def _args(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tight(sigma: float, keys: Mapping[str, Any]) -> Event:
+def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
     return DPGMEvent(**_args(sigma, keys))
 
 
-def _paper(sigma: float, keys: Mapping[str, Any]) -> Event:
+def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
     return DPGMPaperEvent(**_args(sigma, keys), lambda_max=keys["lambda_max"])
 
 
@@ -445,32 +429,3 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     q = keys["batch_size"] / keys["n"]
     mu = epsilon / math.sqrt(2 * math.log(1.25 / delta))
     return max(2 * q * math.sqrt(max(keys["sgd_steps"], 1)) / mu, 0.5)
-
-
-TIGHT = register(
-    Accountant(
-        mechanism="dpgm",
-        name="tight",
-        summary="k-means as exact GDP (μ = 2/σ_K per iteration), DP-SGD's norm histogram and "
-        "gradient as one Poisson-subsampled Gaussian per step; PLD accountant, replace-one",
-        keys=(*COMMON_KEYS, LAMBDA_MAX_KEY),
-        build=_tight,
-        guess=guess_sigma,
-    )
-)
-
-PAPER = register(
-    Accountant(
-        mechanism="dpgm",
-        name="paper",
-        summary="Acs et al. Theorem 4: Eq. 3 (Lemma 1) for k-means, Eq. 4 (Hölder weights, "
-        "E1/E2 by numerical integration) for DP-SGD, integer λ ≤ lambda_max",
-        keys=(*COMMON_KEYS, LAMBDA_MAX_KEY),
-        build=_paper,
-        guess=guess_sigma,
-        valid_bound=False,
-        caveat="Lemma 1 halves the Gaussian's moment, the k-means sum's replace-one "
-        "sensitivity is 2·C_s (not √2·C_s) and E1/E2 are the add/remove pair: the paper's ε "
-        "can be below the true replace-one ε",
-    )
-)

@@ -9,8 +9,9 @@ N(0, σ² I) on the features. σ is that feature noise std. The label of a class
 itself, a function of the public class index and of the output's position, so it carries no
 information about the records and needs no noise. Class sizes are private; m =
 ``min_class_size`` (≥ ℓ) is a public lower bound on every class's size, in both neighbours.
-The standardisation must use public (declared) statistics: statistics computed from the
-private data would change every record when one is replaced, and are not covered here.
+The standardisation uses public (declared) statistics, or statistics estimated under DP
+(``statistics_step``) whose cost composes with the mixtures'; exact statistics of the private
+data would change every record when one is replaced and are not covered.
 
 Sensitivity of one mixture mean when one member of the ℓ-subset is replaced: ‖x − x′‖/ℓ ≤
 2C/ℓ. Noise multiplier z = σℓ/(2C) (σ over the L2 sensitivity), q = ℓ/m.
@@ -67,9 +68,10 @@ from typing import Any
 import numpy as np
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
 
+from dpcore.accounting.accountant import Event
 from dpcore.accounting.composition import Cost
+from dpcore.accounting.events import ComposedEvent, GaussianQuery, NoiseDescription, NoiseScale
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
-from dpcore.accounting.registry import Accountant, Key, register
 from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
 
 
@@ -78,6 +80,11 @@ def _as_int(name: str, value: Any) -> int:
         return operator.index(value)
     except TypeError as exc:
         raise ValueError(f"{name} must be an integer, got {value!r}") from exc
+
+
+def mixture_sensitivity(*, clip_norm: float, mixture_degree: int) -> float:
+    """L2 sensitivity of one mixture mean when one member is replaced: 2C/ℓ."""
+    return 2 * clip_norm / mixture_degree
 
 
 @functools.lru_cache(maxsize=512)
@@ -106,14 +113,8 @@ class DPCDAPaperEvent:
     n_classes: int
     min_class_size: int
     sigma: float
-    # μ of the DP-estimated standardisation statistics (0: statistics declared public).
-    stats_mu: float = 0.0
 
     def __post_init__(self) -> None:
-        stats_mu = float(self.stats_mu)
-        if not (math.isfinite(stats_mu) and stats_mu >= 0):
-            raise ValueError(f"stats_mu must be finite and >= 0, got {stats_mu}")
-        object.__setattr__(self, "stats_mu", stats_mu)
         for name in ("n", "mixture_degree", "n_samples", "n_classes", "min_class_size"):
             object.__setattr__(self, name, _as_int(name, getattr(self, name)))
         for name in ("clip_norm", "sigma"):
@@ -151,7 +152,7 @@ class DPCDAPaperEvent:
     @property
     def sensitivity(self) -> float:
         """L2 sensitivity of one mixture mean (one member replaced): 2C/ℓ."""
-        return 2 * self.clip_norm / self.mixture_degree
+        return mixture_sensitivity(clip_norm=self.clip_norm, mixture_degree=self.mixture_degree)
 
     @property
     def noise_multiplier(self) -> float:
@@ -163,7 +164,7 @@ class DPCDAPaperEvent:
         return tuple(float(v) for v in self.mixtures_per_class * per)
 
     def rdp(self) -> tuple[float, ...]:
-        return _with_stats(self, self.stay_curve())
+        return self.stay_curve()
 
     def epsilon(self, delta: float) -> float:
         return epsilon_from_rdp(self.rdp(), delta=delta)
@@ -172,8 +173,16 @@ class DPCDAPaperEvent:
         rdp = self.rdp()
         return Cost(epsilon=epsilon_from_rdp(rdp, delta=delta), delta=delta, rdp=rdp)
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": 0.0}
+    def noise(self) -> NoiseDescription:
+        # Labels are exact (a mixture's class): only the features are noised.
+        scale = NoiseScale(
+            "features",
+            self.sigma,
+            self.sensitivity,
+            ("features",),
+            "each mixture's mean of ℓ standardised, clipped records of one class",
+        )
+        return NoiseDescription(scales=(scale,), calibrated="features")
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -199,18 +208,10 @@ class DPCDAEvent(DPCDAPaperEvent):
         return tuple(float(v) for v in 2 * self.mixtures_per_class * per)
 
     def rdp(self) -> tuple[float, ...]:
-        return _with_stats(self, _tight_curve(self))
+        return _tight_curve(self)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "accountant": "tight"}
-
-
-def _with_stats(event: DPCDAPaperEvent, curve: tuple[float, ...]) -> tuple[float, ...]:
-    """Adds the DP standardisation statistics (μ-GDP, RDP αμ²/2): they compose with the
-    mixtures, which are computed from records standardised with them."""
-    if not event.stats_mu:
-        return curve
-    return tuple(float(v + a * event.stats_mu**2 / 2) for v, a in zip(curve, ORDERS, strict=True))
 
 
 @functools.lru_cache(maxsize=512)
@@ -220,21 +221,20 @@ def _tight_curve(event: DPCDAEvent) -> tuple[float, ...]:
     return tuple(float(v) for v in np.maximum(stay, move))
 
 
-KEYS = (
-    Key("n", int, "number of records (public)"),
-    Key("mixture_degree", int, "ℓ: distinct records of one class averaged per mixture"),
-    Key("n_samples", int, "T: mixtures released in all (⌈T/K⌉ per class)"),
-    Key("clip_norm", float, "C: every standardised record is clipped to L2 norm ≤ C"),
-    Key("n_classes", int, "K: number of classes"),
-    Key("min_class_size", int, "m: public lower bound on every class's size (≥ mixture_degree)"),
-    Key(
-        "stats_mu",
-        float,
-        "μ of DP-estimated standardisation statistics, composed in (default 0: declared)",
-        required=False,
-        default=0.0,
-    ),
-)
+def statistics_step(*, stats_noise: float, n_features: int) -> GaussianQuery:
+    """DP standardisation statistics: Gaussian noise on the per-feature sums and sums of
+    squares of the [0, 1]-scaled features, which replace-one moves by at most √d each
+    (√(2d) together; n is public). They compose with the mixtures, which are computed from
+    records standardised with them."""
+    return GaussianQuery(
+        NoiseScale(
+            "statistics",
+            stats_noise,
+            math.sqrt(2 * n_features),
+            ("statistics",),
+            "per-feature sums and sums of squares of the [0, 1]-scaled features",
+        )
+    )
 
 
 def _args(sigma: float, keys: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -246,11 +246,10 @@ def _args(sigma: float, keys: Mapping[str, Any]) -> tuple[Any, ...]:
         keys["n_classes"],
         keys["min_class_size"],
         sigma,
-        keys["stats_mu"],
     )
 
 
-def _guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+def guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # The unamplified Gaussian's σ (sensitivity 2C/ℓ), scaled by the sampling ratio and √T_c.
     ell, m, k, t = (
         keys["mixture_degree"],
@@ -262,31 +261,18 @@ def _guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     return sigma * max(ell / max(m, 1) * math.sqrt(-(-t // max(k, 1))), 1e-3)
 
 
-PAPER = register(
-    Accountant(
-        mechanism="dpcda",
-        name="paper",
-        summary="WBK subsampled-without-replacement RDP (q = ℓ/m, z = σℓ/(2C)) over the ⌈T/K⌉ "
-        "mixtures of one class; misses records that change class",
-        keys=KEYS,
-        build=lambda sigma, keys: DPCDAPaperEvent(*_args(sigma, keys)),
-        guess=_guess,
-        valid_bound=False,
-        caveat=(
-            "ignores that a replaced record can change class (one class loses a record, "
-            "another gains one)"
-        ),
-    )
-)
+def _with_statistics(event: DPCDAPaperEvent, keys: Mapping[str, Any]) -> Event:
+    if keys.get("stats_noise") is None:
+        return event
+    if keys.get("d_x") is None:
+        raise ValueError("DP statistics (stats_noise) need d_x, the feature dimension")
+    step = statistics_step(stats_noise=keys["stats_noise"], n_features=keys["d_x"])
+    return ComposedEvent((step, event), calibrated="features")
 
-TIGHT = register(
-    Accountant(
-        mechanism="dpcda",
-        name="tight",
-        summary="max over orders of WBK within a class (T_c mixtures) and, for a record "
-        "changing class, 2·T_c Poisson-subsampled Gaussians (q = ℓ/m, z = σℓ/(2C))",
-        keys=KEYS,
-        build=lambda sigma, keys: DPCDAEvent(*_args(sigma, keys)),
-        guess=_guess,
-    )
-)
+
+def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
+    return _with_statistics(DPCDAPaperEvent(*_args(sigma, keys)), keys)
+
+
+def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
+    return _with_statistics(DPCDAEvent(*_args(sigma, keys)), keys)

@@ -27,9 +27,10 @@ from typing import Any
 
 import dp_accounting as dpa
 
+from dpcore.accounting.accountant import Event, sigma_y_of
 from dpcore.accounting.composition import Cost, GaussianEvent
+from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
-from dpcore.accounting.registry import Accountant, Event, Key, register
 from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
 
 FEATURE_SENSITIVITY = math.sqrt(2.0)  # per record, after preprocessing (see module docstring)
@@ -99,8 +100,8 @@ class DPMixEvent:
         rdp = self.rdp()
         return Cost(epsilon=epsilon_from_rdp(rdp, delta=delta), delta=delta, rdp=rdp)
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
+    def noise(self) -> NoiseDescription:
+        return _mixing_noise(self.sigma_x, self.sigma_y, self.mixture_degree)
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": "dpmix", "accountant": "tight", **asdict(self)}
@@ -134,6 +135,8 @@ def calibrate(
         "n_samples": n_samples,
         "noise_ratio": noise_ratio,
     }
+    from dpcore.mechanisms.dpmix import TIGHT
+
     event = TIGHT.calibrate(epsilon, delta, keys)
     assert isinstance(event, DPMixEvent)
     return event
@@ -172,8 +175,8 @@ class DPMixRecordEvent(GaussianEvent):
         per_mixture = 2 / (ell**2 * self.sigma_x**2) + 2 / (ell**2 * self.sigma_y**2)
         return math.sqrt(self.mixtures_per_record * per_mixture)
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
+    def noise(self) -> NoiseDescription:
+        return _mixing_noise(self.sigma_x, self.sigma_y, self.mixture_degree)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -186,36 +189,30 @@ class DPMixRecordEvent(GaussianEvent):
         }
 
 
-ASSIGNMENTS = ("mixture", "record")
-
-COMMON_KEYS = (
-    Key("n", int, "number of records (public)"),
-    Key("mixture_degree", int, "ℓ: distinct records averaged per mixture"),
-    Key("n_samples", int, "T: number of mixtures released"),
-    Key("sigma_y", float, "label noise std when it differs from --sigma (σ_x)", required=False),
-    Key(
-        "noise_ratio",
-        float,
-        "σ_y/σ_x used when calibrating (ignored when sigma_y is set)",
-        required=False,
-        default=1.0,
-    ),
-)
-ASSIGNMENT_KEY = Key(
-    "assignment",
-    str,
-    "mixture: each mixture draws ℓ records (Thm 1); record: each record joins Tp mixtures (Thm 3)",
-    required=False,
-    default="mixture",
-    choices=ASSIGNMENTS,
-)
+def _mixing_noise(sigma_x: float, sigma_y: float, ell: int) -> NoiseDescription:
+    """One mixture's mean moves by at most √2/ℓ in features and in labels."""
+    return NoiseDescription(
+        scales=(
+            NoiseScale(
+                "features",
+                sigma_x,
+                FEATURE_SENSITIVITY / ell,
+                ("features",),
+                "each mixture's mean of ℓ preprocessed feature rows",
+            ),
+            NoiseScale(
+                "labels",
+                sigma_y,
+                LABEL_SENSITIVITY / ell,
+                ("labels",),
+                "each mixture's mean of ℓ one-hot labels",
+            ),
+        ),
+        calibrated="features",
+    )
 
 
-def sigma_y_of(sigma: float, keys: Mapping[str, Any]) -> float:
-    return float(keys["sigma_y"] if keys["sigma_y"] is not None else keys["noise_ratio"] * sigma)
-
-
-def _tight(sigma: float, keys: Mapping[str, Any]) -> Event:
+def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
     args = (keys["n"], keys["mixture_degree"], keys["n_samples"], sigma, sigma_y_of(sigma, keys))
     if keys["assignment"] == "record":
         return DPMixRecordEvent(*args)
@@ -227,24 +224,3 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     ell, n, T = keys["mixture_degree"], keys["n"], keys["n_samples"]
     sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 / (epsilon * ell)
     return sigma * max(ell / n * math.sqrt(T), 1e-3)
-
-
-TIGHT = register(
-    Accountant(
-        mechanism="dpmix",
-        name="tight",
-        summary="mixture assignment: RDP of sampling without replacement (WBK Thm 27, "
-        "dp_accounting) composed over T; record assignment: Gaussian mechanism (GDP); "
-        "sensitivity √2/ℓ for features and labels",
-        keys=(
-            *COMMON_KEYS,
-            Key(
-                "d_x", int, "feature dimension (used by the paper accountant only)", required=False
-            ),
-            Key("d_y", int, "label dimension (used by the paper accountant only)", required=False),
-            ASSIGNMENT_KEY,
-        ),
-        build=_tight,
-        guess=guess_sigma,
-    )
-)

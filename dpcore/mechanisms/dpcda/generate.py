@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import torch
 
-from dpcore.mechanisms.dpmix import chunk_size
+from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import uniform_subsets
+from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
 
 
 def per_class(n_samples: int, n_classes: int) -> int:
@@ -39,7 +39,7 @@ def generate(
     Rows of ``features`` must have L2 norm ≤ ``clip_norm``: a mixture mean then moves by at
     most 2C/ℓ when one member is replaced (the accountant's sensitivity)."""
     sampler = noise if noise is not None else FastNoise(generator)
-    sensitivity = 2 * clip_norm / mixture_degree
+    sensitivity = mixture_sensitivity(clip_norm=clip_norm, mixture_degree=mixture_degree)
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
     device, dtype = features.device, features.dtype

@@ -1,19 +1,7 @@
 """DPMix accountants beyond the default: the paper's own (Thm 1 and Thm 3 of Lee et al.,
 ISIT 2019) and the tight analysis of the record-assignment variant.
 
-Paper, ``assignment="mixture"`` (Theorem 1): with p = ℓ/n (the printed binom(ℓ, n) is a typo),
-Δ² = d_X/σ_X² + d_Y/σ_Y² and the base mechanism's RDP ε(α) = αΔ²/(2ℓ²),
-
-    ε′_α = log(1 + p² C(α,2) min(4(e^{ε(2)} − 1), 2e^{ε(2)}) + 4 G(α)) / (α − 1),
-    G(α) = Σ_{j=3}^{α} p^j C(α,j) √(B(2⌊j/2⌋) B(2⌈j/2⌉)),
-    B(k) = Σ_{i=0}^{k} (−1)^i C(k,i) e^{i(i−1)Δ²/(2ℓ²)},
-    ε = min_{α ∈ {2,…,256}} T ε′_α + log(1/δ)/(α − 1).
-
-The printed min-term exponent e^{Δ²/2} is read as e^{ε(2)} = e^{Δ²/ℓ²}, as in the theorem it
-applies (WBK Thm 27, the paper's Thm 4) and as in B's own exponent. B(k) is the k-th forward
-difference of x ↦ e^{(x−1)ε(x)} at 0; it is evaluated in log space with signs by the same
-stable scheme dp_accounting uses for WBK's bound (equivalently: a Gaussian with noise
-multiplier z = ℓ/Δ, whose cgf is x(x+1)/(2z²)).
+Paper, ``assignment="mixture"``: Theorem 1 as printed (``dpcore.accounting.mixing_theorem``).
 
 Paper, ``assignment="record"`` (Theorem 3): every record joins Tp mixtures; the whole release
 is one Gaussian mechanism with RDP α T p Δ²/(2ℓ²), and
@@ -33,54 +21,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
 
+from dpcore.accounting.accountant import sigma_y_of
 from dpcore.accounting.composition import Cost
-from dpcore.accounting.dpmix import (
-    ASSIGNMENT_KEY,
-    ASSIGNMENTS,
-    COMMON_KEYS,
-    guess_sigma,
-    sigma_y_of,
+from dpcore.accounting.events import NoiseDescription
+from dpcore.accounting.mixing_theorem import (
+    PAPER_MAX_ORDER,
+    theorem1_curve_epsilon,
+    theorem1_rdp,
 )
 from dpcore.accounting.orders import ORDERS
-from dpcore.accounting.registry import Accountant, Key, register
-from dpcore.accounting.wor_gaussian import forward_diff_logs
+from dpcore.mechanisms.dpmix.accounting import _mixing_noise, guess_sigma
 
-PAPER_MAX_ORDER = 256
-
-
-def _log_comb(n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-    return np.asarray(
-        gammaln(np.add(n, 1)) - gammaln(np.add(k, 1)) - gammaln(np.subtract(n, k) + 1)
-    )
-
-
-def theorem1_rdp(*, q: float, delta_sq_over_ell_sq: float) -> np.ndarray:
-    """ε′_α for α = 2, …, 256 (index α − 2): one mixture's RDP per Theorem 1."""
-    eps2 = delta_sq_over_ell_sq  # ε(2) = 2·Δ²/(2ℓ²)
-    if eps2 == 0 or q == 0:
-        return np.zeros(PAPER_MAX_ORDER - 1)
-    z = 1.0 / math.sqrt(delta_sq_over_ell_sq)  # Gaussian with ε(α) = α/(2z²)
-    log_b = forward_diff_logs(z, PAPER_MAX_ORDER)
-    alphas = np.arange(2, PAPER_MAX_ORDER + 1)
-    log_q = math.log(q) if q > 0 else -math.inf
-    # j = 2 term: p² C(α,2) min(4(e^{ε(2)} − 1), 2e^{ε(2)}).
-    log_min = min(math.log(4) + eps2 + math.log(-math.expm1(-eps2)), math.log(2) + eps2)
-    term2 = 2 * log_q + _log_comb(alphas, 2) + log_min
-    # j ≥ 3 terms: 4 p^j C(α,j) √(B(2⌊j/2⌋) B(2⌈j/2⌉)); B(k) sits at index k − 1 of log_b
-    # (dp_accounting's layout, whose first entry is the value at x = −1).
-    j = np.arange(3, PAPER_MAX_ORDER + 1)
-    half = 0.5 * (log_b[2 * (j // 2) - 1] + log_b[2 * ((j + 1) // 2) - 1])
-    per_j = math.log(4) + half + j * log_q
-    out = np.empty(len(alphas))
-    for index, alpha in enumerate(alphas):
-        upto = j <= alpha
-        terms = np.concatenate(
-            ([0.0, term2[index]], per_j[upto] + _log_comb(float(alpha), j[upto]))
-        )
-        out[index] = logsumexp(terms) / (alpha - 1)
-    return out
+ASSIGNMENTS = ("mixture", "record")
 
 
 @dataclass(frozen=True)
@@ -139,8 +92,7 @@ class DPMixPaperEvent:
             a = tp * self.delta_sq / (2 * self.mixture_degree**2)
             alpha = 1 + math.sqrt(log_inv_delta / a)
             return alpha * a + log_inv_delta / (alpha - 1)
-        alphas = np.arange(2, PAPER_MAX_ORDER + 1)
-        return float(np.min(self._theorem1_curve() + log_inv_delta / (alphas - 1)))
+        return theorem1_curve_epsilon(self._theorem1_curve(), delta)
 
     def rdp(self) -> tuple[float, ...]:
         """The paper's RDP bound on the ledger's grid of orders.
@@ -165,14 +117,14 @@ class DPMixPaperEvent:
     def cost(self, delta: float) -> Cost:
         return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self.rdp())
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma_x, "sigma_y": self.sigma_y}
+    def noise(self) -> NoiseDescription:
+        return _mixing_noise(self.sigma_x, self.sigma_y, self.mixture_degree)
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": "dpmix", "accountant": "paper", **asdict(self)}
 
 
-def _paper(sigma: float, keys: Mapping[str, Any]) -> DPMixPaperEvent:
+def paper(sigma: float, keys: Mapping[str, Any]) -> DPMixPaperEvent:
     return DPMixPaperEvent(
         keys["n"],
         keys["mixture_degree"],
@@ -185,21 +137,5 @@ def _paper(sigma: float, keys: Mapping[str, Any]) -> DPMixPaperEvent:
     )
 
 
-PAPER = register(
-    Accountant(
-        mechanism="dpmix",
-        name="paper",
-        summary="Lee et al. Thm 1 (mixture assignment) or Thm 3 (record assignment) as printed, "
-        "with the paper's sensitivity Δ² = d_x/σ_x² + d_y/σ_y²",
-        keys=(
-            *COMMON_KEYS,
-            Key("d_x", int, "feature dimension d_X"),
-            Key("d_y", int, "label dimension d_Y (number of classes)"),
-            ASSIGNMENT_KEY,
-        ),
-        build=_paper,
-        guess=lambda keys, eps, delta: (
-            guess_sigma(keys, eps, delta) * math.sqrt(keys["d_x"] + keys["d_y"])
-        ),
-    )
-)
+def guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    return guess_sigma(keys, epsilon, delta) * math.sqrt(keys["d_x"] + keys["d_y"])

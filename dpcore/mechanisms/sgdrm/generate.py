@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import torch
 
-from dpcore.accounting.sgdrm import RECORD_NORM
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
+from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
 
 _MATRIX_BUDGET = 1 << 24  # coefficient entries per chunk
 

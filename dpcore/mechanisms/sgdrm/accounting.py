@@ -82,7 +82,7 @@ from scipy import special
 from scipy.optimize import brentq
 
 from dpcore.accounting.composition import ApproximateDPEvent
-from dpcore.accounting.registry import Accountant, Key, register
+from dpcore.accounting.events import NoiseDescription, NoiseScale
 
 #: Theorem 1 holds for δ < DELTA_FACTOR·ℓ/n.
 DELTA_FACTOR = 1.46
@@ -96,6 +96,21 @@ COARSE_INTERVAL = 1e-3
 REFINED_INTERVALS = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4)
 REFINE_POINTS = 100_000
 COEFFICIENTS = ("clipped", "gaussian")
+
+
+def mixture_noise(
+    sigma: float, coefficient_bound: float, analysis: dict[str, float] | None = None
+) -> NoiseDescription:
+    """One Gaussian on each mixture's joint (features, labels) row, to which one record
+    contributes at most c·√2 (the coefficient bound times the record's norm)."""
+    scale = NoiseScale(
+        "mixtures",
+        sigma,
+        coefficient_bound * RECORD_NORM,
+        ("features", "labels"),
+        "each mixture's random combination of (features, one-hot label) rows",
+    )
+    return NoiseDescription(scales=(scale,), calibrated="mixtures", analysis=analysis or {})
 
 
 def _as_int(name: str, value: Any) -> int:
@@ -217,8 +232,9 @@ class SGDRMPaperEvent(ApproximateDPEvent):
             n=self.n, ell=self.mixture_width, T=self.n_samples, sigma=self.sigma, delta=delta
         )
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+    def noise(self) -> NoiseDescription:
+        # Nothing bounds a record's contribution; the sampler's lattice assumes the default.
+        return mixture_noise(self.sigma, default_coefficient_bound(self.mixture_width))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -297,8 +313,12 @@ class SGDRMClippedEvent(ApproximateDPEvent):
     def epsilon(self, delta: float) -> float:
         return replace_one_epsilon(self.sampling_prob, self.noise_multiplier, self.n_samples, delta)
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+    def noise(self) -> NoiseDescription:
+        return mixture_noise(
+            self.sigma,
+            self.coefficient_bound,
+            analysis={"coefficient_bound": self.coefficient_bound},
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -418,8 +438,16 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
             eps = h(candidate)
         return math.inf
 
-    def noise(self) -> dict[str, float]:
-        return {"sigma_x": self.sigma, "sigma_y": self.sigma}
+    def noise(self) -> NoiseDescription:
+        # The lattice assumes c (or the default 3/√ℓ when c is chosen per δ: every candidate
+        # is at least that large, so the rounding slack stays covered).
+        if self.coefficient_bound is None:
+            return mixture_noise(self.sigma, default_coefficient_bound(self.mixture_width))
+        return mixture_noise(
+            self.sigma,
+            self.coefficient_bound,
+            analysis={"coefficient_bound": self.coefficient_bound},
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -436,18 +464,11 @@ def default_coefficient_bound(mixture_width: int) -> float:
     return DEFAULT_COEFFICIENT_BOUND_STDS / math.sqrt(mixture_width)
 
 
-COMMON_KEYS = (
-    Key("n", int, "number of records (public)"),
-    Key("mixture_width", int, "ℓ: each record enters a mixture with probability ℓ/n"),
-    Key("n_samples", int, "T: number of mixtures released"),
-)
-
-
-def _paper(sigma: float, keys: Mapping[str, Any]) -> SGDRMPaperEvent:
+def paper(sigma: float, keys: Mapping[str, Any]) -> SGDRMPaperEvent:
     return SGDRMPaperEvent(keys["n"], keys["mixture_width"], keys["n_samples"], sigma)
 
 
-def _tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent | SGDRMGaussianEvent:
+def tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent | SGDRMGaussianEvent:
     ell = keys["mixture_width"]
     bound = keys["coefficient_bound"]
     if keys["coefficients"] == "gaussian":
@@ -461,7 +482,7 @@ def _tight(sigma: float, keys: Mapping[str, Any]) -> SGDRMClippedEvent | SGDRMGa
     )
 
 
-def _guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+def guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     try:
         log_rhs = theorem1_log_rhs(
             epsilon, n=keys["n"], ell=keys["mixture_width"], T=keys["n_samples"], delta=delta
@@ -471,7 +492,7 @@ def _guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float
     return math.exp(log_rhs / 2)  # Theorem 1 solved for σ: the exact answer
 
 
-def _prepare_tight(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
+def prepare_tight(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
     """Calibrating Gaussian coefficients to ε: fix the coupling's c for that ε up front."""
     if keys["coefficients"] != "gaussian" or keys["coefficient_bound"] is not None:
         return keys
@@ -482,58 +503,9 @@ def _prepare_tight(keys: dict[str, Any], epsilon: float, delta: float) -> dict[s
     return {**keys, "coefficient_bound": max(default_coefficient_bound(ell), c)}
 
 
-def _guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+def guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # Unamplified replace-one Gaussian (sensitivity 2R), scaled by the rate and √T.
     ell, n, T = keys["mixture_width"], keys["n"], keys["n_samples"]
     c = keys["coefficient_bound"] or default_coefficient_bound(ell)
     sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 * c * RECORD_NORM / epsilon
     return sigma * max(ell / n * math.sqrt(T), 1e-3)
-
-
-PAPER = register(
-    Accountant(
-        mechanism="sgdrm",
-        name="paper",
-        summary="Lee et al. 2018 Theorem 1 as printed (closed-form condition on σ², solved for "
-        "ε by a bracketing root finder); needs δ < 1.46ℓ/n; reproduction only",
-        keys=COMMON_KEYS,
-        build=_paper,
-        guess=_guess_paper,
-        valid_bound=False,
-        caveat=(
-            "Theorem 1 assumes bounded per-record influence but SGDRM's Gaussian coefficients "
-            "are unbounded"
-        ),
-    )
-)
-
-TIGHT = register(
-    Accountant(
-        mechanism="sgdrm",
-        name="tight",
-        summary="coefficients clipped to [−c, c]: T-fold Poisson-subsampled Gaussian (q = ℓ/n, "
-        "contribution radius c√2) under replace-one, dp_accounting PLD",
-        keys=(
-            *COMMON_KEYS,
-            Key(
-                "coefficients",
-                str,
-                "clipped: g is clipped to [−coefficient_bound, coefficient_bound]; gaussian: "
-                "the paper's unbounded g, analysed by coupling with the clipped variant "
-                "(coefficient_bound is then the least analysis bound)",
-                required=False,
-                default="clipped",
-                choices=COEFFICIENTS,
-            ),
-            Key(
-                "coefficient_bound",
-                float,
-                "c: clip of the Gaussian coefficient g (default 3/√mixture_width)",
-                required=False,
-            ),
-        ),
-        build=_tight,
-        guess=_guess_tight,
-        prepare=_prepare_tight,
-    )
-)

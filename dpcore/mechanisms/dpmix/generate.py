@@ -17,20 +17,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from dpcore.accounting.dpmix import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
+from dpcore.mechanisms import sampling
+from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import uniform_subsets
-
-ProgressFn = Callable[[int], None]
-
-# Gathered rows per chunk (chunk × ℓ × d floats): bounds memory at a few hundred MB.
-_GATHER_BUDGET = 1 << 25
-
-
-def chunk_size(*, mixture_degree: int, dim: int, n: int) -> int:
-    by_gather = _GATHER_BUDGET // max(1, mixture_degree * dim)
-    by_keys = _GATHER_BUDGET // max(1, n) if mixture_degree * mixture_degree > n else 1 << 16
-    return max(1, min(4096, by_gather, by_keys))
+from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
 
 
 def generate(
@@ -110,7 +100,7 @@ def generate_by_record(
     device = features.device
     sums_x = torch.zeros((n_samples, dim), dtype=features.dtype, device=device)
     sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=labels.dtype, device=device)
-    step = max(1, _GATHER_BUDGET // max(1, k * (dim + labels.shape[1])))
+    step = max(1, sampling.GATHER_BUDGET // max(1, k * (dim + labels.shape[1])))
     for start in range(0, n, step):
         stop = min(n, start + step)
         # Row r of `joined` lists the k distinct mixtures record start + r joins.

@@ -1,0 +1,146 @@
+"""DP-CDA — class-centric mixing: per class, noisy means of ℓ records of that class;
+class-balanced output with exact labels.
+
+The whole mechanism: parameters (``params``), accountants (``accounting``: ``paper`` and
+``tight``, with DP standardisation statistics composed in), the torch generator
+(``generate``) and the job around it (``release``), and the audit (``audit``).
+"""
+
+from __future__ import annotations
+
+from dpcore.accounting.accountant import Accountant, Key, N, lazy
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.dpcda.params import DPCDAParams
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    EvaluationHints,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+)
+
+_MATH = f"{__name__}.accounting"
+
+_KEYS = (
+    N,
+    Key.of(
+        DPCDAParams, "mixture_degree", help="ℓ: distinct records of one class averaged per mixture"
+    ),
+    Key.of(DPCDAParams, "n_samples", help="T: mixtures released in all (⌈T/K⌉ per class)"),
+    Key.of(DPCDAParams, "clip_norm", help="C: every standardised record is clipped to L2 norm ≤ C"),
+    Key("n_classes", int, "K: number of classes"),
+    Key.of(
+        DPCDAParams,
+        "min_class_size",
+        help="m: public lower bound on every class's size (≥ mixture_degree)",
+    ),
+    Key.of(
+        DPCDAParams,
+        "stats_noise",
+        help="noise std of DP-estimated standardisation "
+        "statistics, composed in (default: none, statistics declared public)",
+    ),
+    Key("d_x", int, "feature dimension (needed with stats_noise)", required=False),
+)
+
+PAPER = Accountant(
+    mechanism="dpcda",
+    name="paper",
+    summary="WBK subsampled-without-replacement RDP (q = ℓ/m, z = σℓ/(2C)) over the ⌈T/K⌉ "
+    "mixtures of one class; misses records that change class",
+    keys=_KEYS,
+    build=lazy(_MATH, "paper"),
+    guess=lazy(_MATH, "guess"),
+    valid_bound=False,
+    caveat=(
+        "ignores that a replaced record can change class (one class loses a record, "
+        "another gains one)"
+    ),
+)
+
+TIGHT = Accountant(
+    mechanism="dpcda",
+    name="tight",
+    summary="max over orders of WBK within a class (T_c mixtures) and, for a record "
+    "changing class, 2·T_c Poisson-subsampled Gaussians (q = ℓ/m, z = σℓ/(2C))",
+    keys=_KEYS,
+    build=lazy(_MATH, "tight"),
+    guess=lazy(_MATH, "guess"),
+)
+
+
+def _check(params: DPCDAParams, facts: PublicFacts) -> None:
+    if params.mixture_degree > params.min_class_size:
+        raise InvalidParams(
+            f"min_class_size {params.min_class_size} must be at least mixture_degree "
+            f"{params.mixture_degree}"
+        )
+    if facts.class_counts is None:
+        raise InvalidParams("this dataset predates class counts; upload it again to use dpcda")
+    # Only the owner can ask, so this check on private counts answers nobody else.
+    if params.min_class_size > min(facts.class_counts):
+        raise InvalidParams(
+            f"min_class_size {params.min_class_size} is not a lower bound of every class's "
+            "size in this dataset; declare a smaller one"
+        )
+    for name in ("feature_mean", "feature_std"):
+        values = getattr(params, name)
+        if values is not None and len(values) != facts.n_features:
+            raise InvalidParams(f"{name} needs {facts.n_features} values, got {len(values)}")
+    k = facts.n_classes
+    facts.check_rows(k * (-(-params.n_samples // k)))
+
+
+SPEC = MechanismSpec(
+    name="dpcda",
+    title="DPCDARequest",
+    summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of that "
+    "class; class-balanced output, exact labels",
+    output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
+    "scale); y: their one-hot classes (exact)",
+    params=DPCDAParams,
+    accountants=(TIGHT, PAPER),
+    release_only=frozenset({"standardization", "feature_mean", "feature_std"}),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(
+            Key(
+                "n", int, "records, all of one class (= min_class_size)", required=False, default=2
+            ),
+            Key.of(DPCDAParams, "mixture_degree", help="ℓ", default=2),
+            Key.of(DPCDAParams, "n_samples", help="T: mixtures per release", default=4),
+            Key.of(DPCDAParams, "clip_norm", help="C"),
+        ),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
+    evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
+    bench=BenchHints(
+        sweep="mixture_degree",
+        sweet_spot=lambda ell, n, min_class: {
+            "mixture_degree": ell,
+            "n_samples": n,
+            "min_class_size": min_class,
+        },
+        max_sweep=lambda n, min_class: min_class,
+        calibration=(
+            BenchCase(
+                "tight",
+                10.0,
+                1e-5,
+                {
+                    "n": 10_000,
+                    "mixture_degree": 64,
+                    "n_samples": 10_000,
+                    "clip_norm": 1.0,
+                    "n_classes": 10,
+                    "min_class_size": 800,
+                },
+            ),
+        ),
+    ),
+)
+
+_ = audit_keys  # the shared audit keys do not apply: one class, its size is n

@@ -1,0 +1,113 @@
+"""DPMix — random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records.
+
+The whole mechanism: parameters (``params``), accountants (``accounting`` for ``tight``,
+``accounting_paper`` for ``paper``), the torch generator (``generate``) and the job around it
+(``release``), the audit (``audit``), and the least-squares correction (``learning``).
+"""
+
+from __future__ import annotations
+
+from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.dpmix.params import DPMixParams
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+)
+
+_TIGHT = f"{__name__}.accounting"
+_PAPER = f"{__name__}.accounting_paper"
+
+_COMMON = (
+    N,
+    Key.of(DPMixParams, "mixture_degree"),
+    Key.of(DPMixParams, "n_samples"),
+    SIGMA_Y,
+    NOISE_RATIO,
+)
+_ASSIGNMENT = Key.of(
+    DPMixParams,
+    "assignment",
+    help="mixture: each mixture draws ℓ records (Thm 1); record: each record joins Tp "
+    "mixtures (Thm 3)",
+)
+
+TIGHT = Accountant(
+    mechanism="dpmix",
+    name="tight",
+    summary="mixture assignment: RDP of sampling without replacement (WBK Thm 27, "
+    "dp_accounting) composed over T; record assignment: Gaussian mechanism (GDP); "
+    "sensitivity √2/ℓ for features and labels",
+    keys=(
+        *_COMMON,
+        Key("d_x", int, "feature dimension (used by the paper accountant only)", required=False),
+        Key("d_y", int, "label dimension (used by the paper accountant only)", required=False),
+        _ASSIGNMENT,
+    ),
+    build=lazy(_TIGHT, "tight"),
+    guess=lazy(_TIGHT, "guess_sigma"),
+)
+
+PAPER = Accountant(
+    mechanism="dpmix",
+    name="paper",
+    summary="Lee et al. Thm 1 (mixture assignment) or Thm 3 (record assignment) as printed, "
+    "with the paper's sensitivity Δ² = d_x/σ_x² + d_y/σ_y²",
+    keys=(
+        *_COMMON,
+        Key("d_x", int, "feature dimension d_X"),
+        Key("d_y", int, "label dimension d_Y (number of classes)"),
+        _ASSIGNMENT,
+    ),
+    build=lazy(_PAPER, "paper"),
+    guess=lazy(_PAPER, "guess_paper"),
+)
+
+
+def _check(params: DPMixParams, facts: PublicFacts) -> None:
+    if params.mixture_degree > facts.n:
+        raise InvalidParams(
+            f"mixture_degree {params.mixture_degree} exceeds the dataset's {facts.n} rows"
+        )
+    facts.check_rows(params.n_samples)
+
+
+_MNIST = {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "d_x": 784, "d_y": 10}
+
+SPEC = MechanismSpec(
+    name="dpmix",
+    title="DPMixRequest",
+    summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
+    output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
+    "y: n_samples × n_classes noisy mixed one-hot labels",
+    params=DPMixParams,
+    accountants=(TIGHT, PAPER),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(
+            audit_keys.N,
+            Key.of(DPMixParams, "mixture_degree", help="ℓ", default=2),
+            Key.of(DPMixParams, "n_samples", help="T: mixtures per release", default=4),
+            Key.of(DPMixParams, "assignment", help="mixture or record"),
+            audit_keys.NOISE_RATIO,
+        ),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
+    bench=BenchHints(
+        sweep="mixture_degree",
+        sweet_spot=lambda ell, n, min_class: {"mixture_degree": ell, "n_samples": n},
+        calibration=(
+            # The README walkthrough: MNIST test split, ℓ = 64, T = 10000, ε = 10.
+            BenchCase("tight", 10.0, 1e-5, _MNIST),
+            # The accounting issue's speed target: n = T = 10^6.
+            BenchCase("tight", 1.0, 1e-6, {"n": 10**6, "mixture_degree": 64, "n_samples": 10**6}),
+            BenchCase("tight", 1.0, 1e-5, {**_MNIST, "assignment": "record"}),
+            BenchCase("paper", 10.0, 1e-5, _MNIST),
+        ),
+    ),
+)

@@ -1,0 +1,114 @@
+"""Random projection — baseline of Lee et al., ISIT 2019, Sec. IV: every record projected by
+a data-independent Gaussian matrix, then noised.
+
+The whole mechanism: parameters (``params``), accountants (``accounting``), the torch
+generator (``generate``) and the job around it (``release``), and the audit (``audit``).
+"""
+
+from __future__ import annotations
+
+from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.random_projection.params import RandomProjectionParams
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    EvaluationHints,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+)
+
+_MATH = f"{__name__}.accounting"
+_GUESSES = "dpcore.accounting.per_record"
+
+_KEYS = (
+    N,
+    Key.of(
+        RandomProjectionParams,
+        "projection_dim",
+        help="d: rows of the projection matrix R (d × d_x)",
+    ),
+    Key.of(
+        RandomProjectionParams,
+        "spectral_norm",
+        help="s: spectral norm R is rescaled to (data-independent)",
+    ),
+    Key(
+        "formula",
+        str,
+        "paper accountant only: sqrt_sum = s√(log(1/(2δ)) + ε)/ε as printed, "
+        "sqrt_log = s(√log(1/(2δ)) + ε)/ε",
+        required=False,
+        default="sqrt_sum",
+        choices=("sqrt_sum", "sqrt_log"),
+    ),
+    Key("d_x", int, "feature dimension (not used by the accountants)", required=False),
+    Key("d_y", int, "label dimension (not used by the accountants)", required=False),
+    SIGMA_Y,
+    NOISE_RATIO,
+)
+
+TIGHT = Accountant(
+    mechanism="random_projection",
+    name="tight",
+    summary="every record released once as R x + noise: Gaussian mechanism, "
+    "μ = √(2s²/σ² + 2/σ_y²), exact GDP conversion",
+    keys=_KEYS,
+    build=lazy(_MATH, "tight"),
+    guess=lazy(_GUESSES, "GUESS_REPLACE_ONE"),
+)
+
+PAPER = Accountant(
+    mechanism="random_projection",
+    name="paper",
+    summary="the paper's noise σ = s·√(log(1/(2δ)) + ε)/ε inverted for ε (features and "
+    "labels as one Gaussian in the paper's unit-difference convention)",
+    keys=_KEYS,
+    build=lazy(_MATH, "paper"),
+    guess=lazy(_GUESSES, "GUESS_UNIT_DIFFERENCE"),
+    valid_bound=False,
+    caveat="the printed noise lacks the factor √2 of the cited Gaussian bound and takes "
+    "sensitivity s, while replace-one moves R x by up to √2·s",
+)
+
+
+def _check(params: RandomProjectionParams, facts: PublicFacts) -> None:
+    if params.projection_dim > facts.n_features:
+        raise InvalidParams(
+            f"projection_dim {params.projection_dim} exceeds the dataset's "
+            f"{facts.n_features} features"
+        )
+    facts.check_rows(facts.n)
+
+
+SPEC = MechanismSpec(
+    name="random_projection",
+    title="RandomProjectionRequest",
+    summary="Baseline: every record projected by a data-independent Gaussian matrix "
+    "then noised (random-mixing paper, Sec. IV)",
+    output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
+    "labels; NPZ also holds the projection matrix",
+    params=RandomProjectionParams,
+    accountants=(TIGHT, PAPER),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(
+            audit_keys.N,
+            Key.of(RandomProjectionParams, "projection_dim", help="d", default=8),
+            Key.of(RandomProjectionParams, "spectral_norm", help="s"),
+            audit_keys.NOISE_RATIO,
+        ),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
+    # Projected features lose the image shape.
+    evaluation=EvaluationHints(
+        preprocess_test=lazy(f"{__name__}.release", "preprocess_test"), image_features=False
+    ),
+    bench=BenchHints(
+        sweet_spot=lambda ell, n, min_class: {"projection_dim": 50},
+        calibration=(BenchCase("tight", 10.0, 1e-5, {"n": 10_000, "projection_dim": 50}),),
+    ),
+)

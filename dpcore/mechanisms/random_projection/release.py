@@ -1,0 +1,44 @@
+"""A random-projection release job: unit-scale preprocessing, a data-independent projection
+(shipped in the NPZ), every record noised once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.random_projection.generate import random_projection
+from dpcore.mechanisms.random_projection.params import RandomProjectionParams
+from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
+from dpcore.preprocessing import unit_features
+
+
+def release(params: RandomProjectionParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
+    features, labels = unit_scale(data, ctx.device)
+    matrix, chunks = random_projection(
+        features,
+        labels,
+        projection_dim=params.projection_dim,
+        spectral_norm=params.spectral_norm,
+        sigma_x=ctx.sigma("features"),
+        sigma_y=ctx.sigma("labels"),
+        generator=ctx.generator,
+        noise=ctx.sampler,
+    )
+    return ReleaseOutput(
+        rows=data.n_rows,
+        feature_names=[f"p{i}" for i in range(params.projection_dim)],
+        chunks=chunks,
+        extra={"projection": matrix.cpu().numpy()},
+    )
+
+
+def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:
+    """Real records into the release's space: unit scale, then the published projection
+    (only NPZ releases carry it)."""
+    if "projection" not in extra:
+        raise ValueError("a random-projection release needs its projection: use the NPZ format")
+    lo = np.asarray(metadata["feature_range"]["lo"])
+    hi = np.asarray(metadata["feature_range"]["hi"])
+    return np.asarray(unit_features(X, lo, hi) @ np.asarray(extra["projection"]).T)

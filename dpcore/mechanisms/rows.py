@@ -1,0 +1,34 @@
+"""Releasing every record once, noised, in chunks (shared by per-record mechanisms).
+
+Rows come out in the records' order; the label sensitivity is the one-hot √2 of
+``dpcore.accounting.per_record``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from dpcore.accounting.per_record import LABEL_SENSITIVITY
+from dpcore.mechanisms.noise import NoiseSampler
+
+Chunks = Iterator[tuple[torch.Tensor, torch.Tensor]]
+CHUNK_ROWS = 4096
+
+
+def perturbed(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    sigma_x: float,
+    sigma_y: float,
+    feature_sensitivity: float,
+    noise: NoiseSampler,
+) -> Chunks:
+    for start in range(0, features.shape[0], CHUNK_ROWS):
+        x = features[start : start + CHUNK_ROWS]
+        y = labels[start : start + CHUNK_ROWS]
+        yield (
+            noise(x, sigma=sigma_x, sensitivity=feature_sensitivity),
+            noise(y, sigma=sigma_y, sensitivity=LABEL_SENSITIVITY),
+        )

@@ -1,0 +1,94 @@
+"""Running a mechanism's release generator outside the service: what the worker does, for
+benches, audits and tests (the worker itself adds storage, progress and cancellation)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from dpcore.accounting.events import NoiseDescription
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
+from dpcore.mechanisms.spec import (
+    MechanismSpec,
+    PrivateData,
+    PublicFacts,
+    ReleaseOutput,
+    Report,
+    RunContext,
+)
+
+
+def spec_of(mechanism: str | MechanismSpec) -> MechanismSpec:
+    return registry.get(mechanism) if isinstance(mechanism, str) else mechanism
+
+
+def params_of(spec: MechanismSpec, params: Mapping[str, Any] | BaseModel) -> BaseModel:
+    """``params`` validated by the mechanism's own model (defaults filled in there only)."""
+    if isinstance(params, spec.params):
+        return params
+    raw = params.model_dump() if isinstance(params, BaseModel) else dict(params)
+    return spec.params.model_validate(raw)
+
+
+def facts_of(data: PrivateData, **overrides: Any) -> PublicFacts:
+    """The public facts of ``data`` as the service knows them (tests, benches)."""
+    import numpy as np
+
+    values: dict[str, Any] = {
+        "n": data.n_rows,
+        "n_features": int(data.X.shape[1]),
+        "n_classes": len(data.classes),
+        "feature_shape": tuple(data.feature_shape),
+        "class_counts": tuple(
+            int(c) for c in np.bincount(data.labels, minlength=len(data.classes))
+        ),
+    }
+    values.update(overrides)
+    return PublicFacts(**values)
+
+
+def noise_for(
+    mechanism: str | MechanismSpec,
+    params: Mapping[str, Any] | BaseModel,
+    facts: PublicFacts,
+    *,
+    sigma: float,
+    sigma_y: float | None = None,
+    accountant: str | None = None,
+) -> NoiseDescription:
+    """The noise a release of these params adds at calibrated scale ``sigma``."""
+    spec = spec_of(mechanism)
+    acc = spec.accountant(accountant or spec.default_accountant)
+    request = {"sigma_y": sigma_y} if sigma_y is not None else None
+    keys = spec.accountant_keys(acc, params_of(spec, params), facts, request)
+    return acc.at_sigma(sigma, keys).noise()
+
+
+def build(
+    mechanism: str | MechanismSpec,
+    params: Mapping[str, Any] | BaseModel,
+    data: PrivateData,
+    *,
+    noise: NoiseDescription,
+    sampler: NoiseSampler,
+    generator: torch.Generator,
+    device: torch.device,
+    report: Report | None = None,
+) -> ReleaseOutput:
+    """The mechanism's release of ``data``: ``sampler`` may add only the declared ``noise``."""
+    spec = spec_of(mechanism)
+    if spec.release is None:
+        raise ValueError(f"{spec.name} has no release generator (accounting only)")
+    context = RunContext(
+        noise=noise,
+        sampler=DeclaredNoise(sampler, noise),
+        generator=generator,
+        device=device,
+    )
+    if report is not None:
+        context.report = report
+    return spec.release(params_of(spec, params), data, context)

@@ -1,0 +1,122 @@
+"""SGDRM — SGD on random mixtures (Lee et al., ICLR 2018 workshop): T noisy random
+combinations of records, to learn from with bias-corrected SGD.
+
+The whole mechanism: parameters (``params``), accountants (``accounting``: ``paper``,
+Theorem 1 as printed, and ``tight``, clipped or coupled Gaussian coefficients), the torch
+generator (``generate``) and the job around it (``release``), the audit (``audit``) and the
+least-squares correction (``learning``).
+"""
+
+from __future__ import annotations
+
+from dpcore.accounting.accountant import Accountant, Key, N, lazy
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.sgdrm.params import SGDRMParams
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    EvaluationHints,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+)
+
+_MATH = f"{__name__}.accounting"
+
+_COMMON = (
+    N,
+    Key.of(
+        SGDRMParams, "mixture_width", help="ℓ: each record enters a mixture with probability ℓ/n"
+    ),
+    Key.of(SGDRMParams, "n_samples"),
+)
+
+PAPER = Accountant(
+    mechanism="sgdrm",
+    name="paper",
+    summary="Lee et al. 2018 Theorem 1 as printed (closed-form condition on σ², solved for "
+    "ε by a bracketing root finder); needs δ < 1.46ℓ/n; reproduction only",
+    keys=_COMMON,
+    build=lazy(_MATH, "paper"),
+    guess=lazy(_MATH, "guess_paper"),
+    valid_bound=False,
+    caveat=(
+        "Theorem 1 assumes bounded per-record influence but SGDRM's Gaussian coefficients "
+        "are unbounded"
+    ),
+    # Theorem 1 is about the paper's unclipped coefficients.
+    assumes={"coefficients": "gaussian", "coefficient_bound": None},
+)
+
+TIGHT = Accountant(
+    mechanism="sgdrm",
+    name="tight",
+    summary="coefficients clipped to [−c, c]: T-fold Poisson-subsampled Gaussian (q = ℓ/n, "
+    "contribution radius c√2) under replace-one, dp_accounting PLD",
+    keys=(
+        *_COMMON,
+        Key.of(
+            SGDRMParams,
+            "coefficients",
+            help="clipped: g is clipped to [−coefficient_bound, coefficient_bound]; gaussian: "
+            "the paper's unbounded g, analysed by coupling with the clipped variant "
+            "(coefficient_bound is then the least analysis bound)",
+        ),
+        Key.of(
+            SGDRMParams,
+            "coefficient_bound",
+            help="c: clip of the Gaussian coefficient g (default 3/√mixture_width)",
+        ),
+    ),
+    build=lazy(_MATH, "tight"),
+    guess=lazy(_MATH, "guess_tight"),
+    prepare=lazy(_MATH, "prepare_tight"),
+)
+
+
+def _check(params: SGDRMParams, facts: PublicFacts) -> None:
+    if params.mixture_width > facts.n:
+        raise InvalidParams(
+            f"mixture_width {params.mixture_width} exceeds the dataset's {facts.n} rows"
+        )
+    facts.check_rows(params.n_samples)
+
+
+_MNIST60K = {"n": 60_000, "mixture_width": 128, "n_samples": 60_000}
+
+SPEC = MechanismSpec(
+    name="sgdrm",
+    title="SGDRMRequest",
+    summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
+    "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
+    "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+    output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
+    "y: the same combinations of one-hot labels, noisy; learn with "
+    "dpcore.learning.bias_corrected_sgd",
+    params=SGDRMParams,
+    accountants=(TIGHT, PAPER),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(
+            audit_keys.N,
+            Key.of(SGDRMParams, "mixture_width", help="ℓ", default=1),
+            Key.of(SGDRMParams, "n_samples", help="T: mixtures per release", default=1),
+            # Small enough that nearly every coefficient sits at ±c, as the accountant's
+            # worst case does (the service's default is 3/√ℓ).
+            Key.of(SGDRMParams, "coefficient_bound", help="c", default=0.1),
+        ),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
+    # Signed combinations of one-hot labels: regress them, they are not distributions.
+    evaluation=EvaluationHints(soft_labels=False),
+    bench=BenchHints(
+        sweep="mixture_width",
+        sweet_spot=lambda ell, n, min_class: {"mixture_width": ell, "n_samples": n},
+        calibration=(
+            BenchCase("tight", 10.0, 1e-5, _MNIST60K),
+            BenchCase("paper", 10.0, 1e-5, _MNIST60K),
+        ),
+    ),
+)

@@ -1,0 +1,300 @@
+"""What a mechanism is, in one object.
+
+A mechanism lives in one package (``dpcore/mechanisms/<name>/``) whose ``SPEC`` holds its
+whole definition: its parameters (a pydantic model: each parameter defined once, with its
+default, bounds and description), its accountants, its admission checks against public facts,
+its release generator, its audit case, and hints for evaluation and the benchmarks. The
+registry (``dpcore.mechanisms.registry``) collects the specs; the API's request schema,
+``GET /mechanisms``, the worker, ``dprelease account``/``audit``, evaluation and the benches
+all derive from them.
+
+The spec module of a mechanism stays light: its numerics (accountant events, the torch
+generator, the audit's runs) are imported on first use through ``lazy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from dpcore.accounting.accountant import Accountant, Key
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from pydantic import BaseModel
+
+    from dpcore.accounting.events import NoiseDescription
+    from dpcore.audit.case import AuditCase
+    from dpcore.mechanisms.noise import NoiseSampler
+
+
+class InvalidParams(ValueError):
+    """A request's parameters do not fit the dataset's public facts or the server's limits."""
+
+
+class SpecError(TypeError):
+    """A mechanism's spec is inconsistent (a programming error, found at registration)."""
+
+
+class Cancelled(Exception):
+    """The release was cancelled while its job ran: stop and draw no more noise."""
+
+
+@dataclass(frozen=True)
+class PublicFacts:
+    """What admission may read of a dataset. ``class_counts`` is private (rows per class,
+    owner-only): a check reading it must only ever answer the owner."""
+
+    n: int
+    n_features: int
+    n_classes: int
+    feature_shape: tuple[int, ...] = ()
+    max_release_rows: int | None = None
+    limit_hint: str = "the server's limit"
+    class_counts: tuple[int, ...] | None = None
+
+    def keys(self) -> dict[str, int]:
+        """The facts an accountant may declare as keys (it takes those it declares)."""
+        return {
+            "n": self.n,
+            "d_x": self.n_features,
+            "n_features": self.n_features,
+            "d_y": self.n_classes,
+            "n_classes": self.n_classes,
+        }
+
+    def check_rows(self, rows: int, what: str = "n_samples") -> None:
+        if self.max_release_rows is not None and rows > self.max_release_rows:
+            raise InvalidParams(f"{what} {rows} exceeds {self.limit_hint} {self.max_release_rows}")
+
+
+class PrivateData(Protocol):
+    """The raw dataset a job reads (``service.datasets.parsing.ParsedDataset`` is one)."""
+
+    @property
+    def X(self) -> np.ndarray: ...  # float64 (n, d), clipped into [lo, hi]
+    @property
+    def labels(self) -> np.ndarray: ...  # int64 (n,), index into ``classes``
+    @property
+    def classes(self) -> list[Any]: ...
+    @property
+    def lo(self) -> np.ndarray: ...
+    @property
+    def hi(self) -> np.ndarray: ...
+    @property
+    def feature_names(self) -> list[str]: ...
+    @property
+    def feature_shape(self) -> tuple[int, ...]: ...
+    @property
+    def n_rows(self) -> int: ...
+
+
+Report = Callable[[float, float, str], None]
+
+
+def _ignore(done: float, total: float, phase: str) -> None:
+    return None
+
+
+@dataclass
+class RunContext:
+    """What a release generator gets besides its parameters and data.
+
+    ``sampler`` adds noise and accepts only the scales ``noise`` declares; ``generator`` draws
+    the mechanism's sampling; ``report(done, total, phase)`` records progress in the
+    generator's own units (and raises ``Cancelled`` when the release was cancelled)."""
+
+    noise: NoiseDescription
+    sampler: NoiseSampler
+    generator: torch.Generator
+    device: torch.device
+    report: Report = _ignore
+
+    def sigma(self, name: str) -> float:
+        return self.noise.sigma(name)
+
+
+@dataclass(frozen=True)
+class ExtraArtifact:
+    """A file shipped beside the samples (a model's weights, say): ``write(path)`` writes it;
+    it is stored create-only under the release's prefix as ``name``."""
+
+    name: str
+    media_type: str
+    description: str
+    write: Callable[[Path], None]
+
+
+UNIT_SCALE: dict[str, Any] = {
+    "features": "clip to the declared feature_range, scale to [0, 1], scale rows to L2 norm <= 1",
+    "labels": "one-hot over the declared classes",
+    "statistics": "none computed from the data",
+}
+
+
+@dataclass
+class ReleaseOutput:
+    """A generator's answer: ``rows`` (a public number) rows of (features, labels) in chunks,
+    arrays that travel in an NPZ release (``extra``: data-independent ones such as a projection
+    matrix), the preprocessing the metadata states, and further artifacts.
+
+    ``progress``: "rows" — the runner counts rows as chunks arrive; "own" — the generator
+    reports through ``RunContext.report`` (training jobs: iterations, epochs)."""
+
+    rows: int
+    feature_names: list[str]
+    chunks: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    preprocessing: dict[str, Any] = field(default_factory=lambda: dict(UNIT_SCALE))
+    artifacts: tuple[ExtraArtifact, ...] = ()
+    progress: Literal["rows", "own"] = "rows"
+
+
+Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]
+Check = Callable[[Any, PublicFacts], None]
+PreprocessTest = Callable[[Mapping[str, Any], Mapping[str, Any], Any], Any]
+
+
+def _no_check(params: Any, facts: PublicFacts) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EvaluationHints:
+    """How evaluation reads a release. ``preprocess_test(metadata, extra, X_raw)`` maps real
+    records into the release's feature space with public facts only (None: the unit-scale
+    preprocessing of ``dpcore.preprocessing.unit_features``); ``soft_labels``: labels are
+    noisy class mixtures (train on them as distributions) rather than signed combinations
+    (regress them); ``image_features``: features keep the data's image shape."""
+
+    preprocess_test: PreprocessTest | None = None
+    soft_labels: bool = True
+    image_features: bool = True
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """A calibration benchmark case: ``accountant`` at (ε, δ) with these keys."""
+
+    accountant: str
+    epsilon: float
+    delta: float
+    keys: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BenchHints:
+    """``sweet_spot(ell, n, min_class_size)``: the params of the MNIST sweet-spot study at
+    mixture degree ``ell`` (None when ``sweep`` is None: the mechanism has no such knob);
+    ``calibration``: the calibration benchmark's cases."""
+
+    sweep: str | None = None
+    sweet_spot: Callable[[int | None, int, int], dict[str, Any]] | None = None
+    max_sweep: Callable[[int, int], int] | None = None
+    calibration: tuple[BenchCase, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """The empirical audit: its keys (with the audit's own small defaults) and the case,
+    loaded on first use."""
+
+    keys: tuple[Key, ...]
+    case: Callable[[], AuditCase]
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    name: str
+    summary: str
+    output: str  # what a release holds, in words
+    params: type[BaseModel]
+    accountants: tuple[Accountant, ...]
+    # Parameters only the generator reads; every other parameter must reach each accountant
+    # (as a key, or as a value the accountant's analysis assumes).
+    release_only: frozenset[str] = frozenset()
+    check: Check = _no_check
+    # None: accounting only (``dprelease account`` knows it; the service does not run it).
+    release: Generator | None = None
+    audit: AuditSpec | None = None
+    evaluation: EvaluationHints = EvaluationHints()
+    bench: BenchHints = BenchHints()
+    default_accountant: str = "tight"
+    # The name of the generated API request schema (e.g. "MixingRequest").
+    title: str = ""
+
+    @property
+    def served(self) -> bool:
+        return self.release is not None
+
+    def accountant(self, name: str) -> Accountant:
+        for accountant in self.accountants:
+            if accountant.name == name:
+                return accountant
+        names = ", ".join(a.name for a in self.accountants)
+        raise ValueError(f"no accountant {self.name}/{name}; {self.name} has: {names}")
+
+    def validate(self) -> None:
+        """Refuse a spec where a parameter could be silently dropped on its way to an
+        accountant, or whose accountants belong to another mechanism."""
+        if not self.name.isidentifier():
+            raise SpecError(f"mechanism name {self.name!r} must be an identifier")
+        fields = set(self.params.model_fields)
+        unknown = self.release_only - fields
+        if unknown:
+            raise SpecError(f"{self.name}: release_only names unknown parameters {unknown}")
+        names = [a.name for a in self.accountants]
+        if len(set(names)) != len(names):
+            raise SpecError(f"{self.name}: accountant names repeat: {names}")
+        if self.default_accountant not in names:
+            raise SpecError(f"{self.name}: default accountant {self.default_accountant!r} missing")
+        for accountant in self.accountants:
+            if accountant.mechanism != self.name:
+                raise SpecError(
+                    f"{self.name}: accountant {accountant.name} is {accountant.mechanism}'s"
+                )
+            bad = set(accountant.assumes) - fields
+            if bad:
+                raise SpecError(f"{self.name}/{accountant.name} assumes unknown parameters {bad}")
+            dropped = fields - accountant.key_names - self.release_only - set(accountant.assumes)
+            if dropped:
+                raise SpecError(
+                    f"{self.name}: parameter(s) {sorted(dropped)} reach neither the "
+                    f"{accountant.name} accountant (as keys or assumed values) nor release_only"
+                )
+        if self.audit is not None:
+            audit_names = [k.name for k in self.audit.keys]
+            if len(set(audit_names)) != len(audit_names):
+                raise SpecError(f"{self.name}: audit keys repeat: {audit_names}")
+
+    def accountant_keys(
+        self,
+        accountant: Accountant,
+        params: BaseModel,
+        facts: PublicFacts,
+        request_keys: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The keys ``accountant`` gets for a release of these params on these facts. Facts
+        are offered (the accountant takes the ones it declares); every parameter must reach
+        it; request keys (``sigma_y``, ``noise_ratio``) must be declared."""
+        declared = accountant.key_names
+        keys: dict[str, Any] = {k: v for k, v in facts.keys().items() if k in declared}
+        for name, value in params.model_dump().items():
+            if name in declared:
+                keys[name] = value
+            elif name in accountant.assumes:
+                if value != accountant.assumes[name]:
+                    raise InvalidParams(
+                        f"the {accountant.name} accountant of {self.name} analyses "
+                        f"{name}={accountant.assumes[name]!r} only, not {value!r}"
+                    )
+            elif name not in self.release_only:
+                raise SpecError(f"{self.name}: parameter {name} reaches no accountant")
+        for name, value in (request_keys or {}).items():
+            if name not in declared:
+                raise InvalidParams(f"'{name}' does not apply to {self.name}/{accountant.name}")
+            keys[name] = value
+        return keys

@@ -1,0 +1,61 @@
+"""A release's noise: the accountant's typed description, stored with the release, shown by
+the API and planned by the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpcore.accounting.events import NoiseDescription
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.spec import PublicFacts
+from service.models import Dataset, Release
+from service.releases.schemas import Noise, NoiseScaleOut
+
+
+def is_legacy(stored: dict[str, Any]) -> bool:
+    """Rows from before migration 0009 hold only their two σ's."""
+    return "scales" not in stored
+
+
+def description(release: Release, dataset: Dataset) -> NoiseDescription:
+    """The release's noise description; for a row stored before typed noise, rebuilt from its
+    accountant at the stored σ's (the same event that was charged)."""
+    stored = release.noise
+    if not is_legacy(stored):
+        return NoiseDescription.from_json(stored)
+    spec = registry.get(release.mechanism)
+    accountant = spec.accountant(release.accountant)
+    facts = PublicFacts(
+        n=dataset.n_rows, n_features=dataset.n_features, n_classes=len(dataset.classes)
+    )
+    request: dict[str, Any] = {}
+    if "sigma_y" in accountant.key_names and stored.get("sigma_y"):
+        request["sigma_y"] = stored["sigma_y"]
+    params = spec.params.model_validate(release.params)
+    keys = spec.accountant_keys(accountant, params, facts, request)
+    return accountant.at_sigma(float(stored["sigma_x"]), keys).noise()
+
+
+def to_out(stored: dict[str, Any], sampler: str) -> Noise:
+    if is_legacy(stored):
+        # Shown as stored: the full description is rebuilt when the job runs.
+        return Noise(
+            sigma_x=stored["sigma_x"],
+            sigma_y=stored.get("sigma_y"),
+            sampler=sampler,  # type: ignore[arg-type]
+            calibrated="",
+            scales=[],
+        )
+    described = NoiseDescription.from_json(stored)
+    return from_description(described, sampler)
+
+
+def from_description(described: NoiseDescription, sampler: str) -> Noise:
+    return Noise(
+        sigma_x=described.sigma_x,
+        sigma_y=described.sigma_y,
+        sampler=sampler,  # type: ignore[arg-type]
+        calibrated=described.calibrated,
+        scales=[NoiseScaleOut(**s.to_json()) for s in described.scales],
+        analysis=dict(described.analysis),
+    )
