@@ -149,9 +149,8 @@ def crash(
                 stderr=err,
                 text=True,
             )
-        runtime = build_runtime(settings, in_process_jobs=False)
         dispatcher = PrivateQueue(broker)
-        runtime.dispatcher = dispatcher
+        runtime = build_runtime(settings, lambda _runtime: dispatcher)
         try:
             with TestClient(create_app(runtime=runtime)) as client:
                 harness = Harness("crash", client, runtime, ADMIN_KEY)
