@@ -28,7 +28,7 @@ DPRELEASE_TEST_DATABASE_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/dpre
 DPRELEASE_TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 export DPRELEASE_TEST_DATABASE_URL DPRELEASE_TEST_REDIS_URL
 
-.PHONY: help install run lint typecheck services test test-fast openapi bench format clean
+.PHONY: help install run imports lint typecheck services test test-fast openapi bench format clean
 
 help: ## List the targets
 	@echo "usage: make TARGET   (VENV=$(VENV))"
@@ -47,7 +47,10 @@ run: $(STAMP) ## Run the API (embedded mode unless configured; PORT=8000, DPRELE
 	DPRELEASE_HOME=$${DPRELEASE_HOME:-./var} DPRELEASE_PORT=$${PORT:-8000} \
 		$(BIN)/dprelease-server
 
-lint: $(STAMP) ## ruff format --check and ruff check
+imports: $(STAMP) ## import-linter: the dependency contracts of pyproject.toml ([tool.importlinter])
+	$(BIN)/lint-imports
+
+lint: $(STAMP) imports ## ruff format --check, ruff check and the import contracts
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
@@ -78,6 +81,7 @@ format: $(STAMP) ## ruff format and ruff check --fix
 	$(BIN)/ruff check --fix .
 
 clean: ## Remove the venv, var/ and caches
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .hypothesis \
+		build dist
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d \
 		-prune -exec rm -rf {} +
