@@ -36,6 +36,18 @@ TEST_DATABASE_URL = os.environ.get(
 )
 TEST_REDIS_URL = os.environ.get("DPRELEASE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ADMIN_KEY = "dpr_test-admin-key-" + "x" * 32
+TESTS = Path(__file__).resolve().parent
+# The tier of a test is its folder: marker `unit` (no services) or `integration`.
+TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(TESTS):
+            marker = TIERS.get(item.path.relative_to(TESTS).parts[0])
+            if marker is not None:
+                item.add_marker(marker)
 
 
 def free_port() -> int:

@@ -29,7 +29,7 @@ from tests.conftest import ADMIN_KEY, npz_bytes, toy_dataset
 from tests.integration.servers import private_redis, settings_env, uvicorn_server
 from worker.dispatch import celery_dispatcher
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow  # bursts of concurrent requests to uvicorn servers
 
 N_ROWS = 40
 SIGMA = 16.0  # local_perturbation with σ_x = σ_y = 16: μ = 0.125-GDP per release
