@@ -17,7 +17,9 @@ STAMP = $(VENV)/.installed
 
 # Packages that mypy checks.
 TYPED_PACKAGES = service worker dpcore dprelease_cli
-# Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-m "not slow"'`.
+# Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-m "not slow"'`. Tiers (markers): `unit`
+# and `integration` come from the folder (tests/conftest.py); `slow` marks property-based, fuzz,
+# schemathesis, crash and concurrency tests and any test over ~10 s.
 PYTEST_ARGS ?=
 # 1: pytest's exit status 5 ("no tests collected") counts as success (used by .ci/run).
 ALLOW_NO_TESTS ?= 0
@@ -28,11 +30,12 @@ DPRELEASE_TEST_DATABASE_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/dpre
 DPRELEASE_TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 export DPRELEASE_TEST_DATABASE_URL DPRELEASE_TEST_REDIS_URL
 
-.PHONY: help install run lint typecheck services test test-fast openapi bench format clean
+.PHONY: help install run imports lint typecheck services test test-fast test-integration openapi \
+	bench format clean
 
 help: ## List the targets
 	@echo "usage: make TARGET   (VENV=$(VENV))"
-	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' \
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-17s %s\n", $$1, $$2 }' \
 		$(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -47,7 +50,10 @@ run: $(STAMP) ## Run the API (embedded mode unless configured; PORT=8000, DPRELE
 	DPRELEASE_HOME=$${DPRELEASE_HOME:-./var} DPRELEASE_PORT=$${PORT:-8000} \
 		$(BIN)/dprelease-server
 
-lint: $(STAMP) ## ruff format --check and ruff check
+imports: $(STAMP) ## import-linter: the dependency contracts of pyproject.toml ([tool.importlinter])
+	$(BIN)/lint-imports
+
+lint: $(STAMP) imports ## ruff format --check, ruff check and the import contracts
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
@@ -57,15 +63,18 @@ typecheck: $(STAMP) ## mypy over the packages
 services: ## Start Postgres and Redis if needed (DPRELEASE_SKIP_SERVICES=1 skips)
 	bash scripts/ensure_services.sh
 
-test: $(STAMP) services lint typecheck ## services, lint, typecheck, then the whole test suite
+test: $(STAMP) services lint typecheck ## services, lint, imports, typecheck, every test
 	rc=0; $(BIN)/pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = 1 ]; then \
 		echo "pytest collected no tests (ALLOW_NO_TESTS=1: not a failure)"; rc=0; \
 	fi; \
 	exit $$rc
 
-test-fast: $(STAMP) ## Unit tests only (no services needed)
-	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+test-fast: $(STAMP) ## The unit tier without the slow tests (no services; under 2 min on 2 cores)
+	$(BIN)/pytest -q tests/unit -m "unit and not slow" $(PYTEST_ARGS)
+
+test-integration: $(STAMP) services ## The integration tier, slow tests included (needs services)
+	$(BIN)/pytest -q tests/integration -m integration $(PYTEST_ARGS)
 
 openapi: $(STAMP) ## Write openapi/openapi.json
 	$(PY) -m service.openapi_export openapi/openapi.json
@@ -78,6 +87,7 @@ format: $(STAMP) ## ruff format and ruff check --fix
 	$(BIN)/ruff check --fix .
 
 clean: ## Remove the venv, var/ and caches
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .hypothesis \
+		build dist
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d \
 		-prune -exec rm -rf {} +

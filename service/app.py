@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -21,7 +21,7 @@ from service.releases import repository as release_repository
 from service.releases.endpoints import make_router as releases_router
 from service.releases.endpoints import mechanisms_router
 from service.request_limits import RequestLimits
-from service.runtime import InProcessDispatcher, Runtime, build_runtime
+from service.runtime import InProcessDispatcher, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,31 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtime: Runtime | None = None,
+    runtime_factory: Callable[[Settings], Runtime] | None = None,
+) -> FastAPI:
+    """The app. It serves with ``runtime`` when one is given (the caller owns it), else with
+    one that ``runtime_factory`` builds at start-up, after migrations, and that it disposes of
+    at shutdown (``service.run.app_factory`` passes the server's). With neither, the app can
+    describe itself (``openapi()``) but not start."""
+    if runtime is not None and runtime_factory is not None:
+        raise TypeError("create_app() takes runtime= or runtime_factory=, not both")
     settings = settings or (runtime.settings if runtime else get_settings())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = runtime
         if rt is None:
+            if runtime_factory is None:
+                raise RuntimeError(
+                    "create_app() needs runtime= or runtime_factory= to start; "
+                    "serve service.run:app_factory instead"
+                )
             bootstrap.prepare(settings)
-            rt = build_runtime(settings)
+            rt = runtime_factory(settings)
         bootstrap.ensure_admin(rt)
         app.state.runtime = rt
         if isinstance(rt.dispatcher, InProcessDispatcher):

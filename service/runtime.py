@@ -1,4 +1,9 @@
-"""What a process needs to serve requests or run jobs, built once from the settings."""
+"""What a process needs to serve requests or run jobs, built once from the settings.
+
+How jobs are handed over (the dispatcher) is not chosen here: the composition roots
+(``service.run`` for the API server, ``worker.celery_app`` for workers) pass a factory built
+by ``worker.dispatch``, so that ``service`` never imports ``worker``.
+"""
 
 from __future__ import annotations
 
@@ -32,14 +37,8 @@ class Runtime:
     dispatcher: Dispatcher = field(init=False)
 
 
-class CeleryDispatcher:
-    def enqueue(self, release_id: str) -> None:
-        from worker.celery_app import RUN_RELEASE, celery_app
-
-        celery_app.send_task(RUN_RELEASE, args=[release_id])
-
-    def shutdown(self) -> None:
-        pass
+# Builds the dispatcher of a runtime (an in-process one needs the runtime to run jobs with).
+DispatcherFactory = Callable[[Runtime], Dispatcher]
 
 
 class InProcessDispatcher:
@@ -62,7 +61,8 @@ class InProcessDispatcher:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def build_runtime(settings: Settings, *, in_process_jobs: bool | None = None) -> Runtime:
+def build_runtime(settings: Settings, dispatcher: DispatcherFactory) -> Runtime:
+    """The runtime of ``settings``, its dispatcher made by ``dispatcher(runtime)``."""
     if settings.embedded:
         settings.home.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -72,12 +72,5 @@ def build_runtime(settings: Settings, *, in_process_jobs: bool | None = None) ->
         session_factory=make_session_factory(engine),
         store=make_store(settings),
     )
-    if in_process_jobs is None:
-        in_process_jobs = settings.celery_broker_url is None
-    if in_process_jobs:
-        from worker.runner import run_release
-
-        runtime.dispatcher = InProcessDispatcher(lambda rid: run_release(runtime, rid))
-    else:
-        runtime.dispatcher = CeleryDispatcher()
+    runtime.dispatcher = dispatcher(runtime)
     return runtime

@@ -29,12 +29,25 @@ from service import bootstrap
 from service.app import create_app
 from service.config import Settings
 from service.runtime import Runtime, build_runtime
+from worker.dispatch import default_dispatcher
 
 TEST_DATABASE_URL = os.environ.get(
     "DPRELEASE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/dprelease_test"
 )
 TEST_REDIS_URL = os.environ.get("DPRELEASE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ADMIN_KEY = "dpr_test-admin-key-" + "x" * 32
+TESTS = Path(__file__).resolve().parent
+# The tier of a test is its folder: marker `unit` (no services) or `integration`.
+TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(TESTS):
+            marker = TIERS.get(item.path.relative_to(TESTS).parts[0])
+            if marker is not None:
+                item.add_marker(marker)
 
 
 def free_port() -> int:
@@ -141,7 +154,7 @@ class Harness:
 def _embedded_runtime(home: Path) -> Runtime:
     settings = Settings(home=home)  # type: ignore[call-arg]
     bootstrap.prepare(settings)
-    return build_runtime(settings)
+    return build_runtime(settings, default_dispatcher)
 
 
 @pytest.fixture
@@ -205,7 +218,7 @@ def real_services() -> Iterator[dict[str, Any]]:
             admin_key=ADMIN_KEY,  # type: ignore[arg-type]
             task_max_attempts=2,
         )
-        worker_runtime = build_runtime(settings, in_process_jobs=False)
+        worker_runtime = build_runtime(settings, default_dispatcher)
         celery_module.configure(worker_runtime)
         app = celery_module.celery_app
         app.conf.broker_url = TEST_REDIS_URL
@@ -221,7 +234,7 @@ def real_services() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def real(real_services: dict[str, Any]) -> Iterator[Harness]:
-    runtime = build_runtime(real_services["settings"], in_process_jobs=False)
+    runtime = build_runtime(real_services["settings"], default_dispatcher)
     app = create_app(runtime=runtime)
     with TestClient(app) as client:
         yield Harness("real", client, runtime, ADMIN_KEY)

@@ -1,38 +1,19 @@
-"""The Celery application: ``celery -A worker.celery_app worker``.
+"""The workers' composition root: ``celery -A worker.celery_app worker``.
 
-Jobs are acknowledged late and re-delivered if a worker dies (the task is idempotent by
-release id), one job is prefetched at a time, and the number of attempts is bounded both by
-Celery retries and by the attempt counter stored on the release.
+The Celery application itself (broker, delivery guarantees) is defined in ``worker.broker``
+and re-exported here; this module builds the runtime that the tasks of this process use.
 """
 
 from __future__ import annotations
 
 import threading
 
-from celery import Celery
-
 from service.config import get_settings
 from service.runtime import Runtime, build_runtime
+from worker.broker import RUN_RELEASE, celery_app
+from worker.dispatch import default_dispatcher
 
-RUN_RELEASE = "dprelease.run_release"
-
-_settings = get_settings()
-celery_app = Celery("dprelease", broker=_settings.celery_broker_url or "memory://")
-celery_app.conf.update(
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    task_ignore_result=True,
-    task_serializer="json",
-    accept_content=["json"],
-    # Longer than the longest job, so a running job is not handed to a second worker; a job
-    # whose worker died is redelivered after it. (A second delivery is safe anyway: the
-    # artifact is create-only and the runner claims the upload under the release row lock.)
-    broker_transport_options={"visibility_timeout": _settings.celery_visibility_timeout},
-    broker_connection_retry_on_startup=True,
-    include=["worker.tasks"],
-)
-
+__all__ = ["RUN_RELEASE", "celery_app", "configure", "worker_runtime"]
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
@@ -49,5 +30,7 @@ def worker_runtime() -> Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = build_runtime(get_settings(), in_process_jobs=False)
+            # A worker runs the jobs it is handed; its runtime's dispatcher would only be used
+            # to queue more, which it does not do.
+            _runtime = build_runtime(get_settings(), default_dispatcher)
         return _runtime

@@ -93,7 +93,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[str]:
-    """``uvicorn service.app:create_app --factory`` with ``workers`` processes; yields its
+    """``uvicorn service.run:app_factory --factory`` with ``workers`` processes; yields its
     URL once every worker has started (the database must be migrated beforehand)."""
     port = free_port()
     with log.open("w") as out:
@@ -102,7 +102,7 @@ def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "service.app:create_app",
+                "service.run:app_factory",
                 "--factory",
                 "--host",
                 "127.0.0.1",

@@ -36,7 +36,7 @@ from tests.integration.servers import ROOT, private_redis, settings_env, stop
 from worker import runner
 from worker.celery_app import RUN_RELEASE
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow  # kills Celery workers at every phase
 
 VISIBILITY_TIMEOUT = 3  # seconds before Redis hands a dead worker's job to another worker
 
@@ -149,9 +149,8 @@ def crash(
                 stderr=err,
                 text=True,
             )
-        runtime = build_runtime(settings, in_process_jobs=False)
         dispatcher = PrivateQueue(broker)
-        runtime.dispatcher = dispatcher
+        runtime = build_runtime(settings, lambda _runtime: dispatcher)
         try:
             with TestClient(create_app(runtime=runtime)) as client:
                 harness = Harness("crash", client, runtime, ADMIN_KEY)

@@ -27,8 +27,9 @@ from service.models import LedgerEntry, Release
 from service.runtime import build_runtime
 from tests.conftest import ADMIN_KEY, npz_bytes, toy_dataset
 from tests.integration.servers import private_redis, settings_env, uvicorn_server
+from worker.dispatch import celery_dispatcher
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow  # bursts of concurrent requests to uvicorn servers
 
 N_ROWS = 40
 SIGMA = 16.0  # local_perturbation with σ_x = σ_y = 16: μ = 0.125-GDP per release
@@ -47,7 +48,7 @@ def admissible(one: Cost, *, budget: float, upto: int) -> int:
 
 
 def _register_admin(settings: Settings) -> None:
-    runtime = build_runtime(settings, in_process_jobs=False)
+    runtime = build_runtime(settings, celery_dispatcher)
     try:
         bootstrap.ensure_admin(runtime)
     finally:

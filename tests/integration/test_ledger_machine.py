@@ -40,8 +40,6 @@ from service.errors import BudgetExceeded, InvalidInput
 from service.models import Dataset, DatasetBudget, LedgerEntry, Principal, Release
 from tests.conftest import TEST_DATABASE_URL, npz_bytes, scratch_database, toy_dataset
 
-pytestmark = pytest.mark.integration
-
 BUDGET_DELTA = 1e-5
 STEPS: Counter[str] = Counter()  # checks run, and admissions admitted/refused, per test
 RDP_COSTS = [DPMixEvent(200, 8, 100, s, s).cost(1e-6) for s in (0.6, 1.0, 2.0, 4.0)]
@@ -279,6 +277,7 @@ def _database(kind: str, tmp: Path) -> Iterator[sessionmaker[Session]]:
         engine.dispose()
 
 
+@pytest.mark.slow  # a hypothesis state machine, thousands of steps
 @pytest.mark.parametrize(("kind", "examples"), [("sqlite", 80), ("postgres", 50)])
 def test_ledger_state_machine(kind: str, examples: int, tmp_path: Path) -> None:
     STEPS.clear()

@@ -16,6 +16,7 @@ from service.models import Dataset
 from service.request_limits import UPLOAD_OVERHEAD_BYTES
 from service.runtime import build_runtime
 from tests.conftest import Harness, npz_bytes, toy_dataset
+from worker.dispatch import celery_dispatcher
 
 
 def _rows(h: Harness) -> int:
@@ -164,7 +165,7 @@ def test_rate_limit_is_shared_by_api_processes(
     owner, _ = h.new_key("owner")
     monkeypatch.setattr(h.runtime.settings, "rate_limit", "4/minute")
     assert h.runtime.settings.rate_limit_storage_url.startswith("redis://")
-    second = build_runtime(h.runtime.settings, in_process_jobs=False)
+    second = build_runtime(h.runtime.settings, celery_dispatcher)
     try:
         with TestClient(create_app(runtime=second)) as other_process:
             codes = []

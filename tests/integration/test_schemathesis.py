@@ -30,6 +30,8 @@ schema = schemathesis.openapi.from_dict(openapi_export.schema())
 EXAMPLES = 15
 ADMIN_ONLY = ("/api-keys", "/audit")
 
+pytestmark = pytest.mark.slow  # property-based: schemathesis cases through hypothesis
+
 # Ids of objects that exist, filled by the fixture.
 EXISTING: dict[str, str] = {}
 CASES_RUN: list[tuple[str, bool]] = []  # (operation, pointed at existing objects)

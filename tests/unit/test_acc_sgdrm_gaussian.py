@@ -48,11 +48,13 @@ def test_epsilon_is_a_verified_fixed_point_above_the_clipped_one() -> None:
     assert tau == pytest.approx(60000 * q * exceed_probability(0.55, 128))
 
 
+@pytest.mark.slow  # 4-7 s: kept out of make test-fast
 def test_too_little_noise_has_no_finite_bound() -> None:
     # σ = 0.263 is what the clipped variant needs for ε = 10; unclipped, no c works.
     assert math.isinf(SGDRMGaussianEvent(60000, 128, 60000, 0.263).epsilon(1e-5))
 
 
+@pytest.mark.slow  # 4-7 s: kept out of make test-fast
 def test_calibration_meets_the_target_and_fixes_the_coupling_bound() -> None:
     event = TIGHT.calibrate(10.0, 1e-5, MNIST)
     assert isinstance(event, SGDRMGaussianEvent)

@@ -59,6 +59,7 @@ def test_step_function() -> None:
         assert 1.0 <= sigma <= 1.0 + 2 * RTOL
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=200, deadline=None)
 @given(
     c=st.floats(1e-3, 1e3),
@@ -139,6 +140,7 @@ def test_tiny_threshold_within_rtol() -> None:
 # --- DPMix calibration ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=4, deadline=None)
 @given(
     n=st.integers(200, 20_000),

@@ -311,6 +311,7 @@ def test_numpy_float32_sigmas_give_same_epsilon() -> None:
 # --- monotonicity ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=5, deadline=None)
 @given(
     ell=st.integers(2, 40),
@@ -324,6 +325,7 @@ def test_epsilon_decreases_with_sigma(ell: int, T: int, sigma: float, factor: fl
     assert large < small
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=5, deadline=None)
 @given(
     ell=st.integers(2, 40),

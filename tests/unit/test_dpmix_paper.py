@@ -53,6 +53,7 @@ def test_theorem1_curve_matches_mpmath(case: tuple) -> None:  # type: ignore[typ
         assert curve[alpha - 2] == pytest.approx(float(_theorem1_mp(*case, alpha)), rel=1e-9)
 
 
+@pytest.mark.slow  # 4-7 s: kept out of make test-fast
 def test_theorem1_epsilon_is_the_min_over_integer_orders() -> None:
     event = DPMixPaperEvent(*CASES[0])
     alphas = np.arange(2, 257)

@@ -66,6 +66,7 @@ def test_mu_for_epsilon_inverts() -> None:
     assert gdp.delta_of(mu * (1 + 1e-6), 2.0) > 1e-5
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=40, deadline=None)
 @given(mu=st.floats(0.01, 20.0), delta=st.floats(1e-12, 0.5))
 def test_epsilon_decreases_with_delta_and_grows_with_mu(mu: float, delta: float) -> None:

@@ -57,7 +57,7 @@ def _correction(kind: str) -> Correction:
     return sgdrm_correction(n=N, mixture_width=16, sigma=SIGMA, coefficient_bound=0.75)
 
 
-@pytest.mark.parametrize("kind", ["dpmix", "sgdrm"])
+@pytest.mark.parametrize("kind", ["dpmix", pytest.param("sgdrm", marks=pytest.mark.slow)])
 def test_converges_to_least_squares_as_T_grows(kind: str, problem: tuple) -> None:  # type: ignore[type-arg]
     X, Y, w_star = problem
     errors = []

@@ -34,6 +34,8 @@ LIMIT = 1_000_000
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.slow  # fuzzing (hypothesis) and memory bombs in subprocesses
+
 
 def meta(**fields: Any) -> DatasetMetadata:
     return DatasetMetadata.model_validate(

@@ -70,6 +70,7 @@ def test_long_rows_scaled_to_exactly_unit_norm() -> None:
     np.testing.assert_allclose(clip_rows_l2(X) * np.linalg.norm(X, axis=1, keepdims=True), X)
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=60, deadline=None)
 @given(
     raw=hnp.arrays(

@@ -62,6 +62,7 @@ def test_matches_dp_accounting_on_the_grid(q: float, z: float) -> None:
     assert_matches(rdp_wor_gaussian(q, z, ORDERS), reference_on_grid(q, z))
 
 
+@pytest.mark.slow  # property-based (hypothesis)
 @settings(max_examples=50, deadline=None)
 @given(
     q=st.floats(min_value=0.0, max_value=1.0, exclude_min=True),

@@ -1,0 +1,34 @@
+"""The Celery application: how release jobs travel from the API to the workers.
+
+Jobs are acknowledged late and re-delivered if a worker dies (the task is idempotent by
+release id), one job is prefetched at a time, and the number of attempts is bounded both by
+Celery retries and by the attempt counter stored on the release.
+
+Shared by the producer side (``worker.dispatch.CeleryDispatcher``) and the consumer side
+(``worker.celery_app``, the worker's composition root, and ``worker.tasks``).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.config import get_settings
+
+RUN_RELEASE = "dprelease.run_release"
+
+_settings = get_settings()
+celery_app = Celery("dprelease", broker=_settings.celery_broker_url or "memory://")
+celery_app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_ignore_result=True,
+    task_serializer="json",
+    accept_content=["json"],
+    # Longer than the longest job, so a running job is not handed to a second worker; a job
+    # whose worker died is redelivered after it. (A second delivery is safe anyway: the
+    # artifact is create-only and the runner claims the upload under the release row lock.)
+    broker_transport_options={"visibility_timeout": _settings.celery_visibility_timeout},
+    broker_connection_retry_on_startup=True,
+    include=["worker.tasks"],
+)

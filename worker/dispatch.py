@@ -1,0 +1,41 @@
+"""How a process hands release jobs over, chosen by the composition roots.
+
+``default_dispatcher`` is the one place that decides: jobs run in-process (a background
+thread of the API, the same runner code) when no Celery broker is configured, and go to the
+Celery workers otherwise. ``service.run`` (the API server), ``worker.celery_app`` (workers) and
+the tests pass it, or one of the two below, to ``service.runtime.build_runtime``.
+"""
+
+from __future__ import annotations
+
+from service.runtime import Dispatcher, InProcessDispatcher, Runtime
+from worker.broker import RUN_RELEASE, celery_app
+
+
+class CeleryDispatcher:
+    """Real mode: queue the job on the broker for a Celery worker."""
+
+    def enqueue(self, release_id: str) -> None:
+        celery_app.send_task(RUN_RELEASE, args=[release_id])
+
+    def shutdown(self) -> None:
+        pass
+
+
+def celery_dispatcher(runtime: Runtime) -> Dispatcher:
+    return CeleryDispatcher()
+
+
+def in_process_dispatcher(runtime: Runtime) -> Dispatcher:
+    # Imported here so that a process that only queues jobs (the API in real mode) never
+    # loads the runner and what it needs (torch, the mechanisms).
+    from worker.runner import run_release
+
+    return InProcessDispatcher(lambda release_id: run_release(runtime, release_id))
+
+
+def default_dispatcher(runtime: Runtime) -> Dispatcher:
+    """In-process jobs when no Celery broker is configured, else Celery."""
+    if runtime.settings.celery_broker_url is None:
+        return in_process_dispatcher(runtime)
+    return celery_dispatcher(runtime)
