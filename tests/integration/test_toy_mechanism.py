@@ -96,10 +96,10 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
 def test_the_toy_is_known_to_account_and_audit() -> None:
     with registry.registered(toy.SPEC):
         runner = CliRunner()
+        keys = ["n=200", "rows=40", "totals_noise=20"]
         result = runner.invoke(
             cli,
-            ["account", toy.NAME, "n=200", "rows=40", "totals_noise=20", "--sigma", "0.05"]
-            + ["--delta", "1e-5"],
+            ["account", toy.NAME, *keys, "--sigma", "0.05", "--delta", "1e-5"],
             catch_exceptions=False,
         )
         assert result.exit_code == 0, result.output
