@@ -58,12 +58,7 @@ class LocalPerturbationEvent(GaussianEvent):
         )
 
     def noise(self) -> NoiseDescription:
-        return row_noise(
-            sigma_x=self.sigma_x,
-            feature_sensitivity=FEATURE_SENSITIVITY,
-            sigma_y=self.sigma_y,
-            features="each record's unit-scale features",
-        )
+        return _noise(self)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -99,12 +94,7 @@ class LocalPerturbationPaperEvent(ApproximateDPEvent):
         return theorem1_curve_epsilon(np.asarray(curve), delta)
 
     def noise(self) -> NoiseDescription:
-        return row_noise(
-            sigma_x=self.sigma_x,
-            feature_sensitivity=FEATURE_SENSITIVITY,
-            sigma_y=self.sigma_y,
-            features="each record's unit-scale features",
-        )
+        return _noise(self)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -113,6 +103,15 @@ class LocalPerturbationPaperEvent(ApproximateDPEvent):
             "reading": "Lee et al. 2019 Theorem 1 with mixture_degree = 1, n_samples = n",
             **asdict(self),
         }
+
+
+def _noise(event: LocalPerturbationEvent | LocalPerturbationPaperEvent) -> NoiseDescription:
+    return row_noise(
+        sigma_x=event.sigma_x,
+        feature_sensitivity=FEATURE_SENSITIVITY,
+        sigma_y=event.sigma_y,
+        features="each record's unit-scale features",
+    )
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:

@@ -64,12 +64,7 @@ class RandomProjectionEvent(GaussianEvent):
         return math.sqrt(feature**2 + (LABEL_SENSITIVITY / self.sigma_y) ** 2)
 
     def noise(self) -> NoiseDescription:
-        return row_noise(
-            sigma_x=self.sigma,
-            feature_sensitivity=FEATURE_SENSITIVITY * self.spectral_norm,
-            sigma_y=self.sigma_y,
-            features="each record's projection R x (spectral norm s)",
-        )
+        return _noise(self)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -135,12 +130,7 @@ class RandomProjectionPaperEvent(ApproximateDPEvent):
         return paper_epsilon(self.ratio, delta, self.formula)
 
     def noise(self) -> NoiseDescription:
-        return row_noise(
-            sigma_x=self.sigma,
-            feature_sensitivity=FEATURE_SENSITIVITY * self.spectral_norm,
-            sigma_y=self.sigma_y,
-            features="each record's projection R x (spectral norm s)",
-        )
+        return _noise(self)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -156,6 +146,15 @@ def _coerce_projection(event: RandomProjectionEvent | RandomProjectionPaperEvent
     object.__setattr__(event, "projection_dim", integer("projection_dim", event.projection_dim))
     for name in ("spectral_norm", "sigma", "sigma_y"):
         object.__setattr__(event, name, positive(name, getattr(event, name)))
+
+
+def _noise(event: RandomProjectionEvent | RandomProjectionPaperEvent) -> NoiseDescription:
+    return row_noise(
+        sigma_x=event.sigma,
+        feature_sensitivity=FEATURE_SENSITIVITY * event.spectral_norm,
+        sigma_y=event.sigma_y,
+        features="each record's projection R x (spectral norm s)",
+    )
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:

@@ -99,10 +99,11 @@ COEFFICIENTS = ("clipped", "gaussian")
 
 
 def mixture_noise(
-    sigma: float, coefficient_bound: float, analysis: dict[str, float] | None = None
+    sigma: float, coefficient_bound: float, *, fixed: bool = False
 ) -> NoiseDescription:
     """One Gaussian on each mixture's joint (features, labels) row, to which one record
-    contributes at most c·√2 (the coefficient bound times the record's norm)."""
+    contributes at most c·√2 (the coefficient bound times the record's norm). ``fixed``: the
+    analysis fixed c, and the mechanism must use exactly it (its clip)."""
     scale = NoiseScale(
         "mixtures",
         sigma,
@@ -110,7 +111,8 @@ def mixture_noise(
         ("features", "labels"),
         "each mixture's random combination of (features, one-hot label) rows",
     )
-    return NoiseDescription(scales=(scale,), calibrated="mixtures", analysis=analysis or {})
+    analysis = {"coefficient_bound": coefficient_bound} if fixed else {}
+    return NoiseDescription(scales=(scale,), calibrated="mixtures", analysis=analysis)
 
 
 def _as_int(name: str, value: Any) -> int:
@@ -314,11 +316,7 @@ class SGDRMClippedEvent(ApproximateDPEvent):
         return replace_one_epsilon(self.sampling_prob, self.noise_multiplier, self.n_samples, delta)
 
     def noise(self) -> NoiseDescription:
-        return mixture_noise(
-            self.sigma,
-            self.coefficient_bound,
-            analysis={"coefficient_bound": self.coefficient_bound},
-        )
+        return mixture_noise(self.sigma, self.coefficient_bound, fixed=True)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -443,11 +441,7 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
         # is at least that large, so the rounding slack stays covered).
         if self.coefficient_bound is None:
             return mixture_noise(self.sigma, default_coefficient_bound(self.mixture_width))
-        return mixture_noise(
-            self.sigma,
-            self.coefficient_bound,
-            analysis={"coefficient_bound": self.coefficient_bound},
-        )
+        return mixture_noise(self.sigma, self.coefficient_bound, fixed=True)
 
     def describe(self) -> dict[str, Any]:
         return {
