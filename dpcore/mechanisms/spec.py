@@ -53,7 +53,9 @@ class PublicFacts:
     n_classes: int
     feature_shape: tuple[int, ...] = ()
     max_release_rows: int | None = None
-    limit_hint: str = "the server's limit"
+    # How errors name the limit (the service adds its setting's name).
+    # How errors name the limit (the service names its setting); default "the limit N".
+    limit_hint: str | None = None
     class_counts: tuple[int, ...] | None = None
 
     def keys(self) -> dict[str, int]:
@@ -68,7 +70,8 @@ class PublicFacts:
 
     def check_rows(self, rows: int, what: str = "n_samples") -> None:
         if self.max_release_rows is not None and rows > self.max_release_rows:
-            raise InvalidParams(f"{what} {rows} exceeds {self.limit_hint} {self.max_release_rows}")
+            limit = self.limit_hint or f"the limit {self.max_release_rows}"
+            raise InvalidParams(f"{what} {rows} exceeds {limit}")
 
 
 class PrivateData(Protocol):

@@ -31,7 +31,8 @@ def facts(dataset: Dataset, settings: Settings) -> PublicFacts:
         n_classes=len(dataset.classes),
         feature_shape=tuple(dataset.feature_shape or ()),
         max_release_rows=settings.max_release_samples,
-        limit_hint="this server's limit",
+        limit_hint=f"this server's limit {settings.max_release_samples} "
+        "(DPRELEASE_MAX_RELEASE_SAMPLES)",
         class_counts=tuple(dataset.class_counts) if dataset.class_counts is not None else None,
     )
 

@@ -166,3 +166,28 @@ def test_a_mechanism_module_joins_through_the_environment() -> None:
         check=True,
     )
     assert toy.NAME in out.stdout
+
+
+def test_admission_names_the_servers_row_limit(tmp_path: Path) -> None:
+    from service.config import Settings
+    from service.models import Dataset
+    from service.releases.mechanisms import facts
+
+    dataset = Dataset(
+        n_rows=50, n_features=3, classes=[0, 1], feature_shape=[3], class_counts=[25, 25]
+    )
+    known = facts(dataset, Settings(home=tmp_path, max_release_samples=100))  # type: ignore[call-arg]
+    dpmix = registry.get("dpmix")
+    dpmix.check(dpmix.params(mixture_degree=2, n_samples=100), known)
+    message = r"n_samples 101 exceeds this server's limit 100 \(DPRELEASE_MAX_RELEASE_SAMPLES\)"
+    with pytest.raises(InvalidParams, match=message):
+        dpmix.check(dpmix.params(mixture_degree=2, n_samples=101), known)
+    with pytest.raises(InvalidParams, match="exceeds the dataset's 50 rows"):
+        dpmix.check(dpmix.params(mixture_degree=51, n_samples=1), known)
+    # DP-CDA rounds T up to whole classes: 2·⌈99/2⌉ = 100 rows fit, 2·⌈101/2⌉ = 102 do not.
+    dpcda = registry.get("dpcda")
+    dpcda.check(dpcda.params(mixture_degree=2, n_samples=99, min_class_size=20), known)
+    with pytest.raises(InvalidParams, match="n_samples 102 exceeds"):
+        dpcda.check(dpcda.params(mixture_degree=2, n_samples=101, min_class_size=20), known)
+    with pytest.raises(InvalidParams, match="not a lower bound"):
+        dpcda.check(dpcda.params(mixture_degree=2, n_samples=10, min_class_size=26), known)
