@@ -32,7 +32,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 NO_KEY_MESSAGE = "no API key: pass --key or set DPRELEASE_KEY"
 ROLES = ("owner", "analyst", "admin")
 FORMATS = ("npz", "csv", "parquet")
-TERMINAL_STATUSES = frozenset({"succeeded", "failed"})
+# The API's terminal statuses (service.releases.status; the CLI imports nothing of the service).
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -486,6 +487,9 @@ def release(
     if final.get("status") == "failed":
         emit(final)
         raise CliError(f"release {final.get('id')} failed: {_describe_error(final.get('error'))}")
+    if final.get("status") == "cancelled":
+        emit(final)
+        raise CliError(f"release {final.get('id')} was cancelled")
     if output is not None:
         _download(api, final, output)
     emit(final)
@@ -500,7 +504,7 @@ def _describe_error(error: Any) -> str:
 def _wait_for(
     api: ApiClient, release: dict[str, Any], *, poll_interval: float, timeout: float | None
 ) -> dict[str, Any]:
-    """Poll until the release is succeeded or failed, showing progress on stderr."""
+    """Poll until the release is succeeded, failed or cancelled, showing progress on stderr."""
     release_id = str(release.get("id"))
     deadline = None if timeout is None else time.monotonic() + timeout
     bar = tqdm(

@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, text
 from service import bootstrap
 from service.app import create_app
 from service.config import Settings
+from service.releases.status import TERMINAL
 from service.runtime import Runtime, build_runtime
 from worker.dispatch import default_dispatcher
 
@@ -130,7 +131,7 @@ class Harness:
             r = self.client.get(f"/releases/{release_id}", headers=self.headers(key))
             assert r.status_code == 200, r.text
             body: dict[str, Any] = r.json()
-            if body["status"] in ("succeeded", "failed"):
+            if body["status"] in TERMINAL:
                 return body
             if time.monotonic() > deadline:
                 raise AssertionError(f"release {release_id} still {body['status']}")

@@ -44,13 +44,13 @@ from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import noise as release_noise
 from service.releases.service import report_key
+from service.releases.status import TERMINAL, ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("succeeded", "failed")
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OperationalError,
     EndpointConnectionError,
@@ -144,7 +144,7 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         if release.status in TERMINAL:
             return None
         if release.attempts >= runtime.settings.task_max_attempts:
-            release.status = "failed"
+            release.status = ReleaseStatus.failed
             release.error = f"gave up after {release.attempts} attempts"
             release.finished_at = utcnow()
             _settle_after_failure(runtime, session, release)
@@ -155,12 +155,12 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
         if dataset.deleted_at is not None:
             # Deletion waits for queued releases, so only a job started by hand gets here;
             # its raw data is gone, and nothing was produced: fail and refund.
-            release.status = "failed"
+            release.status = ReleaseStatus.failed
             release.error = "the dataset was deleted before this release ran"
             release.finished_at = utcnow()
             _settle_after_failure(runtime, session, release)
             return None
-        release.status = "running"
+        release.status = ReleaseStatus.running
         release.attempts += 1
         release.started_at = release.started_at or utcnow()
         _audit(session, release, "release.running", attempt=release.attempts)
@@ -341,7 +341,7 @@ def _write_release(
 def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
     with transaction(runtime.session_factory) as session:
         release = session.get(Release, release_id)
-        if release is not None and release.status == "running":
+        if release is not None and release.status == ReleaseStatus.running:
             release.progress = round(min(max(progress, 0.0), 1.0), 4)
 
 
@@ -405,7 +405,7 @@ def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
         ).one()
         if release.status in TERMINAL:
             return
-        release.status = "succeeded"
+        release.status = ReleaseStatus.succeeded
         release.progress = 1.0
         release.error = None
         release.finished_at = utcnow()
@@ -431,7 +431,7 @@ def fail(runtime: Runtime, release_id: str, error: str) -> None:
         ).first()
         if release is None or release.status in TERMINAL:
             return
-        release.status = "failed"
+        release.status = ReleaseStatus.failed
         release.error = error[:2000]
         release.finished_at = utcnow()
         _settle_after_failure(runtime, session, release)

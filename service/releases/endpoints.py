@@ -34,6 +34,7 @@ from service.releases.schemas import (
     ReleaseRequestBase,
 )
 from service.releases.service import report_key
+from service.releases.status import ReleaseStatus
 
 _MEDIA = {
     "npz": "application/octet-stream",
@@ -101,7 +102,7 @@ def download_release(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> Response:
     release = service.get(session, principal=principal, release_id=release_id)
-    if release.status != "succeeded" or release.artifact_key is None:
+    if release.status != ReleaseStatus.succeeded or release.artifact_key is None:
         raise NotReady(
             f"release {release_id} has no artifact yet (status {release.status})",
             detail={"status": release.status, "progress": release.progress},

@@ -4,6 +4,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.models import Release
+from service.releases.status import UNFINISHED
 
 
 def add(session: Session, release: Release) -> Release:
@@ -20,7 +21,7 @@ def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release
 
 
 def unfinished_ids(session: Session) -> list[str]:
-    stmt = select(Release.id).where(Release.status.in_(("queued", "running")))
+    stmt = select(Release.id).where(Release.status.in_(UNFINISHED))
     return list(session.scalars(stmt.order_by(Release.created_at)))
 
 
@@ -28,7 +29,7 @@ def pending_using(session: Session, *, dataset_id: str) -> list[str]:
     """Queued or running releases that will read the dataset's raw data: its own, and those
     using it as the held-out set of a report."""
     stmt = select(Release.id).where(
-        Release.status.in_(("queued", "running")),
+        Release.status.in_(UNFINISHED),
         or_(Release.dataset_id == dataset_id, Release.report_dataset_id == dataset_id),
     )
     return list(session.scalars(stmt.order_by(Release.created_at, Release.id)))

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-ReleaseStatus = Literal["queued", "running", "succeeded", "failed"]
+from service.releases.status import ReleaseStatus
+
 ReleaseFormat = Literal["npz", "csv", "parquet"]
 
 

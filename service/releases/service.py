@@ -34,6 +34,7 @@ from service.releases.schemas import (
     ReleaseRequestBase,
     Timings,
 )
+from service.releases.status import ReleaseStatus
 from service.runtime import Dispatcher
 
 
@@ -192,7 +193,7 @@ def create(
             noise_sampler=request.noise_sampler,
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
-            status="queued",
+            status=ReleaseStatus.queued,
             report_dataset_id=report_id,
         ),
     )
@@ -285,7 +286,7 @@ def _owner_of(release: Release) -> str:
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Analysts see that a release failed, not why: error text may quote the raw data."""
     artifact = None
-    if release.status == "succeeded" and release.artifact_sha256 is not None:
+    if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
         artifact = Artifact(
             format=release.format,  # type: ignore[arg-type]
             bytes=release.artifact_bytes or 0,
@@ -303,7 +304,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         params=release.params,
         accountant=release.accountant,
         format=release.format,  # type: ignore[arg-type]
-        status=release.status,  # type: ignore[arg-type]
+        status=release.status,
         progress=release.progress,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
