@@ -1,4 +1,10 @@
-"""Running one release job. The same code serves the Celery task and the embedded mode.
+"""Running one release job: artifact production. The same code serves the Celery task and
+the embedded mode.
+
+The job parses the raw data, runs the mechanism, writes the files and stores them; every change
+of the release's state (start, progress, the upload claim, success, failure) is made by
+``service.releases.lifecycle`` under the release row lock, in one transaction per call opened
+here (this module is the task side, which commits).
 
 A job is idempotent by release id: it does nothing for a release already in a terminal state,
 and it never draws fresh noise for a release whose artifact already exists (a previous attempt
@@ -27,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 from botocore.exceptions import BotoCoreError, EndpointConnectionError
-from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from dpcore import evaluation
@@ -36,15 +41,12 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.run import build
-from service.audit_trail import service as audit
-from service.budgets import service as ledger
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
-from service.releases.service import report_key
-from service.releases.status import TERMINAL, ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, sha256_hex
 from worker.artifacts import ArtifactWriter, sha256_file
@@ -63,11 +65,6 @@ _PROGRESS_EVERY_S = 0.5
 
 class TransientError(Exception):
     """Worth another attempt (a database or object store that did not answer)."""
-
-
-def artifact_key(release_id: str, fmt: str) -> str:
-    """Deterministic: every attempt of a release writes (create-only) to the same key."""
-    return f"releases/{release_id}/release.{fmt}"
 
 
 @dataclass(frozen=True)
@@ -91,15 +88,15 @@ class Job:
 
     @property
     def artifact_key(self) -> str:
-        return artifact_key(self.release_id, self.fmt)
+        return keys.artifact(self.release_id, self.fmt)
 
     @property
     def report_key(self) -> str:
-        return report_key(self.release_id)
+        return keys.report(self.release_id)
 
     @property
     def metadata_key(self) -> str:
-        return f"releases/{self.release_id}/metadata.json"
+        return keys.metadata(self.release_id)
 
 
 def run_release(runtime: Runtime, release_id: str) -> None:
@@ -136,65 +133,50 @@ def execute(runtime: Runtime, release_id: str) -> None:
 
 def _start(runtime: Runtime, release_id: str) -> Job | None:
     with transaction(runtime.session_factory) as session:
-        stmt = select(Release).where(Release.id == release_id).with_for_update()
-        release = session.scalars(stmt).first()
-        if release is None:
-            log.error("release %s does not exist", release_id)
-            return None
-        if release.status in TERMINAL:
-            return None
-        if release.attempts >= runtime.settings.task_max_attempts:
-            release.status = ReleaseStatus.failed
-            release.error = f"gave up after {release.attempts} attempts"
-            release.finished_at = utcnow()
-            _settle_after_failure(runtime, session, release)
-            return None
-        dataset = session.get(Dataset, release.dataset_id)
-        budget = session.get(DatasetBudget, release.dataset_id)
-        assert dataset is not None and budget is not None
-        if dataset.deleted_at is not None:
-            # Deletion waits for queued releases, so only a job started by hand gets here;
-            # its raw data is gone, and nothing was produced: fail and refund.
-            release.status = ReleaseStatus.failed
-            release.error = "the dataset was deleted before this release ran"
-            release.finished_at = utcnow()
-            _settle_after_failure(runtime, session, release)
-            return None
-        release.status = ReleaseStatus.running
-        release.attempts += 1
-        release.started_at = release.started_at or utcnow()
-        _audit(session, release, "release.running", attempt=release.attempts)
-        metadata = _metadata_of(dataset, budget)
-        report_dataset = None
-        if release.report_dataset_id is not None:
-            test = session.get(Dataset, release.report_dataset_id)
-            test_budget = session.get(DatasetBudget, release.report_dataset_id)
-            # An erased held-out set gives no report (the report endpoint answers 410).
-            if test is not None and test_budget is not None and test.deleted_at is None:
-                report_dataset = (
-                    test.storage_key,
-                    test.sha256,
-                    test.filename,
-                    _metadata_of(test, test_budget),
-                )
-        return Job(
-            release_id=release.id,
-            dataset_id=dataset.id,
-            mechanism=release.mechanism,
-            params=dict(release.params),
-            fmt=release.format,
-            noise=release_noise.description(release, dataset),
-            noise_sampler=release.noise_sampler,
-            epsilon=release.epsilon,
-            delta=release.delta,
-            accountant=release.accountant,
-            attempt=release.attempts,
-            dataset_key=dataset.storage_key,
-            dataset_sha256=dataset.sha256,
-            dataset_filename=dataset.filename,
-            metadata=metadata,
-            report_dataset=report_dataset,
+        release = lifecycle.start(
+            session,
+            release_id,
+            max_attempts=runtime.settings.task_max_attempts,
+            store=runtime.store,
         )
+        return None if release is None else _job_of(session, release)
+
+
+def _job_of(session: Any, release: Release) -> Job:
+    """What the job needs of the release and its datasets, read in the start's transaction."""
+    dataset = session.get(Dataset, release.dataset_id)
+    budget = session.get(DatasetBudget, release.dataset_id)
+    assert dataset is not None and budget is not None
+    report_dataset = None
+    if release.report_dataset_id is not None:
+        test = session.get(Dataset, release.report_dataset_id)
+        test_budget = session.get(DatasetBudget, release.report_dataset_id)
+        # An erased held-out set gives no report (the report endpoint answers 410).
+        if test is not None and test_budget is not None and test.deleted_at is None:
+            report_dataset = (
+                test.storage_key,
+                test.sha256,
+                test.filename,
+                _metadata_of(test, test_budget),
+            )
+    return Job(
+        release_id=release.id,
+        dataset_id=dataset.id,
+        mechanism=release.mechanism,
+        params=dict(release.params),
+        fmt=release.format,
+        noise=release_noise.description(release, dataset),
+        noise_sampler=release.noise_sampler,
+        epsilon=release.epsilon,
+        delta=release.delta,
+        accountant=release.accountant,
+        attempt=release.attempts,
+        dataset_key=dataset.storage_key,
+        dataset_sha256=dataset.sha256,
+        dataset_filename=dataset.filename,
+        metadata=_metadata_of(dataset, budget),
+        report_dataset=report_dataset,
+    )
 
 
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
@@ -338,11 +320,9 @@ def _write_release(
     return meta
 
 
-def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
+def _report_progress(runtime: Runtime, release_id: str, progress: float) -> bool:
     with transaction(runtime.session_factory) as session:
-        release = session.get(Release, release_id)
-        if release is not None and release.status == ReleaseStatus.running:
-            release.progress = round(min(max(progress, 0.0), 1.0), 4)
+        return lifecycle.report_progress(session, release_id, progress=progress)
 
 
 def _versions() -> dict[str, str]:
@@ -389,72 +369,21 @@ def _release_metadata(
 def _claim_upload(runtime: Runtime, job: Job) -> bool:
     """Record that this attempt is about to store output; False if the release is settled."""
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == job.release_id).with_for_update()
-        ).first()
-        if release is None or release.status in TERMINAL:
-            return False
-        release.artifact_key = job.artifact_key
-        return True
+        return lifecycle.claim_upload(session, job.release_id, artifact_key=job.artifact_key)
 
 
 def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == job.release_id).with_for_update()
-        ).one()
-        if release.status in TERMINAL:
-            return
-        release.status = ReleaseStatus.succeeded
-        release.progress = 1.0
-        release.error = None
-        release.finished_at = utcnow()
-        release.artifact_key = job.artifact_key
-        release.metadata_key = job.metadata_key
-        release.artifact_bytes = size
-        release.artifact_sha256 = sha256
-        ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
-        _audit(
+        lifecycle.succeed(
             session,
-            release,
-            "release.succeeded",
-            attempts=release.attempts,
-            artifact_bytes=size,
-            ledger=ledger.COMMITTED,
+            job.release_id,
+            artifact_key=job.artifact_key,
+            metadata_key=job.metadata_key,
+            size=size,
+            sha256=sha256,
         )
 
 
 def fail(runtime: Runtime, release_id: str, error: str) -> None:
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == release_id).with_for_update()
-        ).first()
-        if release is None or release.status in TERMINAL:
-            return
-        release.status = ReleaseStatus.failed
-        release.error = error[:2000]
-        release.finished_at = utcnow()
-        _settle_after_failure(runtime, session, release)
-
-
-def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> None:
-    # Output that exists, or that an attempt claimed and may be storing, may be read: it stays
-    # charged. Otherwise nothing escaped.
-    wrote_output = release.artifact_key is not None or runtime.store.exists(
-        artifact_key(release.id, release.format)
-    )
-    state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
-    ledger.settle(session, release_id=release.id, state=state)
-    # The error text stays out: it may quote the raw data.
-    _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
-
-
-def _audit(session: Any, release: Release, action: str, **detail: Any) -> None:
-    audit.record(
-        session,
-        actor=audit.WORKER,
-        action=action,
-        object_type="release",
-        object_id=release.id,
-        detail={"dataset_id": release.dataset_id, **detail},
-    )
+        lifecycle.fail(session, release_id, error, store=runtime.store)

@@ -23,7 +23,7 @@ from service.deps import (
 )
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
-from service.releases import service
+from service.releases import keys, service
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
@@ -33,7 +33,6 @@ from service.releases.schemas import (
     ReleaseQuery,
     ReleaseRequestBase,
 )
-from service.releases.service import report_key
 from service.releases.status import ReleaseStatus
 
 _MEDIA = {
@@ -128,7 +127,7 @@ def get_report(
             f"the report of release {release_id} was erased with its held-out dataset "
             f"{release.report_dataset_id}"
         )
-    key = report_key(release.id)
+    key = keys.report(release.id)
     if not runtime.store.exists(key):
         raise NotReady(
             f"the report of release {release_id} is not ready (status {release.status})",

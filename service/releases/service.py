@@ -38,11 +38,6 @@ from service.releases.status import ReleaseStatus
 from service.runtime import Dispatcher
 
 
-def report_key(release_id: str) -> str:
-    """Where the owner report of a release is stored (raw-data results: owner only)."""
-    return f"releases/{release_id}/report.json"
-
-
 @dataclass(frozen=True)
 class Plan:
     dataset: Dataset
