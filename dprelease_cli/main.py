@@ -546,7 +546,10 @@ def _show_progress(bar: Any, release: dict[str, Any]) -> None:
     if status == "succeeded":
         fraction = 1.0
     bar.n = round(min(max(fraction, 0.0), 1.0) * 100)
-    bar.set_postfix_str(str(status), refresh=False)
+    phase = release.get("phase")
+    # The phase is the job's word for its current step (rows written, training epochs, …).
+    shown = f"{status}: {phase}" if phase and status == "running" else str(status)
+    bar.set_postfix_str(shown, refresh=False)
     bar.refresh()
 
 

@@ -166,6 +166,9 @@ class Release(Base):
     delta: Mapped[float] = mapped_column(Float)
     status: Mapped[ReleaseStatus] = mapped_column(StatusType(), default=ReleaseStatus.queued)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
+    # What the job last reported it was doing, in the mechanism's words ("rows" when the
+    # worker counts rows); null until it reports.
+    phase: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)

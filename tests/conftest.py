@@ -247,3 +247,19 @@ def harness(request: pytest.FixtureRequest) -> Harness:
     """Each test using this runs once per mode, through the same code path."""
     h: Harness = request.getfixturevalue(request.param)
     return h
+
+
+@pytest.fixture(params=["embedded", "real"])
+def toy_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """``harness`` with the test-only mechanism (tests/toy_mechanism.py) registered before the
+    app is built, so the API serves it. Its gate is open when the test starts and opened again
+    when it ends, so a test that fails while holding a job never blocks the next one."""
+    from dpcore.mechanisms import registry
+    from tests import toy_mechanism as toy
+
+    toy.GATE.set()
+    with registry.registered(toy.SPEC):
+        try:
+            yield request.getfixturevalue(request.param)
+        finally:
+            toy.GATE.set()

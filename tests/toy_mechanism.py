@@ -9,7 +9,8 @@ all records by √2/n in features and in labels; every step is a Gaussian mechan
 whole is μ-GDP with μ² = 2/σ_t² + T·(2/(n²σ²) + 2/(n²σ_y²)).
 
 ``GATE`` is a test seam: the generator waits on it before every chunk (open by default), so a
-test can hold a release running.
+test can hold a release running. With ``own_progress`` the generator reports its progress
+itself (phase "means", through ``RunContext.report``) just before each wait.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ CHUNK = 16
 GATE = threading.Event()
 GATE.set()
 GATE_TIMEOUT_S = 60.0
+OWN_PHASE = "means"
 
 
 class ToyParams(BaseModel):
@@ -55,6 +57,11 @@ class ToyParams(BaseModel):
     rows: int = Field(ge=1, description="T: noisy means released")
     totals_noise: float = Field(
         default=1.0, gt=0, description="σ_t: noise std on the released feature totals"
+    )
+    own_progress: bool = Field(
+        default=False,
+        description="Report progress in the generator's own units (phase 'means') instead of "
+        "letting the worker count rows",
     )
 
 
@@ -124,6 +131,8 @@ def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     )
 
     def wait(start: int) -> None:
+        if params.own_progress:
+            ctx.report(start, params.rows, OWN_PHASE)  # raises Cancelled once cancelled
         if not GATE.wait(GATE_TIMEOUT_S):
             raise TimeoutError("the toy mechanism's gate stayed closed")
 
@@ -141,6 +150,7 @@ def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
             before_chunk=wait,
         ),
         extra={"totals": totals.cpu().numpy()},
+        progress="own" if params.own_progress else "rows",
     )
 
 
@@ -205,6 +215,8 @@ SPEC = MechanismSpec(
     "holds the noisy totals",
     params=ToyParams,
     accountants=(TIGHT,),
+    # How the job reports progress changes nothing released.
+    release_only=frozenset({"own_progress"}),
     check=check,
     release=release,
     audit=AuditSpec(

@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import platform
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -41,6 +43,7 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.run import build
+from dpcore.mechanisms.spec import Cancelled
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
@@ -60,7 +63,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
-_PROGRESS_EVERY_S = 0.5
+# Progress writes (each also reads the status: how a cancel is noticed) at most this often.
+PROGRESS_EVERY_S = 0.5
+# The share of the progress bar left for storing the output once the rows are written.
+UPLOAD_SHARE = 0.05
+# The phase of a job whose progress the runner counts in rows (ReleaseOutput.progress "rows").
+ROWS_PHASE = "rows"
 
 
 class TransientError(Exception):
@@ -122,6 +130,10 @@ def execute(runtime: Runtime, release_id: str) -> None:
         if job is None:
             return
         _produce(runtime, job)
+    except Cancelled as exc:
+        # Cancelled (or settled by another delivery) while this attempt ran: the lifecycle
+        # recorded the outcome and settled the charge; this attempt stored nothing.
+        log.info("release %s: %s; stopped", release_id, exc)
     except TRANSIENT_ERRORS as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     except TransientError:
@@ -287,6 +299,10 @@ def _write_release(
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
     noise = noise_sampler(job.noise_sampler, generator)
+    progress = Progress(
+        lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
+        release_id=job.release_id,
+    )
     output = build(
         job.mechanism,
         job.params,
@@ -295,10 +311,13 @@ def _write_release(
         sampler=noise,
         generator=generator,
         device=device,
+        report=progress.report,
     )
+    counts_rows = output.progress == "rows"
+    if counts_rows:
+        progress.report(0, output.rows, ROWS_PHASE)
     meta = _release_metadata(job, parsed, device, output.preprocessing)
     done = 0
-    last_report = time.monotonic()
     with ArtifactWriter(
         job.fmt,
         path,
@@ -311,18 +330,64 @@ def _write_release(
         for mixed_x, mixed_y in output.chunks:
             writer.write(mixed_x.cpu().numpy(), mixed_y.cpu().numpy())
             done += mixed_x.shape[0]
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
-                last_report = time.monotonic()
+            if counts_rows:
+                progress.report(done, output.rows, ROWS_PHASE)
+            else:
+                progress.tick()  # the generator's own figures; a cancel is still noticed
     if isinstance(noise, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
         return {**meta, "noise_lattices": noise.describe()}
     return meta
 
 
-def _report_progress(runtime: Runtime, release_id: str, progress: float) -> bool:
+class Progress:
+    """A job's progress: the latest (done, total, phase) the job knows, written at most once
+    every ``PROGRESS_EVERY_S`` (the first at once). Each write reads the release's status back
+    (``lifecycle.report_progress``); once the release is no longer running (cancelled, or
+    settled by another delivery) the next report raises ``Cancelled``, which stops the
+    generator (its ``ctx.report``) or the runner's loop (between chunks) before any more noise
+    is drawn or anything is stored.
+
+    ``write(fraction, phase)`` returns whether the release is still running. Fractions keep
+    ``UPLOAD_SHARE`` of the bar for storing the output."""
+
+    def __init__(
+        self,
+        write: Callable[[float, str | None], bool],
+        *,
+        release_id: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._write = write
+        self._clock = clock
+        self._last: float | None = None
+        self.release_id = release_id
+        self.done, self.total = 0.0, 0.0
+        self.phase: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        if not (self.total > 0 and math.isfinite(self.done / self.total)):
+            return 0.0
+        return (1 - UPLOAD_SHARE) * min(max(self.done / self.total, 0.0), 1.0)
+
+    def report(self, done: float, total: float, phase: str) -> None:
+        """``RunContext.report``: progress in the generator's own units."""
+        self.done, self.total, self.phase = float(done), float(total), str(phase)
+        self.tick()
+
+    def tick(self) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        if not self._write(self.fraction, self.phase):
+            raise Cancelled(f"release {self.release_id} is no longer running")
+
+
+def _report_progress(runtime: Runtime, release_id: str, fraction: float, phase: str | None) -> bool:
     with transaction(runtime.session_factory) as session:
-        return lifecycle.report_progress(session, release_id, progress=progress)
+        return lifecycle.report_progress(session, release_id, progress=fraction, phase=phase)
 
 
 def _versions() -> dict[str, str]:

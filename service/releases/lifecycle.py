@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 # Errors are stored truncated: they are for people, and may be long tracebacks' last lines.
 MAX_ERROR_CHARS = 2000
+MAX_PHASE_CHARS = 64  # releases.phase
 
 
 def start(
@@ -60,11 +61,19 @@ def start(
     return release
 
 
-def report_progress(session: Session, release_id: str, *, progress: float) -> bool:
-    """Record a running job's progress (a fraction, clamped to [0, 1]). False when the release
-    is no longer running: another delivery settled it, and the job should stop."""
+def report_progress(
+    session: Session, release_id: str, *, progress: float, phase: str | None
+) -> bool:
+    """Record a running job's progress (a fraction, clamped to [0, 1]) and what it is doing.
+    False when the release is no longer running (cancelled, or settled by another delivery):
+    the job should stop."""
     value = round(min(max(progress, 0.0), 1.0), 4) if math.isfinite(progress) else 0.0
-    return repository.set_progress(session, release_id=release_id, progress=value)
+    return repository.set_progress(
+        session,
+        release_id=release_id,
+        progress=value,
+        phase=None if phase is None else phase[:MAX_PHASE_CHARS],
+    )
 
 
 def claim_upload(session: Session, release_id: str, *, artifact_key: str) -> bool:

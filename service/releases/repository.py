@@ -58,14 +58,14 @@ def get_for_update(session: Session, release_id: str) -> Release | None:
     return session.scalars(stmt).first()
 
 
-def set_progress(session: Session, *, release_id: str, progress: float) -> bool:
+def set_progress(session: Session, *, release_id: str, progress: float, phase: str | None) -> bool:
     """Write a running release's progress; False (nothing written) when it is not running.
     One conditional UPDATE: the status is read and the row written atomically, without a
     read-then-write window in which a cancel or another delivery could settle it."""
     stmt = (
         update(Release)
         .where(Release.id == release_id, Release.status == ReleaseStatus.running)
-        .values(progress=progress)
+        .values(progress=progress, phase=phase)
         .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]

@@ -156,7 +156,14 @@ class ReleaseOut(BaseModel):
     accountant: str
     format: ReleaseFormat
     status: ReleaseStatus
-    progress: float = Field(ge=0, le=1)
+    progress: float = Field(
+        ge=0, le=1, description="Fraction done (the job's own units where it reports them)"
+    )
+    phase: str | None = Field(
+        default=None,
+        description="What the job last reported it was doing: 'rows' while it writes rows, "
+        "or the mechanism's word for its step (training epochs, say); null until it reports",
+    )
     noise: Noise
     charge: Charge
     error: str | None

@@ -301,6 +301,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         format=release.format,  # type: ignore[arg-type]
         status=release.status,
         progress=release.progress,
+        phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
         error=release.error if viewer.role != "analyst" or release.error is None else "failed",

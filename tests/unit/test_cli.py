@@ -70,6 +70,7 @@ class FakeApi:
             "dataset_id": "ds-1",
             "status": state["status"],
             "progress": state["progress"],
+            "phase": state.get("phase"),
             "noise": {"sigma_x": 1.5, "sigma_y": 1.5},
             "charge": {"epsilon": 1.0, "delta": 1e-5},
             "error": state.get("error"),
@@ -447,6 +448,18 @@ def test_release_option_errors(run: Callable[..., Result], api: FakeApi, args: l
     result = run("release", "ds-1", *args)
     assert result.exit_code == 2, result.output
     assert api.requests == []
+
+
+def test_release_progress_shows_the_phase(run: Callable[..., Result], api: FakeApi) -> None:
+    api.release_states = [
+        {"status": "queued", "progress": 0.0},
+        {"status": "running", "progress": 0.3, "phase": "epochs"},
+        DONE,
+    ]
+    result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
+    assert result.exit_code == 0, result.output
+    assert "running: epochs" in result.stderr
+    assert "100%" in result.stderr
 
 
 def test_release_failure_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
