@@ -250,6 +250,10 @@ class ApiClient:
         result: JSON = self._request("GET", f"/releases/{_seg(release_id)}")
         return result
 
+    def cancel_release(self, release_id: str) -> JSON:
+        result: JSON = self._request("POST", f"/releases/{_seg(release_id)}/cancel")
+        return result
+
     def download_release(
         self, release_id: str, output: Path, *, expected_sha256: str | None = None
     ) -> Download:

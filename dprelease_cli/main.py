@@ -614,6 +614,16 @@ def status(state: CliState, release_id: str) -> None:
 
 
 @cli.command()
+@click.argument("release_id")
+@pass_state
+def cancel(state: CliState, release_id: str) -> None:
+    """Cancel release RELEASE_ID (queued or running; refunded unless its upload had begun)."""
+    result = state.api().cancel_release(release_id)
+    say(f"release {result.get('id')} {result.get('status')}")
+    emit(result)
+
+
+@cli.command()
 @click.option("--dataset-id", help="Only releases of this dataset.")
 @pass_state
 def releases(state: CliState, dataset_id: str | None) -> None:

@@ -23,6 +23,7 @@ from service.deps import (
 )
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
+from service.models import Release
 from service.releases import keys, service
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
@@ -90,6 +91,7 @@ def list_releases(
 
 
 _READERS = "the dataset's owner, analysts granted the dataset, admins"
+_MANAGERS = "the owner of the release's dataset"
 
 
 def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
@@ -97,15 +99,35 @@ def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -
     return service.to_out(release, viewer=principal)
 
 
+def cancel_release(
+    release_id: str, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+) -> JSONResponse:
+    release = service.cancel(session, principal=owner, release_id=release_id, store=runtime.store)
+    # Serialised here: the session holds the release row lock until it commits.
+    return locked_response(service.to_out(release, viewer=owner), status_code=status.HTTP_200_OK)
+
+
+def _require_succeeded(release: Release) -> None:
+    """Only a succeeded release serves files. A cancelled one never does, even when a job
+    that had claimed its upload stored output before the cancel (it stays charged)."""
+    if release.status is ReleaseStatus.cancelled:
+        raise NotReady(
+            f"release {release.id} was cancelled: it has no artifact",
+            detail={"status": release.status.value},
+        )
+    if release.status is not ReleaseStatus.succeeded or release.artifact_key is None:
+        raise NotReady(
+            f"release {release.id} has no artifact yet (status {release.status})",
+            detail={"status": release.status.value, "progress": release.progress},
+        )
+
+
 def download_release(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> Response:
     release = service.get(session, principal=principal, release_id=release_id)
-    if release.status != ReleaseStatus.succeeded or release.artifact_key is None:
-        raise NotReady(
-            f"release {release_id} has no artifact yet (status {release.status})",
-            detail={"status": release.status, "progress": release.progress},
-        )
+    _require_succeeded(release)
+    assert release.artifact_key is not None
     filename = f"release-{release.id}.{release.format}"
     url = runtime.store.presigned_url(release.artifact_key, filename=filename)
     if url is not None:
@@ -122,6 +144,11 @@ def get_report(
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
     if release.report_dataset_id is None or principal.id != release.requested_by:
         raise NotFound(f"release {release_id} has no report for you")
+    if release.status is ReleaseStatus.cancelled:
+        raise NotReady(
+            f"release {release_id} was cancelled: it has no report",
+            detail={"status": release.status.value},
+        )
     if service.report_erased(session, release):
         raise Gone(
             f"the report of release {release_id} was erased with its held-out dataset "
@@ -200,6 +227,27 @@ def make_router() -> APIRouter:
         responses=responses(401, 404),
         summary="Status of a release",
         openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/cancel",
+        cancel_release,
+        methods=["POST"],
+        response_model=ReleaseOut,
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            e409="The release already succeeded or failed (code release_finished)",
+        ),
+        summary="Cancel a queued or running release (refunded unless its upload was claimed)",
+        description="Under the release's row lock: a queued or running release whose job has "
+        "not claimed the upload of its output is cancelled and its charge refunded; once the "
+        "upload is claimed, output may exist, so it is cancelled with the charge committed, and "
+        "it is never served. Cancelling a cancelled release returns it unchanged; a succeeded "
+        "or failed one answers 409. A running job notices at its next progress write and "
+        "stops.",
+        openapi_extra=objects(_MANAGERS),
     )
     router.add_api_route(
         "/{release_id}/download",

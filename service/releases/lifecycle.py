@@ -1,14 +1,16 @@
 """The life of a release after admission: a job starts it, reports progress, claims the
-upload of its output, and ends it succeeded or failed.
+upload of its output, and ends it succeeded or failed; its owner may cancel it meanwhile.
 
 Every transition locks the release row first (``repository.get_for_update``) and decides on
 what it reads under that lock, so the attempts of a job (a redelivery may run beside a worker
-presumed dead) see one order of events. Each function works in its caller's unit of work and
-never commits: the task wrapper (``worker.runner``, one transaction per call) does.
+presumed dead, and a cancel request arrives at any moment) see one order of events. Each
+function works in its caller's unit of work and never commits: the task wrapper
+(``worker.runner``, one transaction per call) or the request boundary (cancel) does.
 
 Settlement: a release whose output may exist (an attempt claimed its upload, or its artifact
 is stored) stays charged, whatever happens to it next; a release that ends otherwise without
-succeeding is refunded (docs/privacy.md, "Ledger composition").
+succeeding (failed or cancelled) is refunded (docs/privacy.md, "Ledger composition" and
+"Cancelling a release").
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from service.audit_trail import service as audit
 from service.budgets import service as ledger
+from service.errors import NotFound, ReleaseFinished
 from service.models import Dataset, Release, utcnow
 from service.releases import keys, repository
 from service.releases.status import TERMINAL, ReleaseStatus
@@ -137,6 +140,41 @@ def _fail(session: Session, release: Release, error: str, store: ObjectStore) ->
     state = _settle_unfinished(session, release, store)
     # The error text stays out: it may quote the raw data.
     _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
+
+
+def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore) -> Release:
+    """Cancel a queued or running release; a cancelled one is returned as it is.
+
+    Nothing of a cancelled release is ever served. Its charge is refunded unless an attempt
+    already claimed the upload (output may then exist: committed). A job running for it
+    notices at its next progress write and stops; one that already drew its noise finds the
+    release settled when it tries to claim the upload, and stores nothing; one that claimed
+    before the cancel may finish storing, but cannot mark the release succeeded.
+    Raises ``ReleaseFinished`` (409) for a release that succeeded or failed."""
+    release = repository.get_for_update(session, release_id)
+    if release is None:
+        raise NotFound(f"release {release_id} not found")
+    if release.status is ReleaseStatus.cancelled:
+        return release
+    if release.status in TERMINAL:
+        raise ReleaseFinished(
+            f"release {release_id} already {release.status}: only a queued or running release "
+            f"can be cancelled",
+            detail={"status": release.status.value},
+        )
+    was = release.status
+    release.status = ReleaseStatus.cancelled
+    release.finished_at = utcnow()
+    state = _settle_unfinished(session, release, store)
+    audit.record(
+        session,
+        actor=actor,
+        action="release.cancelled",
+        object_type="release",
+        object_id=release.id,
+        detail={"dataset_id": release.dataset_id, "was": was.value, "ledger": state},
+    )
+    return release
 
 
 def output_may_exist(release: Release, store: ObjectStore) -> bool:

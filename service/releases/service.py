@@ -21,8 +21,8 @@ from service.config import Settings
 from service.deps import after_commit
 from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
+from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
-from service.releases import repository
 from service.releases.mechanisms import facts
 from service.releases.schemas import (
     Artifact,
@@ -36,6 +36,7 @@ from service.releases.schemas import (
 )
 from service.releases.status import ReleaseStatus
 from service.runtime import Dispatcher
+from service.storage import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,14 @@ def report_erased(session: Session, release: Release) -> bool:
 
 def get(session: Session, *, principal: Principal, release_id: str) -> Release:
     return release_for(session, principal=principal, release_id=release_id)
+
+
+def cancel(
+    session: Session, *, principal: Principal, release_id: str, store: ObjectStore
+) -> Release:
+    """Cancel a release of one of the caller's datasets (``lifecycle.cancel``)."""
+    release_for(session, principal=principal, release_id=release_id, manage=True)
+    return lifecycle.cancel(session, release_id, actor=principal.id, store=store)
 
 
 def list_visible(session: Session, *, principal: Principal, dataset_id: str | None) -> ReleaseList:

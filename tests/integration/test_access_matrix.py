@@ -48,11 +48,17 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
     # Computed on the owner's raw data: the requesting owner only, admins included out.
     "get_report": {OWNER: 200, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
+    # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
+    "cancel_release": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
 }
 
-# Operations that destroy their object act on a disposable one (per path parameter), so the
-# others still find theirs.
-DISPOSABLE = {"delete_dataset": {"dataset_id"}, "revoke_grant": {"grant_id"}}
+# Operations that destroy their object (or end it: a cancel) act on a disposable one (per path
+# parameter), so the others still find theirs.
+DISPOSABLE = {
+    "delete_dataset": {"dataset_id"},
+    "revoke_grant": {"grant_id"},
+    "cancel_release": {"release_id"},
+}
 
 
 @dataclass
@@ -89,6 +95,26 @@ def _release(h: Harness, owner: str, dataset_id: str, **extra: Any) -> str:
     return release_id
 
 
+class Held:
+    """A dispatcher that queues nothing: a release admitted through it stays queued."""
+
+    def enqueue(self, release_id: str) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _queued_release(h: Harness, owner: str, dataset_id: str) -> str:
+    dispatcher = h.runtime.dispatcher
+    h.runtime.dispatcher = Held()
+    try:
+        release_id = _release(h, owner, dataset_id)
+    finally:
+        h.runtime.dispatcher = dispatcher
+    return release_id
+
+
 def build_world(h: Harness) -> World:
     owner, _ = h.new_key("owner")
     other, _ = h.new_key("owner")
@@ -107,10 +133,11 @@ def build_world(h: Harness) -> World:
     their_rel = _release(h, other, theirs)
     for key, rid in ((owner, rel), (other, their_rel)):
         assert h.wait(key, rid)["status"] == "succeeded"
+    queued = _queued_release(h, owner, ds)  # for the cancel
     return World(
         keys={OWNER: owner, OTHER: other, GRANTED: granted, UNGRANTED: ungranted},
         ids={"dataset_id": ds, "release_id": rel, "grant_id": grant},
-        disposable={"dataset_id": spare_ds, "grant_id": spare_grant},
+        disposable={"dataset_id": spare_ds, "grant_id": spare_grant, "release_id": queued},
         foreign={"dataset_id": theirs, "release_id": their_rel, "grant_id": their_grant},
         granted_id=granted_id,
     )
@@ -248,7 +275,8 @@ def test_ids_in_bodies_and_queries(embedded: Harness) -> None:
             )
             assert _shape(seen) == _shape(missing), caller
         else:
-            assert [r["id"] for r in seen.json()["items"]] == [w.ids["release_id"]], caller
+            listed = [r["id"] for r in seen.json()["items"]]
+            assert listed == [w.ids["release_id"], w.disposable["release_id"]], caller
 
 
 def test_every_operation_declares_who_may_call_it(embedded: Harness) -> None:

@@ -135,6 +135,8 @@ class FakeApi:
             self.polls += 1
             state = self.release_states[min(self.polls, len(self.release_states) - 1)]
             return httpx.Response(200, json=self._release(state))
+        if (method, path) == ("POST", "/releases/rel-1/cancel"):
+            return httpx.Response(200, json=self._release({"status": "cancelled", "progress": 0.1}))
         if (method, path) == ("GET", "/releases/rel-1/download"):
             if self.redirect_download:
                 return httpx.Response(
@@ -460,6 +462,35 @@ def test_release_progress_shows_the_phase(run: Callable[..., Result], api: FakeA
     assert result.exit_code == 0, result.output
     assert "running: epochs" in result.stderr
     assert "100%" in result.stderr
+
+
+def test_release_cancelled_meanwhile_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
+    api.release_states = [
+        {"status": "running", "progress": 0.2},
+        {"status": "cancelled", "progress": 0.2},
+    ]
+    result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
+    assert result.exit_code == 1
+    assert "error: release rel-1 was cancelled" in result.stderr
+    assert out(result)["status"] == "cancelled"
+    assert len(api.sent("GET", "/releases/rel-1")) == 1  # the wait ended there
+
+
+def test_cancel(run: Callable[..., Result], api: FakeApi) -> None:
+    result = run("cancel", "rel-1")
+    assert result.exit_code == 0, result.output
+    assert api.only("POST", "/releases/rel-1/cancel").content == b""
+    assert out(result)["status"] == "cancelled"
+    assert "release rel-1 cancelled" in result.stderr
+
+
+def test_cancel_of_a_finished_release_is_an_error(run: Callable[..., Result], api: FakeApi) -> None:
+    api.overrides[("POST", "/releases/rel-1/cancel")] = lambda _r: _error(
+        409, "release_finished", "release rel-1 already succeeded", {"status": "succeeded"}
+    )
+    result = run("cancel", "rel-1")
+    assert result.exit_code == 1
+    assert "error: release rel-1 already succeeded" in result.stderr
 
 
 def test_release_failure_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
