@@ -553,7 +553,9 @@ def _show_progress(bar: Any, release: dict[str, Any]) -> None:
     bar.refresh()
 
 
-def _download(api: ApiClient, release: dict[str, Any], output: Path) -> dict[str, Any]:
+def _download(
+    api: ApiClient, release: dict[str, Any], output: Path, name: str | None = None
+) -> dict[str, Any]:
     release_id = str(release.get("id"))
     artifact = release.get("artifact")
     expected = artifact.get("sha256") if isinstance(artifact, dict) else None
@@ -562,8 +564,18 @@ def _download(api: ApiClient, release: dict[str, Any], output: Path) -> dict[str
             f"release {release_id} has no artifact to download (status: {release.get('status')})",
             detail={"status": release.get("status"), "progress": release.get("progress")},
         )
+    if name is not None:
+        further = [a for a in release.get("artifacts") or () if a.get("name") == name]
+        if not further:
+            listed = [a.get("name") for a in release.get("artifacts") or ()]
+            raise CliError(
+                f"release {release_id} has no artifact named {name!r}", detail={"names": listed}
+            )
+        expected = further[0].get("sha256")
     try:
-        result = api.download_release(release_id, output, expected_sha256=expected).as_json()
+        result = api.download_release(
+            release_id, output, expected_sha256=expected, artifact=name
+        ).as_json()
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc}") from exc
     say(f"wrote {result['path']} ({result['bytes']} bytes, sha256 verified)")
@@ -639,11 +651,17 @@ def releases(state: CliState, dataset_id: str | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to write the artifact (atomically).",
 )
+@click.option(
+    "--artifact",
+    "name",
+    metavar="NAME",
+    help="A further file of the release (listed in its `artifacts`) instead of the artifact.",
+)
 @pass_state
-def download(state: CliState, release_id: str, output: Path) -> None:
-    """Download the artifact of RELEASE_ID, verifying its sha256."""
+def download(state: CliState, release_id: str, output: Path, name: str | None) -> None:
+    """Download the artifact of RELEASE_ID (or a further file), verifying its sha256."""
     api = state.api()
-    emit(_download(api, api.get_release(release_id), output))
+    emit(_download(api, api.get_release(release_id), output, name))
 
 
 # -- budgets -------------------------------------------------------------------------------

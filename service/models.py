@@ -178,6 +178,9 @@ class Release(Base):
     artifact_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     artifact_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     metadata_key: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # Further files beside the artifact (service.releases.lifecycle): [{name, media_type,
+    # description}] as the upload claim declared them, with bytes and sha256 once succeeded.
+    artifacts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # The owner's held-out dataset for an owner-only utility report (raw data: never shared).
     report_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
 

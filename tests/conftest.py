@@ -137,9 +137,11 @@ class Harness:
                 raise AssertionError(f"release {release_id} still {body['status']}")
             time.sleep(0.05)
 
-    def download(self, key: str, release_id: str) -> bytes:
+    def download(self, key: str, release_id: str, artifact: str | None = None) -> bytes:
+        """The release's file, or its further file named ``artifact``."""
+        path = "download" if artifact is None else f"artifacts/{artifact}"
         r = self.client.get(
-            f"/releases/{release_id}/download", headers=self.headers(key), follow_redirects=False
+            f"/releases/{release_id}/{path}", headers=self.headers(key), follow_redirects=False
         )
         if r.status_code == 307:
             import httpx

@@ -26,8 +26,8 @@ import platform
 import secrets
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.run import build
-from dpcore.mechanisms.spec import Cancelled
+from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
@@ -51,7 +51,7 @@ from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
 from service.runtime import Runtime
-from service.storage import ObjectExists, sha256_hex
+from service.storage import ObjectExists, ObjectStore, sha256_hex
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ class Job:
     dataset_filename: str
     metadata: DatasetMetadata
     report_dataset: tuple[str, str, str, DatasetMetadata] | None = None  # key, sha, file, meta
+    # Further files an earlier attempt's upload claim declared (none before any claim).
+    declared: tuple[lifecycle.ArtifactRecord, ...] = ()
 
     @property
     def artifact_key(self) -> str:
@@ -188,6 +190,7 @@ def _job_of(session: Any, release: Release) -> Job:
         dataset_filename=dataset.filename,
         metadata=_metadata_of(dataset, budget),
         report_dataset=report_dataset,
+        declared=lifecycle.declared_artifacts(release),
     )
 
 
@@ -207,14 +210,34 @@ def _range_from_json(value: Any) -> Any:
     return (value[0], value[1])
 
 
+@dataclass(frozen=True)
+class ExtraFile:
+    """A further file of the release, written into the job's scratch directory."""
+
+    record: lifecycle.ArtifactRecord  # name, media type, description
+    path: Path
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``_write_release`` produced: the artifact's metadata and the further files."""
+
+    meta: dict[str, Any]
+    extras: tuple[ExtraFile, ...] = ()
+
+
 def _produce(runtime: Runtime, job: Job) -> None:
     store = runtime.store
     if store.exists(job.artifact_key):
         # A previous attempt stored its output and died before recording it: finish from the
-        # stored object instead of drawing new noise (a second, different release).
-        stored = store.get(job.artifact_key)
-        _succeed(runtime, job, size=len(stored), sha256=sha256_hex(stored))
+        # stored objects instead of drawing new noise (a second, different release).
+        _finish_from_store(runtime, job)
         return
+    if any(store.exists(keys.extra_artifact(job.release_id, a.name)) for a in job.declared):
+        # Further files are stored before the artifact: another attempt is publishing now, or
+        # died doing it. Drawing again would only be refused at the first file; retry later
+        # (it finishes from the store), and bounded attempts end it failed, still charged.
+        raise TransientError("another attempt stored part of this release's files")
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
@@ -225,11 +248,13 @@ def _produce(runtime: Runtime, job: Job) -> None:
     device = _device(runtime.settings.device)
     with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
         path = Path(scratch) / f"release.{job.fmt}"
-        meta = _write_release(runtime, job, parsed, device, path)
-        if not _claim_upload(runtime, job):
-            # Another delivery settled the release meanwhile (it gave up and refunded):
-            # publishing now would leave output with no charge. This noise is never stored.
-            log.warning("release %s was settled by another attempt; not publishing", job.release_id)
+        written = _write_release(runtime, job, parsed, device, path)
+        meta = written.meta
+        if not _claim_upload(runtime, job, [e.record for e in written.extras]):
+            # The release was settled meanwhile (cancelled, or another delivery gave up and
+            # refunded): publishing now would leave output with no charge. This noise is never
+            # stored.
+            log.warning("release %s is no longer running; not publishing", job.release_id)
             return
         # The provenance file (owner side, never served to analysts) adds the raw data's
         # hash: a deterministic function of the private data must not travel with the release.
@@ -239,18 +264,54 @@ def _produce(runtime: Runtime, job: Job) -> None:
                 store.put(
                     job.metadata_key, json.dumps(provenance, indent=2, sort_keys=True).encode()
                 )
+        # Further files first: the artifact is stored last, so an artifact in the store means
+        # the whole release is (what a redelivery relies on), and the first further file acts
+        # as the lock between two attempts publishing at once.
+        extras = [_put_extra(store, job, extra) for extra in written.extras]
         try:
             store.put_file(job.artifact_key, path)
             size, digest = path.stat().st_size, sha256_file(path)
         except ObjectExists:
-            # Another attempt won the race; the stored object is the release.
+            # Another attempt won the race (one with no further files: it could not have
+            # stored ours); the stored object is the release.
             stored = store.get(job.artifact_key)
             size, digest = len(stored), sha256_hex(stored)
         if job.report_dataset is not None and not store.exists(job.report_key):
             report = _owner_report(runtime, job, path, meta)
             with contextlib.suppress(ObjectExists):
                 store.put(job.report_key, json.dumps(report, indent=2).encode())
-    _succeed(runtime, job, size=size, sha256=digest)
+    _succeed(runtime, job, size=size, sha256=digest, artifacts=extras)
+
+
+def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.ArtifactRecord:
+    try:
+        store.put_file(keys.extra_artifact(job.release_id, extra.record.name), extra.path)
+    except ObjectExists as exc:
+        # Another attempt is publishing its own draw (or died doing it): this draw must not be
+        # mixed with it, nor replace it. Nothing more of it is stored; a later attempt finishes
+        # from the store, or bounded attempts end the release failed, still charged.
+        raise TransientError(
+            f"another attempt stored {extra.record.name} first; not publishing this draw"
+        ) from exc
+    return replace(extra.record, bytes=extra.path.stat().st_size, sha256=sha256_file(extra.path))
+
+
+def _finish_from_store(runtime: Runtime, job: Job) -> None:
+    """Succeed with what an earlier attempt stored: the artifact and every further file its
+    upload claim declared, hashed as stored."""
+    store = runtime.store
+    stored = store.get(job.artifact_key)
+    extras = []
+    for record in job.declared:
+        key = keys.extra_artifact(job.release_id, record.name)
+        if not store.exists(key):
+            # The artifact is stored after every further file, so this one was lost: the
+            # release cannot be completed (nor drawn again: its artifact exists). It fails,
+            # charged, since its output exists.
+            raise RuntimeError(f"the stored release lacks its declared file {record.name}")
+        data = store.get(key)
+        extras.append(replace(record, bytes=len(data), sha256=sha256_hex(data)))
+    _succeed(runtime, job, size=len(stored), sha256=sha256_hex(stored), artifacts=extras)
 
 
 def _owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -293,8 +354,9 @@ NOISE_SOURCES = {
 
 def _write_release(
     runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device, path: Path
-) -> dict[str, Any]:
-    """Run the mechanism and stream its chunks into the artifact file; return its metadata."""
+) -> Written:
+    """Run the mechanism, stream its chunks into the artifact file and write its further
+    files beside it; return the metadata and those files."""
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
@@ -316,7 +378,8 @@ def _write_release(
     counts_rows = output.progress == "rows"
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
-    meta = _release_metadata(job, parsed, device, output.preprocessing)
+    _check_artifacts(output.artifacts)
+    meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     done = 0
     with ArtifactWriter(
         job.fmt,
@@ -334,10 +397,29 @@ def _write_release(
                 progress.report(done, output.rows, ROWS_PHASE)
             else:
                 progress.tick()  # the generator's own figures; a cancel is still noticed
+    extras = []
+    for artifact in output.artifacts:
+        # After the chunks: a generator's further files (trained weights) are complete then.
+        extra_path = path.parent / "artifacts" / artifact.name
+        extra_path.parent.mkdir(exist_ok=True)
+        artifact.write(extra_path)
+        if not extra_path.is_file():
+            raise RuntimeError(f"the mechanism did not write its artifact {artifact.name}")
+        record = lifecycle.ArtifactRecord(artifact.name, artifact.media_type, artifact.description)
+        extras.append(ExtraFile(record, extra_path))
     if isinstance(noise, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
-        return {**meta, "noise_lattices": noise.describe()}
-    return meta
+        meta = {**meta, "noise_lattices": noise.describe()}
+    return Written(meta, tuple(extras))
+
+
+def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
+    """A mechanism's further files need distinct names that are safe object-key segments (a
+    programming error of the mechanism otherwise: the release fails before any claim)."""
+    names = [a.name for a in artifacts]
+    bad = [n for n in names if not keys.valid_artifact_name(n)]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"the mechanism's artifact names are invalid or repeated: {names}")
 
 
 class Progress:
@@ -401,8 +483,22 @@ def _versions() -> dict[str, str]:
 
 
 def _release_metadata(
-    job: Job, parsed: ParsedDataset, device: torch.device, preprocessing: dict[str, Any]
+    job: Job,
+    parsed: ParsedDataset,
+    device: torch.device,
+    preprocessing: dict[str, Any],
+    artifacts: tuple[ExtraArtifact, ...] = (),
 ) -> dict[str, Any]:
+    further = (
+        {
+            "artifacts": [
+                {"name": a.name, "media_type": a.media_type, "description": a.description}
+                for a in artifacts
+            ]
+        }
+        if artifacts
+        else {}
+    )
     return {
         "release_id": job.release_id,
         "dataset_id": job.dataset_id,
@@ -428,16 +524,28 @@ def _release_metadata(
         "device": device.type,
         "versions": _versions(),
         "created_at": utcnow().isoformat(),
+        **further,
     }
 
 
-def _claim_upload(runtime: Runtime, job: Job) -> bool:
+def _claim_upload(
+    runtime: Runtime, job: Job, artifacts: Sequence[lifecycle.ArtifactRecord] = ()
+) -> bool:
     """Record that this attempt is about to store output; False if the release is settled."""
     with transaction(runtime.session_factory) as session:
-        return lifecycle.claim_upload(session, job.release_id, artifact_key=job.artifact_key)
+        return lifecycle.claim_upload(
+            session, job.release_id, artifact_key=job.artifact_key, artifacts=artifacts
+        )
 
 
-def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
+def _succeed(
+    runtime: Runtime,
+    job: Job,
+    *,
+    size: int,
+    sha256: str,
+    artifacts: Sequence[lifecycle.ArtifactRecord] = (),
+) -> None:
     with transaction(runtime.session_factory) as session:
         lifecycle.succeed(
             session,
@@ -446,6 +554,7 @@ def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
             metadata_key=job.metadata_key,
             size=size,
             sha256=sha256,
+            artifacts=artifacts,
         )
 
 

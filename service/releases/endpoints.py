@@ -137,6 +137,24 @@ def download_release(
     return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
 
 
+def download_release_artifact(
+    release_id: str, name: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> Response:
+    release = service.get(session, principal=principal, release_id=release_id)
+    _require_succeeded(release)
+    record = next((a for a in release.artifacts or () if a["name"] == name), None)
+    if record is None:
+        raise NotFound(f"release {release_id} has no artifact named {name!r}")
+    key = keys.extra_artifact(release.id, name)
+    filename = f"release-{release.id}-{name}"
+    url = runtime.store.presigned_url(key, filename=filename)
+    if url is not None:
+        return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+    path = runtime.store.local_path(key)
+    assert path is not None
+    return FileResponse(path, media_type=record["media_type"], filename=filename)
+
+
 def get_report(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -260,6 +278,25 @@ def make_router() -> APIRouter:
         },
         response_class=Response,
         summary="Download a succeeded release",
+        openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/artifacts/{name}",
+        download_release_artifact,
+        methods=["GET"],
+        responses={
+            **responses(
+                401,
+                404,
+                409,
+                e404="Not found (or not visible to this key), or the release has no artifact "
+                "of that name",
+            ),
+            200: {"description": "The file (embedded mode)"},
+            307: {"description": "Redirect to a presigned URL of the object store"},
+        },
+        response_class=Response,
+        summary="Download a further file of a succeeded release (listed in its `artifacts`)",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(

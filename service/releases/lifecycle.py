@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -79,15 +81,46 @@ def report_progress(
     )
 
 
-def claim_upload(session: Session, release_id: str, *, artifact_key: str) -> bool:
-    """Record, before its first byte is stored, that an attempt is about to store output:
-    from now on the release stays charged. False when the release is no longer running (it
-    was settled meanwhile): the attempt must then store nothing, or output would exist with
-    no charge."""
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """A further file of a release, as ``releases.artifacts`` holds it: declared by the upload
+    claim, with its size and hash once the release succeeded."""
+
+    name: str
+    media_type: str
+    description: str
+    bytes: int | None = None
+    sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ArtifactRecord:
+        return cls(**value)
+
+
+def declared_artifacts(release: Release) -> tuple[ArtifactRecord, ...]:
+    return tuple(ArtifactRecord.from_json(a) for a in release.artifacts or ())
+
+
+def claim_upload(
+    session: Session,
+    release_id: str,
+    *,
+    artifact_key: str,
+    artifacts: Sequence[ArtifactRecord] = (),
+) -> bool:
+    """Record, before its first byte is stored, that an attempt is about to store output (the
+    artifact, and the further ``artifacts`` it declares): from now on the release stays
+    charged. False when the release is no longer running (cancelled, or settled by another
+    delivery): the attempt must then store nothing, or output would exist with no charge."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status is not ReleaseStatus.running:
         return False
     release.artifact_key = artifact_key
+    # A later attempt (a redelivery) finds here which further files to expect in the store.
+    release.artifacts = [a.to_json() for a in artifacts] or None
     return True
 
 
@@ -99,9 +132,13 @@ def succeed(
     metadata_key: str,
     size: int,
     sha256: str,
+    artifacts: Sequence[ArtifactRecord] = (),
 ) -> bool:
-    """Mark the release succeeded and commit its charge, in one unit of work; False (and no
-    change) when it already ended."""
+    """Mark the release succeeded (with its artifact and further files, each stored, sized
+    and hashed) and commit its charge, in one unit of work; False (and no change) when it
+    already ended."""
+    if any(a.bytes is None or a.sha256 is None for a in artifacts):
+        raise ValueError("a succeeded release's artifacts all have a size and a hash")
     release = repository.get_for_update(session, release_id)
     if release is None or release.status in TERMINAL:
         return False
@@ -113,7 +150,9 @@ def succeed(
     release.metadata_key = metadata_key
     release.artifact_bytes = size
     release.artifact_sha256 = sha256
+    release.artifacts = [a.to_json() for a in artifacts] or None
     ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+    detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
     _audit(
         session,
         release,
@@ -121,6 +160,7 @@ def succeed(
         attempts=release.attempts,
         artifact_bytes=size,
         ledger=ledger.COMMITTED,
+        **detail,
     )
     return True
 

@@ -143,6 +143,17 @@ class Artifact(BaseModel):
     sha256: str
 
 
+class ExtraArtifactOut(BaseModel):
+    """A further file of a succeeded release (a model's weights, say)."""
+
+    name: str
+    media_type: str
+    description: str
+    bytes: int
+    sha256: str
+    download: str = Field(description="Its path: GET /releases/{id}/artifacts/{name}")
+
+
 class Timings(BaseModel):
     queued_seconds: float | None = None
     run_seconds: float | None = None
@@ -173,6 +184,10 @@ class ReleaseOut(BaseModel):
     finished_at: datetime | None
     timings: Timings
     artifact: Artifact | None
+    artifacts: list[ExtraArtifactOut] = Field(
+        default_factory=list,
+        description="Further files the mechanism released beside the artifact, once succeeded",
+    )
     report: str | None = Field(
         default=None, description="Path of the owner-only utility report, when requested"
     )

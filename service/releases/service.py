@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
@@ -27,6 +28,7 @@ from service.releases.mechanisms import facts
 from service.releases.schemas import (
     Artifact,
     Charge,
+    ExtraArtifactOut,
     Noise,
     PreviewOut,
     ReleaseList,
@@ -296,6 +298,15 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
             bytes=release.artifact_bytes or 0,
             sha256=release.artifact_sha256,
         )
+    extras = []
+    if artifact is not None:
+        extras = [
+            ExtraArtifactOut(
+                **record,
+                download=f"/releases/{release.id}/artifacts/{quote(record['name'], safe='')}",
+            )
+            for record in release.artifacts or ()
+        ]
     timings = Timings()
     if release.started_at is not None:
         timings.queued_seconds = (release.started_at - release.created_at).total_seconds()
@@ -320,6 +331,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         finished_at=release.finished_at,
         timings=timings,
         artifact=artifact,
+        artifacts=extras,
         report=f"/releases/{release.id}/report"
         if release.report_dataset_id is not None and viewer.id == _owner_of(release)
         else None,

@@ -171,9 +171,9 @@ def test_cancel_a_running_release(toy_harness: Harness, monkeypatch: pytest.Monk
     claimed: list[str] = []
     claim_upload = runner._claim_upload
 
-    def spy(runtime: Any, job: Any) -> bool:
+    def spy(runtime: Any, job: Any, *args: Any) -> bool:
         claimed.append(job.release_id)
-        return claim_upload(runtime, job)
+        return claim_upload(runtime, job, *args)
 
     monkeypatch.setattr(runner, "_claim_upload", spy)
     toy.GATE.clear()
@@ -219,10 +219,10 @@ def test_cancel_racing_the_upload_claim(
         with transaction(h.runtime.session_factory) as session:
             lifecycle.cancel(session, release_id, actor=owner_id, store=h.runtime.store)
 
-    def racing(runtime: Any, job: Any) -> bool:
+    def racing(runtime: Any, job: Any, *args: Any) -> bool:
         if order == "before":
             cancel(job.release_id)
-        claimed = claim_upload(runtime, job)
+        claimed = claim_upload(runtime, job, *args)
         outcome.append(claimed)
         if order == "after":
             cancel(job.release_id)

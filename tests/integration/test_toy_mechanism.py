@@ -35,7 +35,12 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
 
     catalogue = h.client.get("/mechanisms", headers=h.headers(owner)).json()["items"]
     mine = next(m for m in catalogue if m["name"] == toy.NAME)
-    assert set(mine["params_schema"]["properties"]) == {"rows", "totals_noise", "own_progress"}
+    assert set(mine["params_schema"]["properties"]) == {
+        "rows",
+        "totals_noise",
+        "own_progress",
+        "with_weights",
+    }
     assert [a["name"] for a in mine["accountants"]] == ["tight"]
     schema = h.client.get("/openapi.json").json()["components"]["schemas"]
     assert "ToyAverageRequest" in schema and "ToyParams" in schema

@@ -22,6 +22,8 @@ BASE = "http://api.test:8000"
 ARTIFACT = b"PK\x03\x04 pretend this is an npz file" * 100
 ARTIFACT_SHA = hashlib.sha256(ARTIFACT).hexdigest()
 STORAGE = "http://storage.test:9000"
+WEIGHTS = b'{"w": [1, 2, 3]}'
+WEIGHTS_SHA = hashlib.sha256(WEIGHTS).hexdigest()
 
 DONE = {"status": "succeeded", "progress": 1.0}
 
@@ -78,6 +80,11 @@ class FakeApi:
                 {"format": "npz", "bytes": len(self.artifact), "sha256": self.declared_sha}
                 if done
                 else None
+            ),
+            "artifacts": (
+                [{"name": "weights.json", "bytes": len(WEIGHTS), "sha256": WEIGHTS_SHA}]
+                if done
+                else []
             ),
         }
 
@@ -137,6 +144,8 @@ class FakeApi:
             return httpx.Response(200, json=self._release(state))
         if (method, path) == ("POST", "/releases/rel-1/cancel"):
             return httpx.Response(200, json=self._release({"status": "cancelled", "progress": 0.1}))
+        if (method, path) == ("GET", "/releases/rel-1/artifacts/weights.json"):
+            return httpx.Response(200, content=WEIGHTS)
         if (method, path) == ("GET", "/releases/rel-1/download"):
             if self.redirect_download:
                 return httpx.Response(
@@ -608,6 +617,21 @@ def test_download_follows_redirect_without_leaking_key(
     assert len(to_storage) == 1
     assert to_storage[0].url.params["X-Sig"] == "abc"
     assert "authorization" not in to_storage[0].headers
+
+
+def test_download_a_further_file(run: Callable[..., Result], api: FakeApi, tmp_path: Path) -> None:
+    api.release_states = [DONE]
+    target = tmp_path / "w.json"
+    result = run("download", "rel-1", "--artifact", "weights.json", "--output", str(target))
+    assert result.exit_code == 0, result.output
+    assert out(result) == {"path": str(target), "bytes": len(WEIGHTS), "sha256": WEIGHTS_SHA}
+    assert target.read_bytes() == WEIGHTS
+    assert api.sent("GET", "/releases/rel-1/download") == []
+
+    unknown = run("download", "rel-1", "--artifact", "model.pt", "--output", str(target))
+    assert unknown.exit_code == 1
+    assert "error: release rel-1 has no artifact named 'model.pt'" in unknown.stderr
+    assert "weights.json" in unknown.stderr  # the names it has
 
 
 def test_download_not_ready(run: Callable[..., Result], api: FakeApi, tmp_path: Path) -> None:
