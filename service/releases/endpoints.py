@@ -110,15 +110,15 @@ def cancel_release(
 def _require_succeeded(release: Release) -> None:
     """Only a succeeded release serves files. A cancelled one never does, even when a job
     that had claimed its upload stored output before the cancel (it stays charged)."""
-    if release.status is ReleaseStatus.cancelled:
+    if release.status == ReleaseStatus.cancelled:
         raise NotReady(
             f"release {release.id} was cancelled: it has no artifact",
-            detail={"status": release.status.value},
+            detail={"status": str(release.status)},
         )
-    if release.status is not ReleaseStatus.succeeded or release.artifact_key is None:
+    if release.status != ReleaseStatus.succeeded or release.artifact_key is None:
         raise NotReady(
             f"release {release.id} has no artifact yet (status {release.status})",
-            detail={"status": release.status.value, "progress": release.progress},
+            detail={"status": str(release.status), "progress": release.progress},
         )
 
 
@@ -162,10 +162,10 @@ def get_report(
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
     if release.report_dataset_id is None or principal.id != release.requested_by:
         raise NotFound(f"release {release_id} has no report for you")
-    if release.status is ReleaseStatus.cancelled:
+    if release.status == ReleaseStatus.cancelled:
         raise NotReady(
             f"release {release_id} was cancelled: it has no report",
-            detail={"status": release.status.value},
+            detail={"status": str(release.status)},
         )
     if service.report_erased(session, release):
         raise Gone(

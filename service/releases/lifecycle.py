@@ -9,8 +9,8 @@ function works in its caller's unit of work and never commits: the task wrapper
 
 Settlement: a release whose output may exist (an attempt claimed its upload, or its artifact
 is stored) stays charged, whatever happens to it next; a release that ends otherwise without
-succeeding (failed or cancelled) is refunded (docs/privacy.md, "Ledger composition" and
-"Cancelling a release").
+succeeding (failed or cancelled) is refunded (docs/privacy.md, "Ledger composition", and its
+paragraph on cancelling).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from service.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
-# Errors are stored truncated: they are for people, and may be long tracebacks' last lines.
+# Error texts are for people; stored truncated.
 MAX_ERROR_CHARS = 2000
 MAX_PHASE_CHARS = 64  # releases.phase
 
@@ -116,7 +116,7 @@ def claim_upload(
     charged. False when the release is no longer running (cancelled, or settled by another
     delivery): the attempt must then store nothing, or output would exist with no charge."""
     release = repository.get_for_update(session, release_id)
-    if release is None or release.status is not ReleaseStatus.running:
+    if release is None or release.status != ReleaseStatus.running:
         return False
     release.artifact_key = artifact_key
     # A later attempt (a redelivery) finds here which further files to expect in the store.
@@ -194,13 +194,13 @@ def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore)
     release = repository.get_for_update(session, release_id)
     if release is None:
         raise NotFound(f"release {release_id} not found")
-    if release.status is ReleaseStatus.cancelled:
+    if release.status == ReleaseStatus.cancelled:
         return release
     if release.status in TERMINAL:
         raise ReleaseFinished(
             f"release {release_id} already {release.status}: only a queued or running release "
             f"can be cancelled",
-            detail={"status": release.status.value},
+            detail={"status": str(release.status)},
         )
     was = release.status
     release.status = ReleaseStatus.cancelled
@@ -212,7 +212,7 @@ def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore)
         action="release.cancelled",
         object_type="release",
         object_id=release.id,
-        detail={"dataset_id": release.dataset_id, "was": was.value, "ledger": state},
+        detail={"dataset_id": release.dataset_id, "was": str(was), "ledger": state},
     )
     return release
 

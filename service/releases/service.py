@@ -289,6 +289,10 @@ def _owner_of(release: Release) -> str:
     return release.requested_by
 
 
+# What an analyst sees in place of a failed job's error text (which may quote the raw data).
+HIDDEN_ERROR = "failed"
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Analysts see that a release failed, not why: error text may quote the raw data."""
     artifact = None
@@ -324,7 +328,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
-        error=release.error if viewer.role != "analyst" or release.error is None else "failed",
+        error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,
