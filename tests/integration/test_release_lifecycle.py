@@ -163,9 +163,13 @@ def test_cancel_a_queued_release(toy_harness: Harness) -> None:
     assert _entry_state(_ledger(h, owner, ds), held) == "committed"
 
 
-def test_cancel_a_running_release(toy_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("own", [False, True], ids=["rows", "own"])
+def test_cancel_a_running_release(
+    toy_harness: Harness, monkeypatch: pytest.MonkeyPatch, own: bool
+) -> None:
     """Held at the gate, cancelled, released: the job notices at its next progress write and
-    stops before claiming the upload; nothing is stored and the budget is back."""
+    stops before claiming the upload; nothing is stored and the budget is back. Whether the
+    runner counts rows or the generator reports its own progress."""
     h = toy_harness
     owner, ds = _dataset(h)
     claimed: list[str] = []
@@ -177,7 +181,7 @@ def test_cancel_a_running_release(toy_harness: Harness, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(runner, "_claim_upload", spy)
     toy.GATE.clear()
-    rid = _toy_release(h, owner, ds)["id"]
+    rid = _toy_release(h, owner, ds, own_progress=own)["id"]
     running = _wait_for(h, owner, rid, lambda r: r["phase"] is not None)
     assert running["status"] == "running"
     assert _ledger(h, owner, ds)["remaining"] < BUDGET
