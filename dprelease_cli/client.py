@@ -250,11 +250,21 @@ class ApiClient:
         result: JSON = self._request("GET", f"/releases/{_seg(release_id)}")
         return result
 
+    def cancel_release(self, release_id: str) -> JSON:
+        result: JSON = self._request("POST", f"/releases/{_seg(release_id)}/cancel")
+        return result
+
     def download_release(
-        self, release_id: str, output: Path, *, expected_sha256: str | None = None
+        self,
+        release_id: str,
+        output: Path,
+        *,
+        expected_sha256: str | None = None,
+        artifact: str | None = None,
     ) -> Download:
-        """Stream the artifact to ``output`` atomically (temp file in the same directory, then
-        rename), following a redirect to a presigned URL if the API answers with one.
+        """Stream the artifact (or the further file named ``artifact``) to ``output``
+        atomically (temp file in the same directory, then rename), following a redirect to a
+        presigned URL if the API answers with one.
 
         httpx drops ``Authorization`` when a redirect leaves the API's origin, so the key is
         never sent to the object store. With ``expected_sha256`` the file is only moved into
@@ -267,7 +277,8 @@ class ApiClient:
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as sink:
-                digest, size = self._stream_to(f"/releases/{_seg(release_id)}/download", sink)
+                what = "download" if artifact is None else f"artifacts/{_seg(artifact)}"
+                digest, size = self._stream_to(f"/releases/{_seg(release_id)}/{what}", sink)
                 sink.flush()
                 os.fsync(sink.fileno())
             if expected_sha256 is not None and digest != expected_sha256.lower():

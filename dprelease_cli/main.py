@@ -32,7 +32,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 NO_KEY_MESSAGE = "no API key: pass --key or set DPRELEASE_KEY"
 ROLES = ("owner", "analyst", "admin")
 FORMATS = ("npz", "csv", "parquet")
-TERMINAL_STATUSES = frozenset({"succeeded", "failed"})
+# The API's terminal statuses (service.releases.status; the CLI imports nothing of the service).
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -486,6 +487,9 @@ def release(
     if final.get("status") == "failed":
         emit(final)
         raise CliError(f"release {final.get('id')} failed: {_describe_error(final.get('error'))}")
+    if final.get("status") == "cancelled":
+        emit(final)
+        raise CliError(f"release {final.get('id')} was cancelled")
     if output is not None:
         _download(api, final, output)
     emit(final)
@@ -500,7 +504,7 @@ def _describe_error(error: Any) -> str:
 def _wait_for(
     api: ApiClient, release: dict[str, Any], *, poll_interval: float, timeout: float | None
 ) -> dict[str, Any]:
-    """Poll until the release is succeeded or failed, showing progress on stderr."""
+    """Poll until the release is succeeded, failed or cancelled, showing progress on stderr."""
     release_id = str(release.get("id"))
     deadline = None if timeout is None else time.monotonic() + timeout
     bar = tqdm(
@@ -542,11 +546,16 @@ def _show_progress(bar: Any, release: dict[str, Any]) -> None:
     if status == "succeeded":
         fraction = 1.0
     bar.n = round(min(max(fraction, 0.0), 1.0) * 100)
-    bar.set_postfix_str(str(status), refresh=False)
+    phase = release.get("phase")
+    # The phase is the job's word for its current step (rows written, training epochs, …).
+    shown = f"{status}: {phase}" if phase and status == "running" else str(status)
+    bar.set_postfix_str(shown, refresh=False)
     bar.refresh()
 
 
-def _download(api: ApiClient, release: dict[str, Any], output: Path) -> dict[str, Any]:
+def _download(
+    api: ApiClient, release: dict[str, Any], output: Path, name: str | None = None
+) -> dict[str, Any]:
     release_id = str(release.get("id"))
     artifact = release.get("artifact")
     expected = artifact.get("sha256") if isinstance(artifact, dict) else None
@@ -555,8 +564,18 @@ def _download(api: ApiClient, release: dict[str, Any], output: Path) -> dict[str
             f"release {release_id} has no artifact to download (status: {release.get('status')})",
             detail={"status": release.get("status"), "progress": release.get("progress")},
         )
+    if name is not None:
+        further = [a for a in release.get("artifacts") or () if a.get("name") == name]
+        if not further:
+            listed = [a.get("name") for a in release.get("artifacts") or ()]
+            raise CliError(
+                f"release {release_id} has no artifact named {name!r}", detail={"names": listed}
+            )
+        expected = further[0].get("sha256")
     try:
-        result = api.download_release(release_id, output, expected_sha256=expected).as_json()
+        result = api.download_release(
+            release_id, output, expected_sha256=expected, artifact=name
+        ).as_json()
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc}") from exc
     say(f"wrote {result['path']} ({result['bytes']} bytes, sha256 verified)")
@@ -607,6 +626,16 @@ def status(state: CliState, release_id: str) -> None:
 
 
 @cli.command()
+@click.argument("release_id")
+@pass_state
+def cancel(state: CliState, release_id: str) -> None:
+    """Cancel release RELEASE_ID (queued or running; refunded unless its upload had begun)."""
+    result = state.api().cancel_release(release_id)
+    say(f"release {result.get('id')} {result.get('status')}")
+    emit(result)
+
+
+@cli.command()
 @click.option("--dataset-id", help="Only releases of this dataset.")
 @pass_state
 def releases(state: CliState, dataset_id: str | None) -> None:
@@ -622,11 +651,17 @@ def releases(state: CliState, dataset_id: str | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to write the artifact (atomically).",
 )
+@click.option(
+    "--artifact",
+    "name",
+    metavar="NAME",
+    help="A further file of the release (listed in its `artifacts`) instead of the artifact.",
+)
 @pass_state
-def download(state: CliState, release_id: str, output: Path) -> None:
-    """Download the artifact of RELEASE_ID, verifying its sha256."""
+def download(state: CliState, release_id: str, output: Path, name: str | None) -> None:
+    """Download the artifact of RELEASE_ID (or a further file), verifying its sha256."""
     api = state.api()
-    emit(_download(api, api.get_release(release_id), output))
+    emit(_download(api, api.get_release(release_id), output, name))
 
 
 # -- budgets -------------------------------------------------------------------------------

@@ -53,12 +53,21 @@ def dataset_for(
     return dataset
 
 
-def release_for(session: Session, *, principal: Principal, release_id: str) -> Release:
+def release_for(
+    session: Session, *, principal: Principal, release_id: str, manage: bool = False
+) -> Release:
+    """The release if the caller may read it (or, with ``manage``, act on it as the owner of
+    its dataset)."""
     release = session.get(Release, release_id)
     if release is None:
         raise NotFound(f"release {release_id} not found")
     dataset = session.get(Dataset, release.dataset_id)
-    if dataset is None or not can_read_dataset(session, principal=principal, dataset=dataset):
+    allowed = dataset is not None and (
+        dataset.owner_id == principal.id
+        if manage
+        else can_read_dataset(session, principal=principal, dataset=dataset)
+    )
+    if not allowed:
         raise NotFound(f"release {release_id} not found")
     return release
 

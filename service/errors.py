@@ -89,6 +89,12 @@ class RateLimited(ServiceError):
         self.retry_after = retry_after
 
 
+class ReleaseFinished(Conflict):
+    """The release already succeeded or failed: it can no longer be cancelled (409)."""
+
+    code = "release_finished"
+
+
 class NotReady(Conflict):
     """The release exists but has no artifact yet (409)."""
 

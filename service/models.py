@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -23,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base
+from service.releases.status import ReleaseStatus
 
 
 def new_id() -> str:
@@ -48,6 +50,20 @@ class TZDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value
+
+
+class StatusType(TypeDecorator[ReleaseStatus]):
+    """A release status: stored as its string, read back as ``ReleaseStatus`` (an unknown
+    value is refused before it reaches the database's CHECK constraint)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        return None if value is None else ReleaseStatus(value).value
+
+    def process_result_value(self, value: str | None, dialect: Any) -> ReleaseStatus | None:
+        return None if value is None else ReleaseStatus(value)
 
 
 class Principal(Base):
@@ -125,6 +141,12 @@ class Grant(Base):
 
 class Release(Base):
     __tablename__ = "releases"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ({})".format(", ".join(f"'{s.value}'" for s in ReleaseStatus)),
+            name="ck_releases_status",
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
@@ -142,8 +164,11 @@ class Release(Base):
     )
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[ReleaseStatus] = mapped_column(StatusType(), default=ReleaseStatus.queued)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
+    # What the job last reported it was doing, in the mechanism's words ("rows" when the
+    # worker counts rows); null until it reports.
+    phase: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
@@ -153,6 +178,9 @@ class Release(Base):
     artifact_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     artifact_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     metadata_key: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # Further files beside the artifact (service.releases.lifecycle): [{name, media_type,
+    # description}] as the upload claim declared them, with bytes and sha256 once succeeded.
+    artifacts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # The owner's held-out dataset for an owner-only utility report (raw data: never shared).
     report_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
 

@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, text
 from service import bootstrap
 from service.app import create_app
 from service.config import Settings
+from service.releases.status import TERMINAL
 from service.runtime import Runtime, build_runtime
 from worker.dispatch import default_dispatcher
 
@@ -130,15 +131,17 @@ class Harness:
             r = self.client.get(f"/releases/{release_id}", headers=self.headers(key))
             assert r.status_code == 200, r.text
             body: dict[str, Any] = r.json()
-            if body["status"] in ("succeeded", "failed"):
+            if body["status"] in TERMINAL:
                 return body
             if time.monotonic() > deadline:
                 raise AssertionError(f"release {release_id} still {body['status']}")
             time.sleep(0.05)
 
-    def download(self, key: str, release_id: str) -> bytes:
+    def download(self, key: str, release_id: str, artifact: str | None = None) -> bytes:
+        """The release's file, or its further file named ``artifact``."""
+        path = "download" if artifact is None else f"artifacts/{artifact}"
         r = self.client.get(
-            f"/releases/{release_id}/download", headers=self.headers(key), follow_redirects=False
+            f"/releases/{release_id}/{path}", headers=self.headers(key), follow_redirects=False
         )
         if r.status_code == 307:
             import httpx
@@ -246,3 +249,19 @@ def harness(request: pytest.FixtureRequest) -> Harness:
     """Each test using this runs once per mode, through the same code path."""
     h: Harness = request.getfixturevalue(request.param)
     return h
+
+
+@pytest.fixture(params=["embedded", "real"])
+def toy_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """``harness`` with the test-only mechanism (tests/toy_mechanism.py) registered before the
+    app is built, so the API serves it. Its gate is open when the test starts and opened again
+    when it ends, so a test that fails while holding a job never blocks the next one."""
+    from dpcore.mechanisms import registry
+    from tests import toy_mechanism as toy
+
+    toy.GATE.set()
+    with registry.registered(toy.SPEC):
+        try:
+            yield request.getfixturevalue(request.param)
+        finally:
+            toy.GATE.set()

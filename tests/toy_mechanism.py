@@ -9,15 +9,19 @@ all records by √2/n in features and in labels; every step is a Gaussian mechan
 whole is μ-GDP with μ² = 2/σ_t² + T·(2/(n²σ²) + 2/(n²σ_y²)).
 
 ``GATE`` is a test seam: the generator waits on it before every chunk (open by default), so a
-test can hold a release running.
+test can hold a release running. ``with_weights`` adds a further file (``weights.json``, the
+noisy totals again) as a model's weights would be. With ``own_progress`` the generator reports
+its progress itself (phase "means", through ``RunContext.report``) just before each wait.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +37,7 @@ from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.spec import (
     AuditSpec,
+    ExtraArtifact,
     InvalidParams,
     MechanismSpec,
     PrivateData,
@@ -47,6 +52,8 @@ CHUNK = 16
 GATE = threading.Event()
 GATE.set()
 GATE_TIMEOUT_S = 60.0
+OWN_PHASE = "means"
+WEIGHTS = "weights.json"
 
 
 class ToyParams(BaseModel):
@@ -55,6 +62,15 @@ class ToyParams(BaseModel):
     rows: int = Field(ge=1, description="T: noisy means released")
     totals_noise: float = Field(
         default=1.0, gt=0, description="σ_t: noise std on the released feature totals"
+    )
+    with_weights: bool = Field(
+        default=False,
+        description="Also release the noisy totals as a further file, weights.json",
+    )
+    own_progress: bool = Field(
+        default=False,
+        description="Report progress in the generator's own units (phase 'means') instead of "
+        "letting the worker count rows",
     )
 
 
@@ -124,6 +140,8 @@ def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     )
 
     def wait(start: int) -> None:
+        if params.own_progress:
+            ctx.report(start, params.rows, OWN_PHASE)  # raises Cancelled once cancelled
         if not GATE.wait(GATE_TIMEOUT_S):
             raise TimeoutError("the toy mechanism's gate stayed closed")
 
@@ -141,6 +159,23 @@ def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
             before_chunk=wait,
         ),
         extra={"totals": totals.cpu().numpy()},
+        artifacts=(weights(totals),) if params.with_weights else (),
+        progress="own" if params.own_progress else "rows",
+    )
+
+
+def weights(totals: torch.Tensor) -> ExtraArtifact:
+    """A further file, as a trained model's weights would be: the noisy totals (the same draw
+    as the NPZ's ``totals``), as JSON."""
+
+    def write(path: Path) -> None:
+        path.write_text(json.dumps({"totals": totals.cpu().tolist()}))
+
+    return ExtraArtifact(
+        name=WEIGHTS,
+        media_type="application/json",
+        description="the noisy feature totals (test only)",
+        write=write,
     )
 
 
@@ -205,6 +240,8 @@ SPEC = MechanismSpec(
     "holds the noisy totals",
     params=ToyParams,
     accountants=(TIGHT,),
+    # How the job reports progress, and shipping a copy of released totals, change no cost.
+    release_only=frozenset({"own_progress", "with_weights"}),
     check=check,
     release=release,
     audit=AuditSpec(

@@ -1,4 +1,10 @@
-"""Running one release job. The same code serves the Celery task and the embedded mode.
+"""Running one release job: artifact production. The same code serves the Celery task and
+the embedded mode.
+
+The job parses the raw data, runs the mechanism, writes the files and stores them; every change
+of the release's state (start, progress, the upload claim, success, failure) is made by
+``service.releases.lifecycle`` under the release row lock, in one transaction per call opened
+here (this module is the task side, which commits).
 
 A job is idempotent by release id: it does nothing for a release already in a terminal state,
 and it never draws fresh noise for a release whose artifact already exists (a previous attempt
@@ -15,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import platform
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -27,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 from botocore.exceptions import BotoCoreError, EndpointConnectionError
-from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from dpcore import evaluation
@@ -36,21 +43,19 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.run import build
-from service.audit_trail import service as audit
-from service.budgets import service as ledger
+from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
 from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
-from service.releases.service import report_key
 from service.runtime import Runtime
-from service.storage import ObjectExists, sha256_hex
+from service.storage import ObjectExists, ObjectStore, sha256_hex
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("succeeded", "failed")
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OperationalError,
     EndpointConnectionError,
@@ -58,16 +63,16 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
-_PROGRESS_EVERY_S = 0.5
+# Progress writes (each also reads the status: how a cancel is noticed) at most this often.
+PROGRESS_EVERY_S = 0.5
+# The share of the progress bar left for storing the output once the rows are written.
+UPLOAD_SHARE = 0.05
+# The phase of a job whose progress the runner counts in rows (ReleaseOutput.progress "rows").
+ROWS_PHASE = "rows"
 
 
 class TransientError(Exception):
     """Worth another attempt (a database or object store that did not answer)."""
-
-
-def artifact_key(release_id: str, fmt: str) -> str:
-    """Deterministic: every attempt of a release writes (create-only) to the same key."""
-    return f"releases/{release_id}/release.{fmt}"
 
 
 @dataclass(frozen=True)
@@ -88,18 +93,20 @@ class Job:
     dataset_filename: str
     metadata: DatasetMetadata
     report_dataset: tuple[str, str, str, DatasetMetadata] | None = None  # key, sha, file, meta
+    # Further files an earlier attempt's upload claim declared (none before any claim).
+    declared: tuple[lifecycle.ArtifactRecord, ...] = ()
 
     @property
     def artifact_key(self) -> str:
-        return artifact_key(self.release_id, self.fmt)
+        return keys.artifact(self.release_id, self.fmt)
 
     @property
     def report_key(self) -> str:
-        return report_key(self.release_id)
+        return keys.report(self.release_id)
 
     @property
     def metadata_key(self) -> str:
-        return f"releases/{self.release_id}/metadata.json"
+        return keys.metadata(self.release_id)
 
 
 def run_release(runtime: Runtime, release_id: str) -> None:
@@ -125,6 +132,10 @@ def execute(runtime: Runtime, release_id: str) -> None:
         if job is None:
             return
         _produce(runtime, job)
+    except Cancelled as exc:
+        # Cancelled (or settled by another delivery) while this attempt ran: the lifecycle
+        # recorded the outcome and settled the charge; this attempt stored nothing.
+        log.info("release %s: %s; stopped", release_id, exc)
     except TRANSIENT_ERRORS as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     except TransientError:
@@ -136,65 +147,51 @@ def execute(runtime: Runtime, release_id: str) -> None:
 
 def _start(runtime: Runtime, release_id: str) -> Job | None:
     with transaction(runtime.session_factory) as session:
-        stmt = select(Release).where(Release.id == release_id).with_for_update()
-        release = session.scalars(stmt).first()
-        if release is None:
-            log.error("release %s does not exist", release_id)
-            return None
-        if release.status in TERMINAL:
-            return None
-        if release.attempts >= runtime.settings.task_max_attempts:
-            release.status = "failed"
-            release.error = f"gave up after {release.attempts} attempts"
-            release.finished_at = utcnow()
-            _settle_after_failure(runtime, session, release)
-            return None
-        dataset = session.get(Dataset, release.dataset_id)
-        budget = session.get(DatasetBudget, release.dataset_id)
-        assert dataset is not None and budget is not None
-        if dataset.deleted_at is not None:
-            # Deletion waits for queued releases, so only a job started by hand gets here;
-            # its raw data is gone, and nothing was produced: fail and refund.
-            release.status = "failed"
-            release.error = "the dataset was deleted before this release ran"
-            release.finished_at = utcnow()
-            _settle_after_failure(runtime, session, release)
-            return None
-        release.status = "running"
-        release.attempts += 1
-        release.started_at = release.started_at or utcnow()
-        _audit(session, release, "release.running", attempt=release.attempts)
-        metadata = _metadata_of(dataset, budget)
-        report_dataset = None
-        if release.report_dataset_id is not None:
-            test = session.get(Dataset, release.report_dataset_id)
-            test_budget = session.get(DatasetBudget, release.report_dataset_id)
-            # An erased held-out set gives no report (the report endpoint answers 410).
-            if test is not None and test_budget is not None and test.deleted_at is None:
-                report_dataset = (
-                    test.storage_key,
-                    test.sha256,
-                    test.filename,
-                    _metadata_of(test, test_budget),
-                )
-        return Job(
-            release_id=release.id,
-            dataset_id=dataset.id,
-            mechanism=release.mechanism,
-            params=dict(release.params),
-            fmt=release.format,
-            noise=release_noise.description(release, dataset),
-            noise_sampler=release.noise_sampler,
-            epsilon=release.epsilon,
-            delta=release.delta,
-            accountant=release.accountant,
-            attempt=release.attempts,
-            dataset_key=dataset.storage_key,
-            dataset_sha256=dataset.sha256,
-            dataset_filename=dataset.filename,
-            metadata=metadata,
-            report_dataset=report_dataset,
+        release = lifecycle.start(
+            session,
+            release_id,
+            max_attempts=runtime.settings.task_max_attempts,
+            store=runtime.store,
         )
+        return None if release is None else _job_of(session, release)
+
+
+def _job_of(session: Any, release: Release) -> Job:
+    """What the job needs of the release and its datasets, read in the start's transaction."""
+    dataset = session.get(Dataset, release.dataset_id)
+    budget = session.get(DatasetBudget, release.dataset_id)
+    assert dataset is not None and budget is not None
+    report_dataset = None
+    if release.report_dataset_id is not None:
+        test = session.get(Dataset, release.report_dataset_id)
+        test_budget = session.get(DatasetBudget, release.report_dataset_id)
+        # An erased held-out set gives no report (the report endpoint answers 410).
+        if test is not None and test_budget is not None and test.deleted_at is None:
+            report_dataset = (
+                test.storage_key,
+                test.sha256,
+                test.filename,
+                _metadata_of(test, test_budget),
+            )
+    return Job(
+        release_id=release.id,
+        dataset_id=dataset.id,
+        mechanism=release.mechanism,
+        params=dict(release.params),
+        fmt=release.format,
+        noise=release_noise.description(release, dataset),
+        noise_sampler=release.noise_sampler,
+        epsilon=release.epsilon,
+        delta=release.delta,
+        accountant=release.accountant,
+        attempt=release.attempts,
+        dataset_key=dataset.storage_key,
+        dataset_sha256=dataset.sha256,
+        dataset_filename=dataset.filename,
+        metadata=_metadata_of(dataset, budget),
+        report_dataset=report_dataset,
+        declared=lifecycle.declared_artifacts(release),
+    )
 
 
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
@@ -213,14 +210,34 @@ def _range_from_json(value: Any) -> Any:
     return (value[0], value[1])
 
 
+@dataclass(frozen=True)
+class ExtraFile:
+    """A further file of the release, written into the job's scratch directory."""
+
+    record: lifecycle.ArtifactRecord  # name, media type, description
+    path: Path
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``_write_release`` produced: the artifact's metadata and the further files."""
+
+    meta: dict[str, Any]
+    extras: tuple[ExtraFile, ...] = ()
+
+
 def _produce(runtime: Runtime, job: Job) -> None:
     store = runtime.store
     if store.exists(job.artifact_key):
         # A previous attempt stored its output and died before recording it: finish from the
-        # stored object instead of drawing new noise (a second, different release).
-        stored = store.get(job.artifact_key)
-        _succeed(runtime, job, size=len(stored), sha256=sha256_hex(stored))
+        # stored objects instead of drawing new noise (a second, different release).
+        _finish_from_store(runtime, job)
         return
+    if any(store.exists(keys.extra_artifact(job.release_id, a.name)) for a in job.declared):
+        # Further files are stored before the artifact: another attempt is publishing now, or
+        # died doing it. Drawing again would only be refused at the first file; retry later
+        # (it finishes from the store), and bounded attempts end it failed, still charged.
+        raise TransientError("another attempt stored part of this release's files")
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
@@ -231,11 +248,13 @@ def _produce(runtime: Runtime, job: Job) -> None:
     device = _device(runtime.settings.device)
     with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
         path = Path(scratch) / f"release.{job.fmt}"
-        meta = _write_release(runtime, job, parsed, device, path)
-        if not _claim_upload(runtime, job):
-            # Another delivery settled the release meanwhile (it gave up and refunded):
-            # publishing now would leave output with no charge. This noise is never stored.
-            log.warning("release %s was settled by another attempt; not publishing", job.release_id)
+        written = _write_release(runtime, job, parsed, device, path)
+        meta = written.meta
+        if not _claim_upload(runtime, job, [e.record for e in written.extras]):
+            # The release was settled meanwhile (cancelled, or another delivery gave up and
+            # refunded): publishing now would leave output with no charge. This noise is never
+            # stored.
+            log.warning("release %s is no longer running; not publishing", job.release_id)
             return
         # The provenance file (owner side, never served to analysts) adds the raw data's
         # hash: a deterministic function of the private data must not travel with the release.
@@ -245,18 +264,54 @@ def _produce(runtime: Runtime, job: Job) -> None:
                 store.put(
                     job.metadata_key, json.dumps(provenance, indent=2, sort_keys=True).encode()
                 )
+        # Further files first: the artifact is stored last, so an artifact in the store means
+        # the whole release is (what a redelivery relies on), and the first further file acts
+        # as the lock between two attempts publishing at once.
+        extras = [_put_extra(store, job, extra) for extra in written.extras]
         try:
             store.put_file(job.artifact_key, path)
             size, digest = path.stat().st_size, sha256_file(path)
         except ObjectExists:
-            # Another attempt won the race; the stored object is the release.
+            # Another attempt won the race (one with no further files: it could not have
+            # stored ours); the stored object is the release.
             stored = store.get(job.artifact_key)
             size, digest = len(stored), sha256_hex(stored)
         if job.report_dataset is not None and not store.exists(job.report_key):
             report = _owner_report(runtime, job, path, meta)
             with contextlib.suppress(ObjectExists):
                 store.put(job.report_key, json.dumps(report, indent=2).encode())
-    _succeed(runtime, job, size=size, sha256=digest)
+    _succeed(runtime, job, size=size, sha256=digest, artifacts=extras)
+
+
+def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.ArtifactRecord:
+    try:
+        store.put_file(keys.extra_artifact(job.release_id, extra.record.name), extra.path)
+    except ObjectExists as exc:
+        # Another attempt is publishing its own draw (or died doing it): this draw must not be
+        # mixed with it, nor replace it. Nothing more of it is stored; a later attempt finishes
+        # from the store, or bounded attempts end the release failed, still charged.
+        raise TransientError(
+            f"another attempt stored {extra.record.name} first; not publishing this draw"
+        ) from exc
+    return replace(extra.record, bytes=extra.path.stat().st_size, sha256=sha256_file(extra.path))
+
+
+def _finish_from_store(runtime: Runtime, job: Job) -> None:
+    """Succeed with what an earlier attempt stored: the artifact and every further file its
+    upload claim declared, hashed as stored."""
+    store = runtime.store
+    stored = store.get(job.artifact_key)
+    extras = []
+    for record in job.declared:
+        key = keys.extra_artifact(job.release_id, record.name)
+        if not store.exists(key):
+            # The artifact is stored after every further file, so this one was lost: the
+            # release cannot be completed (nor drawn again: its artifact exists). It fails,
+            # charged, since its output exists.
+            raise RuntimeError(f"the stored release lacks its declared file {record.name}")
+        data = store.get(key)
+        extras.append(replace(record, bytes=len(data), sha256=sha256_hex(data)))
+    _succeed(runtime, job, size=len(stored), sha256=sha256_hex(stored), artifacts=extras)
 
 
 def _owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -299,12 +354,17 @@ NOISE_SOURCES = {
 
 def _write_release(
     runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device, path: Path
-) -> dict[str, Any]:
-    """Run the mechanism and stream its chunks into the artifact file; return its metadata."""
+) -> Written:
+    """Run the mechanism, stream its chunks into the artifact file and write its further
+    files beside it; return the metadata and those files."""
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
     noise = noise_sampler(job.noise_sampler, generator)
+    progress = Progress(
+        lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
+        release_id=job.release_id,
+    )
     output = build(
         job.mechanism,
         job.params,
@@ -313,10 +373,14 @@ def _write_release(
         sampler=noise,
         generator=generator,
         device=device,
+        report=progress.report,
     )
-    meta = _release_metadata(job, parsed, device, output.preprocessing)
+    counts_rows = output.progress == "rows"
+    if counts_rows:
+        progress.report(0, output.rows, ROWS_PHASE)
+    _check_artifacts(output.artifacts)
+    meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     done = 0
-    last_report = time.monotonic()
     with ArtifactWriter(
         job.fmt,
         path,
@@ -329,20 +393,83 @@ def _write_release(
         for mixed_x, mixed_y in output.chunks:
             writer.write(mixed_x.cpu().numpy(), mixed_y.cpu().numpy())
             done += mixed_x.shape[0]
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                _report_progress(runtime, job.release_id, 0.95 * done / output.rows)
-                last_report = time.monotonic()
+            if counts_rows:
+                progress.report(done, output.rows, ROWS_PHASE)
+            else:
+                progress.tick()  # the generator's own figures; a cancel is still noticed
+    extras = []
+    for artifact in output.artifacts:
+        # After the chunks: a generator's further files (trained weights) are complete then.
+        extra_path = path.parent / "artifacts" / artifact.name
+        extra_path.parent.mkdir(exist_ok=True)
+        artifact.write(extra_path)
+        if not extra_path.is_file():
+            raise RuntimeError(f"the mechanism did not write its artifact {artifact.name}")
+        record = lifecycle.ArtifactRecord(artifact.name, artifact.media_type, artifact.description)
+        extras.append(ExtraFile(record, extra_path))
     if isinstance(noise, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
-        return {**meta, "noise_lattices": noise.describe()}
-    return meta
+        meta = {**meta, "noise_lattices": noise.describe()}
+    return Written(meta, tuple(extras))
 
 
-def _report_progress(runtime: Runtime, release_id: str, progress: float) -> None:
+def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
+    """A mechanism's further files need distinct names that are safe object-key segments (a
+    programming error of the mechanism otherwise: the release fails before any claim)."""
+    names = [a.name for a in artifacts]
+    bad = [n for n in names if not keys.valid_artifact_name(n)]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"the mechanism's artifact names are invalid or repeated: {names}")
+
+
+class Progress:
+    """A job's progress: the latest (done, total, phase) the job knows, written at most once
+    every ``PROGRESS_EVERY_S`` (the first at once). Each write reads the release's status back
+    (``lifecycle.report_progress``); once the release is no longer running (cancelled, or
+    settled by another delivery) the next report raises ``Cancelled``, which stops the
+    generator (its ``ctx.report``) or the runner's loop (between chunks) before any more noise
+    is drawn or anything is stored.
+
+    ``write(fraction, phase)`` returns whether the release is still running. Fractions keep
+    ``UPLOAD_SHARE`` of the bar for storing the output."""
+
+    def __init__(
+        self,
+        write: Callable[[float, str | None], bool],
+        *,
+        release_id: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._write = write
+        self._clock = clock
+        self._last: float | None = None
+        self.release_id = release_id
+        self.done, self.total = 0.0, 0.0
+        self.phase: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        if not (self.total > 0 and math.isfinite(self.done / self.total)):
+            return 0.0
+        return (1 - UPLOAD_SHARE) * min(max(self.done / self.total, 0.0), 1.0)
+
+    def report(self, done: float, total: float, phase: str) -> None:
+        """``RunContext.report``: progress in the generator's own units."""
+        self.done, self.total, self.phase = float(done), float(total), str(phase)
+        self.tick()
+
+    def tick(self) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        if not self._write(self.fraction, self.phase):
+            raise Cancelled(f"release {self.release_id} is no longer running")
+
+
+def _report_progress(runtime: Runtime, release_id: str, fraction: float, phase: str | None) -> bool:
     with transaction(runtime.session_factory) as session:
-        release = session.get(Release, release_id)
-        if release is not None and release.status == "running":
-            release.progress = round(min(max(progress, 0.0), 1.0), 4)
+        return lifecycle.report_progress(session, release_id, progress=fraction, phase=phase)
 
 
 def _versions() -> dict[str, str]:
@@ -356,8 +483,22 @@ def _versions() -> dict[str, str]:
 
 
 def _release_metadata(
-    job: Job, parsed: ParsedDataset, device: torch.device, preprocessing: dict[str, Any]
+    job: Job,
+    parsed: ParsedDataset,
+    device: torch.device,
+    preprocessing: dict[str, Any],
+    artifacts: tuple[ExtraArtifact, ...] = (),
 ) -> dict[str, Any]:
+    further = (
+        {
+            "artifacts": [
+                {"name": a.name, "media_type": a.media_type, "description": a.description}
+                for a in artifacts
+            ]
+        }
+        if artifacts
+        else {}
+    )
     return {
         "release_id": job.release_id,
         "dataset_id": job.dataset_id,
@@ -383,78 +524,40 @@ def _release_metadata(
         "device": device.type,
         "versions": _versions(),
         "created_at": utcnow().isoformat(),
+        **further,
     }
 
 
-def _claim_upload(runtime: Runtime, job: Job) -> bool:
+def _claim_upload(
+    runtime: Runtime, job: Job, artifacts: Sequence[lifecycle.ArtifactRecord] = ()
+) -> bool:
     """Record that this attempt is about to store output; False if the release is settled."""
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == job.release_id).with_for_update()
-        ).first()
-        if release is None or release.status in TERMINAL:
-            return False
-        release.artifact_key = job.artifact_key
-        return True
+        return lifecycle.claim_upload(
+            session, job.release_id, artifact_key=job.artifact_key, artifacts=artifacts
+        )
 
 
-def _succeed(runtime: Runtime, job: Job, *, size: int, sha256: str) -> None:
+def _succeed(
+    runtime: Runtime,
+    job: Job,
+    *,
+    size: int,
+    sha256: str,
+    artifacts: Sequence[lifecycle.ArtifactRecord] = (),
+) -> None:
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == job.release_id).with_for_update()
-        ).one()
-        if release.status in TERMINAL:
-            return
-        release.status = "succeeded"
-        release.progress = 1.0
-        release.error = None
-        release.finished_at = utcnow()
-        release.artifact_key = job.artifact_key
-        release.metadata_key = job.metadata_key
-        release.artifact_bytes = size
-        release.artifact_sha256 = sha256
-        ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
-        _audit(
+        lifecycle.succeed(
             session,
-            release,
-            "release.succeeded",
-            attempts=release.attempts,
-            artifact_bytes=size,
-            ledger=ledger.COMMITTED,
+            job.release_id,
+            artifact_key=job.artifact_key,
+            metadata_key=job.metadata_key,
+            size=size,
+            sha256=sha256,
+            artifacts=artifacts,
         )
 
 
 def fail(runtime: Runtime, release_id: str, error: str) -> None:
     with transaction(runtime.session_factory) as session:
-        release = session.scalars(
-            select(Release).where(Release.id == release_id).with_for_update()
-        ).first()
-        if release is None or release.status in TERMINAL:
-            return
-        release.status = "failed"
-        release.error = error[:2000]
-        release.finished_at = utcnow()
-        _settle_after_failure(runtime, session, release)
-
-
-def _settle_after_failure(runtime: Runtime, session: Any, release: Release) -> None:
-    # Output that exists, or that an attempt claimed and may be storing, may be read: it stays
-    # charged. Otherwise nothing escaped.
-    wrote_output = release.artifact_key is not None or runtime.store.exists(
-        artifact_key(release.id, release.format)
-    )
-    state = ledger.COMMITTED if wrote_output else ledger.REFUNDED
-    ledger.settle(session, release_id=release.id, state=state)
-    # The error text stays out: it may quote the raw data.
-    _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
-
-
-def _audit(session: Any, release: Release, action: str, **detail: Any) -> None:
-    audit.record(
-        session,
-        actor=audit.WORKER,
-        action=action,
-        object_type="release",
-        object_id=release.id,
-        detail={"dataset_id": release.dataset_id, **detail},
-    )
+        lifecycle.fail(session, release_id, error, store=runtime.store)

@@ -20,8 +20,8 @@ from service.datasets.schemas import DatasetMetadata, DatasetOut, GrantOut
 from service.deps import on_rollback
 from service.errors import InvalidInput, NotFound, ReleasesPending
 from service.models import Dataset, Grant, Principal, new_id, utcnow
+from service.releases import keys as release_keys
 from service.releases import repository as release_repository
-from service.releases.service import report_key
 from service.storage import ObjectStore, sha256_hex
 
 UPLOAD_SCOPE = "POST /datasets"  # the Idempotency-Key scope of uploads
@@ -180,7 +180,7 @@ def delete(
     # releases themselves are DP outputs and stay; so do their provenance files.
     store.delete(dataset.storage_key)
     for release_id in release_repository.reporting_on(session, dataset_id=dataset.id):
-        store.delete(report_key(release_id))
+        store.delete(release_keys.report(release_id))
     if dataset.deleted_at is None:
         dataset.deleted_at = utcnow()
         dataset.deleted_by = principal.id

@@ -23,7 +23,8 @@ from service.deps import (
 )
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
-from service.releases import service
+from service.models import Release
+from service.releases import keys, service
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
@@ -33,7 +34,7 @@ from service.releases.schemas import (
     ReleaseQuery,
     ReleaseRequestBase,
 )
-from service.releases.service import report_key
+from service.releases.status import ReleaseStatus
 
 _MEDIA = {
     "npz": "application/octet-stream",
@@ -90,6 +91,7 @@ def list_releases(
 
 
 _READERS = "the dataset's owner, analysts granted the dataset, admins"
+_MANAGERS = "the owner of the release's dataset"
 
 
 def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -> ReleaseOut:
@@ -97,15 +99,35 @@ def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -
     return service.to_out(release, viewer=principal)
 
 
+def cancel_release(
+    release_id: str, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
+) -> JSONResponse:
+    release = service.cancel(session, principal=owner, release_id=release_id, store=runtime.store)
+    # Serialised here: the session holds the release row lock until it commits.
+    return locked_response(service.to_out(release, viewer=owner), status_code=status.HTTP_200_OK)
+
+
+def _require_succeeded(release: Release) -> None:
+    """Only a succeeded release serves files. A cancelled one never does, even when a job
+    that had claimed its upload stored output before the cancel (it stays charged)."""
+    if release.status == ReleaseStatus.cancelled:
+        raise NotReady(
+            f"release {release.id} was cancelled: it has no artifact",
+            detail={"status": str(release.status)},
+        )
+    if release.status != ReleaseStatus.succeeded or release.artifact_key is None:
+        raise NotReady(
+            f"release {release.id} has no artifact yet (status {release.status})",
+            detail={"status": str(release.status), "progress": release.progress},
+        )
+
+
 def download_release(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> Response:
     release = service.get(session, principal=principal, release_id=release_id)
-    if release.status != "succeeded" or release.artifact_key is None:
-        raise NotReady(
-            f"release {release_id} has no artifact yet (status {release.status})",
-            detail={"status": release.status, "progress": release.progress},
-        )
+    _require_succeeded(release)
+    assert release.artifact_key is not None
     filename = f"release-{release.id}.{release.format}"
     url = runtime.store.presigned_url(release.artifact_key, filename=filename)
     if url is not None:
@@ -115,6 +137,24 @@ def download_release(
     return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
 
 
+def download_release_artifact(
+    release_id: str, name: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> Response:
+    release = service.get(session, principal=principal, release_id=release_id)
+    _require_succeeded(release)
+    record = next((a for a in release.artifacts or () if a["name"] == name), None)
+    if record is None:
+        raise NotFound(f"release {release_id} has no artifact named {name!r}")
+    key = keys.extra_artifact(release.id, name)
+    filename = f"release-{release.id}-{name}"
+    url = runtime.store.presigned_url(key, filename=filename)
+    if url is not None:
+        return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+    path = runtime.store.local_path(key)
+    assert path is not None
+    return FileResponse(path, media_type=record["media_type"], filename=filename)
+
+
 def get_report(
     release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -122,12 +162,17 @@ def get_report(
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
     if release.report_dataset_id is None or principal.id != release.requested_by:
         raise NotFound(f"release {release_id} has no report for you")
+    if release.status == ReleaseStatus.cancelled:
+        raise NotReady(
+            f"release {release_id} was cancelled: it has no report",
+            detail={"status": str(release.status)},
+        )
     if service.report_erased(session, release):
         raise Gone(
             f"the report of release {release_id} was erased with its held-out dataset "
             f"{release.report_dataset_id}"
         )
-    key = report_key(release.id)
+    key = keys.report(release.id)
     if not runtime.store.exists(key):
         raise NotReady(
             f"the report of release {release_id} is not ready (status {release.status})",
@@ -202,6 +247,27 @@ def make_router() -> APIRouter:
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(
+        "/{release_id}/cancel",
+        cancel_release,
+        methods=["POST"],
+        response_model=ReleaseOut,
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            e409="The release already succeeded or failed (code release_finished)",
+        ),
+        summary="Cancel a queued or running release (refunded unless its upload was claimed)",
+        description="Under the release's row lock: a queued or running release whose job has "
+        "not claimed the upload of its output is cancelled and its charge refunded; once the "
+        "upload is claimed, output may exist, so it is cancelled with the charge committed, and "
+        "it is never served. Cancelling a cancelled release returns it unchanged; a succeeded "
+        "or failed one answers 409. A running job notices at its next progress write and "
+        "stops.",
+        openapi_extra=objects(_MANAGERS),
+    )
+    router.add_api_route(
         "/{release_id}/download",
         download_release,
         methods=["GET"],
@@ -212,6 +278,25 @@ def make_router() -> APIRouter:
         },
         response_class=Response,
         summary="Download a succeeded release",
+        openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/artifacts/{name}",
+        download_release_artifact,
+        methods=["GET"],
+        responses={
+            **responses(
+                401,
+                404,
+                409,
+                e404="Not found (or not visible to this key), or the release has no artifact "
+                "of that name",
+            ),
+            200: {"description": "The file (embedded mode)"},
+            307: {"description": "Redirect to a presigned URL of the object store"},
+        },
+        response_class=Response,
+        summary="Download a further file of a succeeded release (listed in its `artifacts`)",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(

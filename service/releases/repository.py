@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from service.models import Release
+from service.releases.status import UNFINISHED, ReleaseStatus
 
 
 def add(session: Session, release: Release) -> Release:
@@ -20,7 +21,7 @@ def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release
 
 
 def unfinished_ids(session: Session) -> list[str]:
-    stmt = select(Release.id).where(Release.status.in_(("queued", "running")))
+    stmt = select(Release.id).where(Release.status.in_(UNFINISHED))
     return list(session.scalars(stmt.order_by(Release.created_at)))
 
 
@@ -28,7 +29,7 @@ def pending_using(session: Session, *, dataset_id: str) -> list[str]:
     """Queued or running releases that will read the dataset's raw data: its own, and those
     using it as the held-out set of a report."""
     stmt = select(Release.id).where(
-        Release.status.in_(("queued", "running")),
+        Release.status.in_(UNFINISHED),
         or_(Release.dataset_id == dataset_id, Release.report_dataset_id == dataset_id),
     )
     return list(session.scalars(stmt.order_by(Release.created_at, Release.id)))
@@ -38,3 +39,33 @@ def reporting_on(session: Session, *, dataset_id: str) -> list[str]:
     """Releases whose owner report was computed on this dataset's raw data."""
     stmt = select(Release.id).where(Release.report_dataset_id == dataset_id)
     return list(session.scalars(stmt.order_by(Release.created_at, Release.id)))
+
+
+def get_for_update(session: Session, release_id: str) -> Release | None:
+    """The release row, locked until the transaction ends: the one way to lock a release, and
+    every change of its status goes through it (``service.releases.lifecycle``).
+
+    ``SELECT … FOR UPDATE`` on Postgres; SQLite has no row locks, but its transactions hold the
+    write lock from ``BEGIN IMMEDIATE`` (``service.db``). ``populate_existing``: an instance this
+    session loaded before taking the lock (the cancel endpoint's access check) is overwritten
+    with the row as committed now, not kept as it was read."""
+    stmt = (
+        select(Release)
+        .where(Release.id == release_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return session.scalars(stmt).first()
+
+
+def set_progress(session: Session, *, release_id: str, progress: float, phase: str | None) -> bool:
+    """Write a running release's progress; False (nothing written) when it is not running.
+    One conditional UPDATE: the status is read and the row written atomically, without a
+    read-then-write window in which a cancel or another delivery could settle it."""
+    stmt = (
+        update(Release)
+        .where(Release.id == release_id, Release.status == ReleaseStatus.running)
+        .values(progress=progress, phase=phase)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]

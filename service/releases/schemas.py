@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-ReleaseStatus = Literal["queued", "running", "succeeded", "failed"]
+from service.releases.status import ReleaseStatus
+
 ReleaseFormat = Literal["npz", "csv", "parquet"]
 
 
@@ -142,6 +143,17 @@ class Artifact(BaseModel):
     sha256: str
 
 
+class ExtraArtifactOut(BaseModel):
+    """A further file of a succeeded release (a model's weights, say)."""
+
+    name: str
+    media_type: str
+    description: str
+    bytes: int
+    sha256: str
+    download: str = Field(description="Its path: GET /releases/{id}/artifacts/{name}")
+
+
 class Timings(BaseModel):
     queued_seconds: float | None = None
     run_seconds: float | None = None
@@ -155,7 +167,14 @@ class ReleaseOut(BaseModel):
     accountant: str
     format: ReleaseFormat
     status: ReleaseStatus
-    progress: float = Field(ge=0, le=1)
+    progress: float = Field(
+        ge=0, le=1, description="Fraction done (the job's own units where it reports them)"
+    )
+    phase: str | None = Field(
+        default=None,
+        description="What the job last reported it was doing: 'rows' while it writes rows, "
+        "or the mechanism's word for its step (training epochs, say); null until it reports",
+    )
     noise: Noise
     charge: Charge
     error: str | None
@@ -165,6 +184,10 @@ class ReleaseOut(BaseModel):
     finished_at: datetime | None
     timings: Timings
     artifact: Artifact | None
+    artifacts: list[ExtraArtifactOut] = Field(
+        default_factory=list,
+        description="Further files the mechanism released beside the artifact, once succeeded",
+    )
     report: str | None = Field(
         default=None, description="Path of the owner-only utility report, when requested"
     )

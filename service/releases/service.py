@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
@@ -21,12 +22,13 @@ from service.config import Settings
 from service.deps import after_commit
 from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
+from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
-from service.releases import repository
 from service.releases.mechanisms import facts
 from service.releases.schemas import (
     Artifact,
     Charge,
+    ExtraArtifactOut,
     Noise,
     PreviewOut,
     ReleaseList,
@@ -34,12 +36,9 @@ from service.releases.schemas import (
     ReleaseRequestBase,
     Timings,
 )
+from service.releases.status import ReleaseStatus
 from service.runtime import Dispatcher
-
-
-def report_key(release_id: str) -> str:
-    """Where the owner report of a release is stored (raw-data results: owner only)."""
-    return f"releases/{release_id}/report.json"
+from service.storage import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ def create(
             noise_sampler=request.noise_sampler,
             epsilon=p.cost.epsilon,
             delta=p.cost.delta,
-            status="queued",
+            status=ReleaseStatus.queued,
             report_dataset_id=report_id,
         ),
     )
@@ -263,6 +262,14 @@ def get(session: Session, *, principal: Principal, release_id: str) -> Release:
     return release_for(session, principal=principal, release_id=release_id)
 
 
+def cancel(
+    session: Session, *, principal: Principal, release_id: str, store: ObjectStore
+) -> Release:
+    """Cancel a release of one of the caller's datasets (``lifecycle.cancel``)."""
+    release_for(session, principal=principal, release_id=release_id, manage=True)
+    return lifecycle.cancel(session, release_id, actor=principal.id, store=store)
+
+
 def list_visible(session: Session, *, principal: Principal, dataset_id: str | None) -> ReleaseList:
     if dataset_id is not None:
         dataset_for(session, principal=principal, dataset_id=dataset_id)
@@ -282,15 +289,28 @@ def _owner_of(release: Release) -> str:
     return release.requested_by
 
 
+# What an analyst sees in place of a failed job's error text (which may quote the raw data).
+HIDDEN_ERROR = "failed"
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Analysts see that a release failed, not why: error text may quote the raw data."""
     artifact = None
-    if release.status == "succeeded" and release.artifact_sha256 is not None:
+    if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
         artifact = Artifact(
             format=release.format,  # type: ignore[arg-type]
             bytes=release.artifact_bytes or 0,
             sha256=release.artifact_sha256,
         )
+    extras = []
+    if artifact is not None:
+        extras = [
+            ExtraArtifactOut(
+                **record,
+                download=f"/releases/{release.id}/artifacts/{quote(record['name'], safe='')}",
+            )
+            for record in release.artifacts or ()
+        ]
     timings = Timings()
     if release.started_at is not None:
         timings.queued_seconds = (release.started_at - release.created_at).total_seconds()
@@ -303,17 +323,19 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         params=release.params,
         accountant=release.accountant,
         format=release.format,  # type: ignore[arg-type]
-        status=release.status,  # type: ignore[arg-type]
+        status=release.status,
         progress=release.progress,
+        phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
-        error=release.error if viewer.role != "analyst" or release.error is None else "failed",
+        error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,
         finished_at=release.finished_at,
         timings=timings,
         artifact=artifact,
+        artifacts=extras,
         report=f"/releases/{release.id}/report"
         if release.report_dataset_id is not None and viewer.id == _owner_of(release)
         else None,

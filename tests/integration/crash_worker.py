@@ -66,8 +66,8 @@ def install_hooks(plan_dir: Path) -> None:
         reach(job.release_id, "after_noise")
         return meta
 
-    def _claim_upload(runtime: Any, job: Any) -> bool:
-        claimed = claim_upload(runtime, job)
+    def _claim_upload(runtime: Any, job: Any, *args: Any) -> bool:
+        claimed = claim_upload(runtime, job, *args)
         if claimed:
             reach(job.release_id, "after_claim")
         return claimed

@@ -2,11 +2,12 @@
 
 The operations are read from ``app.openapi()``, not listed here: a new operation with a path
 id fails this test until POLICY says who may call it. Each one is called on real objects (a
-dataset with a grant and a succeeded release with an owner report) as their owner, another
-owner, an analyst granted the dataset, one not granted it, an admin and an anonymous caller,
-and every answer is compared with POLICY. Every refusal must also be indistinguishable from
-the answer for an id that does not exist (status, error code and message, ids aside), and an
-owner naming another tenant's object in any id gets that same answer.
+dataset with a grant, a succeeded release with an owner report and a further file, a queued
+release to cancel) as their owner, another owner, an analyst granted the dataset, one not
+granted it, an admin and an anonymous caller, and every answer is compared with POLICY. Every
+refusal must also be indistinguishable from the answer for an id that does not exist (status,
+error code and message, ids aside), and an owner naming another tenant's object in any id gets
+that same answer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
+from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 OWNER, OTHER, GRANTED, UNGRANTED, ADMIN, ANON = (
@@ -46,19 +50,32 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
         ADMIN: DOWNLOAD,
     },
     # Computed on the owner's raw data: the requesting owner only, admins included out.
+    "download_release_artifact": {
+        OWNER: DOWNLOAD,
+        OTHER: 404,
+        GRANTED: DOWNLOAD,
+        UNGRANTED: 404,
+        ADMIN: DOWNLOAD,
+    },
     "get_report": {OWNER: 200, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
+    # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
+    "cancel_release": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
 }
 
-# Operations that destroy their object act on a disposable one (per path parameter), so the
-# others still find theirs.
-DISPOSABLE = {"delete_dataset": {"dataset_id"}, "revoke_grant": {"grant_id"}}
+# Operations that destroy their object (or end it: a cancel) act on a disposable one (per path
+# parameter), so the others still find theirs.
+DISPOSABLE = {
+    "delete_dataset": {"dataset_id"},
+    "revoke_grant": {"grant_id"},
+    "cancel_release": {"release_id"},
+}
 
 
 @dataclass
 class World:
     keys: dict[str, str]
-    ids: dict[str, str]  # path parameter → the owner's object
+    ids: dict[str, str]  # path parameter → the owner's object (or name, for "name")
     disposable: dict[str, str]  # path parameter → a second object of the owner's
     foreign: dict[str, str]  # path parameter → the other owner's object
     granted_id: str
@@ -82,10 +99,30 @@ def _grant(h: Harness, owner: str, dataset_id: str, analyst_id: str) -> str:
 
 
 def _release(h: Harness, owner: str, dataset_id: str, **extra: Any) -> str:
-    body = h.release_body(dataset_id, params={"mixture_degree": 4, "n_samples": 20}, **extra)
+    body = h.release_body(dataset_id, **{"params": {"mixture_degree": 4, "n_samples": 20}, **extra})
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     release_id: str = r.json()["id"]
+    return release_id
+
+
+class Held:
+    """A dispatcher that queues nothing: a release admitted through it stays queued."""
+
+    def enqueue(self, release_id: str) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _queued_release(h: Harness, owner: str, dataset_id: str) -> str:
+    dispatcher = h.runtime.dispatcher
+    h.runtime.dispatcher = Held()
+    try:
+        release_id = _release(h, owner, dataset_id)
+    finally:
+        h.runtime.dispatcher = dispatcher
     return release_id
 
 
@@ -103,14 +140,20 @@ def build_world(h: Harness) -> World:
     spare_grant = _grant(h, owner, ds, spare_id)
     _grant(h, owner, spare_ds, granted_id)
     their_grant = _grant(h, other, theirs, granted_id)
-    rel = _release(h, owner, ds, report_test_dataset_id=held_out)
-    their_rel = _release(h, other, theirs)
+    # The test-only mechanism, for a release with a further file (weights.json).
+    toy_body = {
+        "mechanism": toy.NAME,
+        "params": {"rows": 20, "totals_noise": 20.0, "with_weights": True},
+    }
+    rel = _release(h, owner, ds, report_test_dataset_id=held_out, **toy_body)
+    their_rel = _release(h, other, theirs, **toy_body)
     for key, rid in ((owner, rel), (other, their_rel)):
         assert h.wait(key, rid)["status"] == "succeeded"
+    queued = _queued_release(h, owner, ds)  # for the cancel
     return World(
         keys={OWNER: owner, OTHER: other, GRANTED: granted, UNGRANTED: ungranted},
-        ids={"dataset_id": ds, "release_id": rel, "grant_id": grant},
-        disposable={"dataset_id": spare_ds, "grant_id": spare_grant},
+        ids={"dataset_id": ds, "release_id": rel, "grant_id": grant, "name": toy.WEIGHTS},
+        disposable={"dataset_id": spare_ds, "grant_id": spare_grant, "release_id": queued},
         foreign={"dataset_id": theirs, "release_id": their_rel, "grant_id": their_grant},
         granted_id=granted_id,
     )
@@ -137,8 +180,8 @@ def _shape(r: Any) -> tuple[int, str, str]:
     return r.status_code, error.get("code", ""), _UUID.sub("<id>", error.get("message", ""))
 
 
-def test_every_id_operation_against_every_caller(harness: Harness) -> None:
-    h = harness
+def test_every_id_operation_against_every_caller(toy_harness: Harness) -> None:
+    h = toy_harness
     schema = h.client.app.openapi()  # type: ignore[attr-defined]
     operations = id_operations(schema)
     op_ids = [op["operationId"] for _, _, op in operations]
@@ -189,8 +232,11 @@ def test_every_id_operation_against_every_caller(harness: Harness) -> None:
                 _shape(call(method, path, op, key, {**ids, p: str(uuid.uuid4())})) for p in params
             ]
             if caller == OWNER:
-                # Another tenant's object in any id: the answer of a missing one.
+                # Another tenant's object in any id: the answer of a missing one. (A name
+                # within an object, an artifact's, belongs to no tenant: the id before it does.)
                 for p, nothing in zip(params, missing, strict=True):
+                    if p not in w.foreign:
+                        continue
                     theirs = _shape(call(method, path, op, key, {**ids, p: w.foreign[p]}))
                     if theirs != nothing:
                         failures.append(f"{op_id} {caller} with another's {p}: {theirs}")
@@ -215,9 +261,10 @@ def test_every_id_operation_against_every_caller(harness: Harness) -> None:
     assert not failures, "\n".join(failures)
 
 
-def test_ids_in_bodies_and_queries(embedded: Harness) -> None:
+@pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
+def test_ids_in_bodies_and_queries(toy_harness: Harness) -> None:
     """Ids outside the path are checked alike: another tenant's is a missing one."""
-    h = embedded
+    h = toy_harness
     w = build_world(h)
     owner, theirs = w.keys[OWNER], w.foreign["dataset_id"]
     ds, nothing = w.ids["dataset_id"], str(uuid.uuid4())
@@ -248,7 +295,8 @@ def test_ids_in_bodies_and_queries(embedded: Harness) -> None:
             )
             assert _shape(seen) == _shape(missing), caller
         else:
-            assert [r["id"] for r in seen.json()["items"]] == [w.ids["release_id"]], caller
+            listed = [r["id"] for r in seen.json()["items"]]
+            assert listed == [w.ids["release_id"], w.disposable["release_id"]], caller
 
 
 def test_every_operation_declares_who_may_call_it(embedded: Harness) -> None:

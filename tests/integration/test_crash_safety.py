@@ -28,6 +28,7 @@ from sqlalchemy import select as sql_select
 
 from service.app import create_app
 from service.models import LedgerEntry, Release
+from service.releases import keys
 from service.runtime import Runtime, build_runtime
 from service.storage import S3ObjectStore, sha256_hex
 from tests.conftest import ADMIN_KEY, Harness, npz_bytes, toy_dataset
@@ -305,7 +306,7 @@ def test_release_settled_meanwhile_is_never_published(
     owner, rid = _one_release(h)
     done = h.wait(owner, rid)
     assert done["status"] == "failed" and done["artifact"] is None
-    assert not h.runtime.store.exists(runner.artifact_key(rid, "npz"))
+    assert not h.runtime.store.exists(keys.artifact(rid, "npz"))
     ledger = h.client.get(f"/budgets/{done['dataset_id']}", headers=h.headers(owner)).json()
     assert [e["state"] for e in ledger["entries"]] == ["refunded"]
 
@@ -325,6 +326,6 @@ def test_claimed_upload_stays_charged(embedded: Harness, monkeypatch: pytest.Mon
     owner, rid = _one_release(h)
     done = h.wait(owner, rid)
     assert done["status"] == "failed"
-    assert h.runtime.store.exists(runner.artifact_key(rid, "npz"))
+    assert h.runtime.store.exists(keys.artifact(rid, "npz"))
     ledger = h.client.get(f"/budgets/{done['dataset_id']}", headers=h.headers(owner)).json()
     assert [e["state"] for e in ledger["entries"]] == ["committed"]

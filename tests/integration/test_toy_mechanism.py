@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,18 +23,10 @@ from tests.conftest import Harness, npz_bytes, toy_dataset
 DELTA = 1e-5
 
 
-@pytest.fixture
-def toy_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    """The harness of ``request.param``'s mode, its app built with the toy registered."""
-    with registry.registered(toy.SPEC):
-        yield request.getfixturevalue(request.param)
-
-
 def _mu(n: int, rows: int, sigma: float, sigma_y: float, totals: float) -> float:
     return math.sqrt(2 / totals**2 + rows * (2 / n**2) * (1 / sigma**2 + 1 / sigma_y**2))
 
 
-@pytest.mark.parametrize("toy_harness", ["embedded", "real"], indirect=True)
 def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) -> None:
     h = toy_harness
     owner, _ = h.new_key("owner")
@@ -44,7 +35,12 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
 
     catalogue = h.client.get("/mechanisms", headers=h.headers(owner)).json()["items"]
     mine = next(m for m in catalogue if m["name"] == toy.NAME)
-    assert set(mine["params_schema"]["properties"]) == {"rows", "totals_noise"}
+    assert set(mine["params_schema"]["properties"]) == {
+        "rows",
+        "totals_noise",
+        "own_progress",
+        "with_weights",
+    }
     assert [a["name"] for a in mine["accountants"]] == ["tight"]
     schema = h.client.get("/openapi.json").json()["components"]["schemas"]
     assert "ToyAverageRequest" in schema and "ToyParams" in schema

@@ -22,6 +22,8 @@ BASE = "http://api.test:8000"
 ARTIFACT = b"PK\x03\x04 pretend this is an npz file" * 100
 ARTIFACT_SHA = hashlib.sha256(ARTIFACT).hexdigest()
 STORAGE = "http://storage.test:9000"
+WEIGHTS = b'{"w": [1, 2, 3]}'
+WEIGHTS_SHA = hashlib.sha256(WEIGHTS).hexdigest()
 
 DONE = {"status": "succeeded", "progress": 1.0}
 
@@ -70,6 +72,7 @@ class FakeApi:
             "dataset_id": "ds-1",
             "status": state["status"],
             "progress": state["progress"],
+            "phase": state.get("phase"),
             "noise": {"sigma_x": 1.5, "sigma_y": 1.5},
             "charge": {"epsilon": 1.0, "delta": 1e-5},
             "error": state.get("error"),
@@ -77,6 +80,11 @@ class FakeApi:
                 {"format": "npz", "bytes": len(self.artifact), "sha256": self.declared_sha}
                 if done
                 else None
+            ),
+            "artifacts": (
+                [{"name": "weights.json", "bytes": len(WEIGHTS), "sha256": WEIGHTS_SHA}]
+                if done
+                else []
             ),
         }
 
@@ -134,6 +142,10 @@ class FakeApi:
             self.polls += 1
             state = self.release_states[min(self.polls, len(self.release_states) - 1)]
             return httpx.Response(200, json=self._release(state))
+        if (method, path) == ("POST", "/releases/rel-1/cancel"):
+            return httpx.Response(200, json=self._release({"status": "cancelled", "progress": 0.1}))
+        if (method, path) == ("GET", "/releases/rel-1/artifacts/weights.json"):
+            return httpx.Response(200, content=WEIGHTS)
         if (method, path) == ("GET", "/releases/rel-1/download"):
             if self.redirect_download:
                 return httpx.Response(
@@ -449,6 +461,47 @@ def test_release_option_errors(run: Callable[..., Result], api: FakeApi, args: l
     assert api.requests == []
 
 
+def test_release_progress_shows_the_phase(run: Callable[..., Result], api: FakeApi) -> None:
+    api.release_states = [
+        {"status": "queued", "progress": 0.0},
+        {"status": "running", "progress": 0.3, "phase": "epochs"},
+        DONE,
+    ]
+    result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
+    assert result.exit_code == 0, result.output
+    assert "running: epochs" in result.stderr
+    assert "100%" in result.stderr
+
+
+def test_release_cancelled_meanwhile_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
+    api.release_states = [
+        {"status": "running", "progress": 0.2},
+        {"status": "cancelled", "progress": 0.2},
+    ]
+    result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
+    assert result.exit_code == 1
+    assert "error: release rel-1 was cancelled" in result.stderr
+    assert out(result)["status"] == "cancelled"
+    assert len(api.sent("GET", "/releases/rel-1")) == 1  # the wait ended there
+
+
+def test_cancel(run: Callable[..., Result], api: FakeApi) -> None:
+    result = run("cancel", "rel-1")
+    assert result.exit_code == 0, result.output
+    assert api.only("POST", "/releases/rel-1/cancel").content == b""
+    assert out(result)["status"] == "cancelled"
+    assert "release rel-1 cancelled" in result.stderr
+
+
+def test_cancel_of_a_finished_release_is_an_error(run: Callable[..., Result], api: FakeApi) -> None:
+    api.overrides[("POST", "/releases/rel-1/cancel")] = lambda _r: _error(
+        409, "release_finished", "release rel-1 already succeeded", {"status": "succeeded"}
+    )
+    result = run("cancel", "rel-1")
+    assert result.exit_code == 1
+    assert "error: release rel-1 already succeeded" in result.stderr
+
+
 def test_release_failure_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
     api.release_states = [
         {"status": "queued", "progress": 0.0},
@@ -564,6 +617,21 @@ def test_download_follows_redirect_without_leaking_key(
     assert len(to_storage) == 1
     assert to_storage[0].url.params["X-Sig"] == "abc"
     assert "authorization" not in to_storage[0].headers
+
+
+def test_download_a_further_file(run: Callable[..., Result], api: FakeApi, tmp_path: Path) -> None:
+    api.release_states = [DONE]
+    target = tmp_path / "w.json"
+    result = run("download", "rel-1", "--artifact", "weights.json", "--output", str(target))
+    assert result.exit_code == 0, result.output
+    assert out(result) == {"path": str(target), "bytes": len(WEIGHTS), "sha256": WEIGHTS_SHA}
+    assert target.read_bytes() == WEIGHTS
+    assert api.sent("GET", "/releases/rel-1/download") == []
+
+    unknown = run("download", "rel-1", "--artifact", "model.pt", "--output", str(target))
+    assert unknown.exit_code == 1
+    assert "error: release rel-1 has no artifact named 'model.pt'" in unknown.stderr
+    assert "weights.json" in unknown.stderr  # the names it has
 
 
 def test_download_not_ready(run: Callable[..., Result], api: FakeApi, tmp_path: Path) -> None:

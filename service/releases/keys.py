@@ -1,0 +1,47 @@
+"""Where a release's objects live in the object store: the one place that names them.
+
+Every key is a function of the release id alone (and the format, or an artifact's name), so
+every attempt of a job writes, create-only, to the same keys, and a retry finds what an earlier
+attempt stored.
+"""
+
+from __future__ import annotations
+
+import re
+
+# An extra artifact's name is one path segment a browser may save as is.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def prefix(release_id: str) -> str:
+    return f"releases/{release_id}/"
+
+
+def artifact(release_id: str, fmt: str) -> str:
+    """The release file (the rows), served by GET /releases/{id}/download."""
+    return f"{prefix(release_id)}release.{fmt}"
+
+
+def metadata(release_id: str) -> str:
+    """The owner-side provenance file (holds the raw data's hash: never served)."""
+    return f"{prefix(release_id)}metadata.json"
+
+
+def report(release_id: str) -> str:
+    """The owner report (raw-data results: owner only)."""
+    return f"{prefix(release_id)}report.json"
+
+
+def valid_artifact_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None
+
+
+def extra_artifact(release_id: str, name: str) -> str:
+    """A further artifact of the release (a model's weights, say), served by
+    GET /releases/{id}/artifacts/{name}."""
+    if not valid_artifact_name(name):
+        raise ValueError(
+            f"artifact name {name!r} must be 1 to 100 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit"
+        )
+    return f"{prefix(release_id)}artifacts/{name}"

@@ -1,0 +1,245 @@
+"""The life of a release after admission: a job starts it, reports progress, claims the
+upload of its output, and ends it succeeded or failed; its owner may cancel it meanwhile.
+
+Every transition locks the release row first (``repository.get_for_update``) and decides on
+what it reads under that lock, so the attempts of a job (a redelivery may run beside a worker
+presumed dead, and a cancel request arrives at any moment) see one order of events. Each
+function works in its caller's unit of work and never commits: the task wrapper
+(``worker.runner``, one transaction per call) or the request boundary (cancel) does.
+
+Settlement: a release whose output may exist (an attempt claimed its upload, or its artifact
+is stored) stays charged, whatever happens to it next; a release that ends otherwise without
+succeeding (failed or cancelled) is refunded (docs/privacy.md, "Ledger composition", and its
+paragraph on cancelling).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.audit_trail import service as audit
+from service.budgets import service as ledger
+from service.errors import NotFound, ReleaseFinished
+from service.models import Dataset, Release, utcnow
+from service.releases import keys, repository
+from service.releases.status import TERMINAL, ReleaseStatus
+from service.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+# Error texts are for people; stored truncated.
+MAX_ERROR_CHARS = 2000
+MAX_PHASE_CHARS = 64  # releases.phase
+
+
+def start(
+    session: Session, release_id: str, *, max_attempts: int, store: ObjectStore
+) -> Release | None:
+    """Mark the release running for one more attempt and return it; None when there is
+    nothing to run (unknown, already ended, out of attempts, or its dataset erased; the last
+    two end it failed here)."""
+    release = repository.get_for_update(session, release_id)
+    if release is None:
+        log.error("release %s does not exist", release_id)
+        return None
+    if release.status in TERMINAL:
+        return None
+    if release.attempts >= max_attempts:
+        _fail(session, release, f"gave up after {release.attempts} attempts", store)
+        return None
+    dataset = session.get(Dataset, release.dataset_id)
+    if dataset is None or dataset.deleted_at is not None:
+        # Deletion waits for queued releases, so only a job started by hand gets here; its raw
+        # data is gone, and nothing was produced: fail (and refund).
+        _fail(session, release, "the dataset was deleted before this release ran", store)
+        return None
+    release.status = ReleaseStatus.running
+    release.attempts += 1
+    release.started_at = release.started_at or utcnow()
+    _audit(session, release, "release.running", attempt=release.attempts)
+    return release
+
+
+def report_progress(
+    session: Session, release_id: str, *, progress: float, phase: str | None
+) -> bool:
+    """Record a running job's progress (a fraction, clamped to [0, 1]) and what it is doing.
+    False when the release is no longer running (cancelled, or settled by another delivery):
+    the job should stop."""
+    value = round(min(max(progress, 0.0), 1.0), 4) if math.isfinite(progress) else 0.0
+    return repository.set_progress(
+        session,
+        release_id=release_id,
+        progress=value,
+        phase=None if phase is None else phase[:MAX_PHASE_CHARS],
+    )
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """A further file of a release, as ``releases.artifacts`` holds it: declared by the upload
+    claim, with its size and hash once the release succeeded."""
+
+    name: str
+    media_type: str
+    description: str
+    bytes: int | None = None
+    sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ArtifactRecord:
+        return cls(**value)
+
+
+def declared_artifacts(release: Release) -> tuple[ArtifactRecord, ...]:
+    return tuple(ArtifactRecord.from_json(a) for a in release.artifacts or ())
+
+
+def claim_upload(
+    session: Session,
+    release_id: str,
+    *,
+    artifact_key: str,
+    artifacts: Sequence[ArtifactRecord] = (),
+) -> bool:
+    """Record, before its first byte is stored, that an attempt is about to store output (the
+    artifact, and the further ``artifacts`` it declares): from now on the release stays
+    charged. False when the release is no longer running (cancelled, or settled by another
+    delivery): the attempt must then store nothing, or output would exist with no charge."""
+    release = repository.get_for_update(session, release_id)
+    if release is None or release.status != ReleaseStatus.running:
+        return False
+    release.artifact_key = artifact_key
+    # A later attempt (a redelivery) finds here which further files to expect in the store.
+    release.artifacts = [a.to_json() for a in artifacts] or None
+    return True
+
+
+def succeed(
+    session: Session,
+    release_id: str,
+    *,
+    artifact_key: str,
+    metadata_key: str,
+    size: int,
+    sha256: str,
+    artifacts: Sequence[ArtifactRecord] = (),
+) -> bool:
+    """Mark the release succeeded (with its artifact and further files, each stored, sized
+    and hashed) and commit its charge, in one unit of work; False (and no change) when it
+    already ended."""
+    if any(a.bytes is None or a.sha256 is None for a in artifacts):
+        raise ValueError("a succeeded release's artifacts all have a size and a hash")
+    release = repository.get_for_update(session, release_id)
+    if release is None or release.status in TERMINAL:
+        return False
+    release.status = ReleaseStatus.succeeded
+    release.progress = 1.0
+    release.error = None
+    release.finished_at = utcnow()
+    release.artifact_key = artifact_key
+    release.metadata_key = metadata_key
+    release.artifact_bytes = size
+    release.artifact_sha256 = sha256
+    release.artifacts = [a.to_json() for a in artifacts] or None
+    ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+    detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
+    _audit(
+        session,
+        release,
+        "release.succeeded",
+        attempts=release.attempts,
+        artifact_bytes=size,
+        ledger=ledger.COMMITTED,
+        **detail,
+    )
+    return True
+
+
+def fail(session: Session, release_id: str, error: str, *, store: ObjectStore) -> None:
+    """End the release failed (nothing when it already ended) and settle its charge."""
+    release = repository.get_for_update(session, release_id)
+    if release is None or release.status in TERMINAL:
+        return
+    _fail(session, release, error, store)
+
+
+def _fail(session: Session, release: Release, error: str, store: ObjectStore) -> None:
+    release.status = ReleaseStatus.failed
+    release.error = error[:MAX_ERROR_CHARS]
+    release.finished_at = utcnow()
+    state = _settle_unfinished(session, release, store)
+    # The error text stays out: it may quote the raw data.
+    _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
+
+
+def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore) -> Release:
+    """Cancel a queued or running release; a cancelled one is returned as it is.
+
+    Nothing of a cancelled release is ever served. Its charge is refunded unless an attempt
+    already claimed the upload (output may then exist: committed). A job running for it
+    notices at its next progress write and stops; one that already drew its noise finds the
+    release settled when it tries to claim the upload, and stores nothing; one that claimed
+    before the cancel may finish storing, but cannot mark the release succeeded.
+    Raises ``ReleaseFinished`` (409) for a release that succeeded or failed."""
+    release = repository.get_for_update(session, release_id)
+    if release is None:
+        raise NotFound(f"release {release_id} not found")
+    if release.status == ReleaseStatus.cancelled:
+        return release
+    if release.status in TERMINAL:
+        raise ReleaseFinished(
+            f"release {release_id} already {release.status}: only a queued or running release "
+            f"can be cancelled",
+            detail={"status": str(release.status)},
+        )
+    was = release.status
+    release.status = ReleaseStatus.cancelled
+    release.finished_at = utcnow()
+    state = _settle_unfinished(session, release, store)
+    audit.record(
+        session,
+        actor=actor,
+        action="release.cancelled",
+        object_type="release",
+        object_id=release.id,
+        detail={"dataset_id": release.dataset_id, "was": str(was), "ledger": state},
+    )
+    return release
+
+
+def output_may_exist(release: Release, store: ObjectStore) -> bool:
+    """Whether output of the release may have been stored (and so may be read): an attempt
+    claimed its upload (it may be storing now), or its artifact exists (stored by a job from
+    before the claim was recorded)."""
+    return release.artifact_key is not None or store.exists(
+        keys.artifact(release.id, release.format)
+    )
+
+
+def _settle_unfinished(session: Session, release: Release, store: ObjectStore) -> str:
+    """Settle the charge of a release that ends without succeeding: committed when output may
+    exist, refunded otherwise (nothing escaped). Returns the ledger state."""
+    state = ledger.COMMITTED if output_may_exist(release, store) else ledger.REFUNDED
+    ledger.settle(session, release_id=release.id, state=state)
+    return state
+
+
+def _audit(session: Session, release: Release, action: str, **detail: Any) -> None:
+    audit.record(
+        session,
+        actor=audit.WORKER,
+        action=action,
+        object_type="release",
+        object_id=release.id,
+        detail={"dataset_id": release.dataset_id, **detail},
+    )
