@@ -26,21 +26,6 @@ def _keys_help() -> str:
     return "\n".join(lines)
 
 
-class _MechanismChoice(click.Choice):  # type: ignore[type-arg]
-    """The audited mechanisms, read from the registry when the command runs (not at import)."""
-
-    def __init__(self) -> None:
-        super().__init__([])
-
-    @property  # type: ignore[override]
-    def choices(self) -> list[str]:
-        return sorted(s.name for s in _audited())
-
-    @choices.setter
-    def choices(self, value: Any) -> None:
-        pass
-
-
 class _AuditCommand(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_paragraph()
@@ -49,7 +34,7 @@ class _AuditCommand(click.Command):
 
 
 @click.command("audit", cls=_AuditCommand)
-@click.argument("mechanism", type=_MechanismChoice())
+@click.argument("mechanism")
 @click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
 @click.option("--epsilon", type=float, help="Claimed ε: audit the noise calibrated for it.")
 @click.option("--sigma", type=float, help="Audit this noise scale (σ_x; its ε is the claim).")
@@ -99,6 +84,13 @@ def audit_command(
     A lower bound above the claim means the implementation or the accountant is wrong; one
     below it proves nothing more than that this test found no violation (docs/privacy.md,
     "Empirical audits")."""
+    # Checked here, not by a click.Choice, so mechanisms registered after import count too.
+    audited = sorted(s.name for s in _audited())
+    if mechanism not in audited:
+        raise click.BadParameter(
+            f"{mechanism!r} is not one of {', '.join(map(repr, audited))}",
+            param_hint="'MECHANISM'",
+        )
     if (sigma is None) == (epsilon is None):
         raise click.UsageError("give exactly one of --sigma or --epsilon")
     from dpcore.audit import run_audit

@@ -62,10 +62,13 @@ def noise_for(
 ) -> NoiseDescription:
     """The noise a release of these params adds at calibrated scale ``sigma``."""
     spec = spec_of(mechanism)
-    acc = spec.accountant(accountant or spec.default_accountant)
-    request = {"sigma_y": sigma_y} if sigma_y is not None else None
-    keys = spec.accountant_keys(acc, params_of(spec, params), facts, request)
-    return acc.at_sigma(sigma, keys).noise()
+    return spec.event_at(
+        accountant or spec.default_accountant,
+        params_of(spec, params),
+        facts,
+        sigma=sigma,
+        sigma_y=sigma_y,
+    ).noise()
 
 
 def build(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from dpcore.accounting.accountant import Accountant, Key
+from dpcore.accounting.accountant import Accountant, Event, Key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -272,6 +272,21 @@ class MechanismSpec:
             audit_names = [k.name for k in self.audit.keys]
             if len(set(audit_names)) != len(audit_names):
                 raise SpecError(f"{self.name}: audit keys repeat: {audit_names}")
+
+    def event_at(
+        self,
+        accountant: str,
+        params: BaseModel,
+        facts: PublicFacts,
+        *,
+        sigma: float,
+        sigma_y: float | None = None,
+    ) -> Event:
+        """The event of a release of ``params`` on ``facts`` at calibrated scale ``sigma``
+        (and label noise ``sigma_y`` where the accountant takes one)."""
+        acc = self.accountant(accountant)
+        request = {"sigma_y": sigma_y} if sigma_y is not None else None
+        return acc.at_sigma(sigma, self.accountant_keys(acc, params, facts, request))
 
     def accountant_keys(
         self,

@@ -24,16 +24,18 @@ def description(release: Release, dataset: Dataset) -> NoiseDescription:
     if not is_legacy(stored):
         return NoiseDescription.from_json(stored)
     spec = registry.get(release.mechanism)
-    accountant = spec.accountant(release.accountant)
     facts = PublicFacts(
         n=dataset.n_rows, n_features=dataset.n_features, n_classes=len(dataset.classes)
     )
-    request: dict[str, Any] = {}
-    if "sigma_y" in accountant.key_names and stored.get("sigma_y"):
-        request["sigma_y"] = stored["sigma_y"]
-    params = spec.params.model_validate(release.params)
-    keys = spec.accountant_keys(accountant, params, facts, request)
-    return accountant.at_sigma(float(stored["sigma_x"]), keys).noise()
+    # Single-scale mechanisms stored σ_y = σ_x (or 0 for exact labels): not a key of theirs.
+    two_scales = "sigma_y" in spec.accountant(release.accountant).key_names
+    return spec.event_at(
+        release.accountant,
+        spec.params.model_validate(release.params),
+        facts,
+        sigma=float(stored["sigma_x"]),
+        sigma_y=stored.get("sigma_y") if two_scales and stored.get("sigma_y") else None,
+    ).noise()
 
 
 def to_out(stored: dict[str, Any], sampler: str) -> Noise:
