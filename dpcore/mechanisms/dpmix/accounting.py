@@ -27,7 +27,7 @@ from typing import Any
 
 import dp_accounting as dpa
 
-from dpcore.accounting.accountant import Event, sigma_y_of
+from dpcore.accounting.accountant import Accountant, Event, sigma_y_of
 from dpcore.accounting.composition import Cost, GaussianEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
@@ -127,6 +127,32 @@ def calibrate(
     noise_ratio: float = 1.0,
 ) -> DPMixEvent:
     """The DPMix event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤ epsilon."""
+    from dpcore.mechanisms.dpmix import TIGHT
+
+    event = calibrate_with(
+        TIGHT,
+        n=n,
+        mixture_degree=mixture_degree,
+        n_samples=n_samples,
+        epsilon=epsilon,
+        delta=delta,
+        noise_ratio=noise_ratio,
+    )
+    assert isinstance(event, DPMixEvent)
+    return event
+
+
+def calibrate_with(
+    accountant: Accountant,
+    *,
+    n: int,
+    mixture_degree: int,
+    n_samples: int,
+    epsilon: float,
+    delta: float,
+    noise_ratio: float = 1.0,
+) -> Event:
+    """``accountant``'s smallest-σ event for a mixture-assignment release (σ_y = ratio·σ_x)."""
     if not (math.isfinite(noise_ratio) and noise_ratio > 0):
         raise ValueError(f"noise_ratio must be finite and > 0, got {noise_ratio}")
     keys = {
@@ -135,11 +161,7 @@ def calibrate(
         "n_samples": n_samples,
         "noise_ratio": noise_ratio,
     }
-    from dpcore.mechanisms.dpmix import TIGHT
-
-    event = TIGHT.calibrate(epsilon, delta, keys)
-    assert isinstance(event, DPMixEvent)
-    return event
+    return accountant.calibrate(epsilon, delta, keys)
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ from scipy import fft as sp_fft
 from scipy import special
 
 from dpcore.accounting import gdp
-from dpcore.accounting.accountant import Event, sigma_y_of
+from dpcore.accounting.accountant import Accountant, Event, sigma_y_of
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms.dpmix.accounting import (
@@ -126,6 +126,7 @@ from dpcore.mechanisms.dpmix.accounting import (
     DPMixEvent,
     DPMixRecordEvent,
     _mixing_noise,
+    calibrate_with,
 )
 
 #: Share of δ the one-step mass sent to +∞ may cost after T steps: the grid ends where
@@ -483,6 +484,21 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     return math.sqrt(2 * (1 + 1 / ratio**2) / d_squared) / keys["mixture_degree"]
 
 
+# Not registered (the ledger cannot compose (ε, δ)-only costs as a filter yet): the same
+# keys as ``tight``, so calibration is the one search every accountant uses.
+def _pld_accountant() -> Accountant:
+    from dpcore.mechanisms.dpmix import TIGHT
+
+    return Accountant(
+        mechanism="dpmix",
+        name="pld",
+        summary="mixture assignment: PLD of the symmetric dominating pair, composed over T",
+        keys=TIGHT.keys,
+        build=build,
+        guess=guess_sigma,
+    )
+
+
 def calibrate(
     *,
     n: int,
@@ -493,22 +509,14 @@ def calibrate(
     noise_ratio: float = 1.0,
 ) -> DPMixPLDEvent:
     """The PLD event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤ epsilon."""
-    from dpcore.calibration import smallest_noise
-
-    if not (math.isfinite(noise_ratio) and noise_ratio > 0):
-        raise ValueError(f"noise_ratio must be finite and > 0, got {noise_ratio}")
-    keys = {
-        "n": n,
-        "mixture_degree": mixture_degree,
-        "n_samples": n_samples,
-        "noise_ratio": noise_ratio,
-        "assignment": "mixture",
-    }
-    sigma, _ = smallest_noise(
-        lambda s: build(s, keys).epsilon(delta),
-        epsilon,
-        initial=guess_sigma(keys, epsilon, delta),
+    event = calibrate_with(
+        _pld_accountant(),
+        n=n,
+        mixture_degree=mixture_degree,
+        n_samples=n_samples,
+        epsilon=epsilon,
+        delta=delta,
+        noise_ratio=noise_ratio,
     )
-    event = build(sigma, keys)
     assert isinstance(event, DPMixPLDEvent)
     return event
