@@ -35,6 +35,7 @@ from service.releases.schemas import (
     ReleaseRequestBase,
 )
 from service.releases.status import ReleaseStatus
+from service.runtime import Runtime
 
 _MEDIA = {
     "npz": "application/octet-stream",
@@ -129,12 +130,7 @@ def download_release(
     _require_succeeded(release)
     assert release.artifact_key is not None
     filename = f"release-{release.id}.{release.format}"
-    url = runtime.store.presigned_url(release.artifact_key, filename=filename)
-    if url is not None:
-        return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
-    path = runtime.store.local_path(release.artifact_key)
-    assert path is not None
-    return FileResponse(path, media_type=_MEDIA[release.format], filename=filename)
+    return _serve(runtime, release.artifact_key, filename, _MEDIA[release.format])
 
 
 def download_release_artifact(
@@ -146,13 +142,17 @@ def download_release_artifact(
     if record is None:
         raise NotFound(f"release {release_id} has no artifact named {name!r}")
     key = keys.extra_artifact(release.id, name)
-    filename = f"release-{release.id}-{name}"
+    return _serve(runtime, key, f"release-{release.id}-{name}", record["media_type"])
+
+
+def _serve(runtime: Runtime, key: str, filename: str, media_type: str) -> Response:
+    """A stored object: a redirect to a presigned URL (S3), else the local file."""
     url = runtime.store.presigned_url(key, filename=filename)
     if url is not None:
         return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
     path = runtime.store.local_path(key)
     assert path is not None
-    return FileResponse(path, media_type=record["media_type"], filename=filename)
+    return FileResponse(path, media_type=media_type, filename=filename)
 
 
 def get_report(
