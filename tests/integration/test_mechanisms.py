@@ -167,6 +167,7 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "clip_norm": 2.0,
         "n_classes": 3,
         "min_class_size": int(counts.min()),
+        "standardization": standardization,
     }
     if standardization == "dp":
         # DP statistics are charged with the release: μ = √(2d)/stats_noise, d = 6.
@@ -175,7 +176,9 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
     assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
     assert created["noise"]["sigma_y"] is None  # exact labels
     scales = {s["name"]: s for s in created["noise"]["scales"]}
-    assert scales["features"]["sensitivity"] == pytest.approx(2 * 2.0 / 8)  # 2C/ℓ
+    # √2·C/ℓ where the features are in [0, 1] (records at most √2·C apart), else 2C/ℓ.
+    spread = 2**0.5 if standardization == "unit_range" else 2.0
+    assert scales["features"]["sensitivity"] == pytest.approx(spread * 2.0 / 8)
     if standardization == "dp":
         assert scales["statistics"]["sigma"] == 5.0
         assert scales["statistics"]["sensitivity"] == pytest.approx(12**0.5)

@@ -29,6 +29,7 @@ MNIST = {
     "clip_norm": 1.0,
     "n_classes": 10,
     "min_class_size": 5000,
+    "standardization": "declared",  # z-scored: records up to 2C apart
 }
 SMALL = {
     "n": 3000,
@@ -37,6 +38,7 @@ SMALL = {
     "clip_norm": 2.0,
     "n_classes": 3,
     "min_class_size": 400,
+    "standardization": "declared",
 }
 
 
@@ -286,8 +288,9 @@ def test_dp_statistics_compose_as_gdp() -> None:
         "n_classes": 10,
         "min_class_size": 80,
     }
-    base = TIGHT.at_sigma(0.5, keys)
+    base = TIGHT.at_sigma(0.5, {**keys, "standardization": "declared"})
     assert base == DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5)
+    keys["standardization"] = "dp"
     # d = 2, stats_noise = 2/0.7: μ = √(2·2)/(2/0.7) = 0.7.
     with_stats = TIGHT.at_sigma(0.5, {**keys, "stats_noise": 2 / 0.7, "d_x": 2})
     for a, b, order in zip(base.rdp(), with_stats.rdp(), ORDERS, strict=True):
@@ -324,3 +327,21 @@ def test_dp_statistics_sensitivity_and_accuracy() -> None:
         mean, std = dp_statistics(unit, 1e-6, noise)
         assert np.allclose(mean, unit.mean(0), atol=1e-6)
         assert np.allclose(std, unit.std(0), atol=1e-5)
+
+
+def test_unit_range_is_the_declared_analysis_at_sqrt2_less_noise() -> None:
+    """unit_range (the default) records are ≤ √2·C apart: its event at σ is the z-scored
+    one's at √2·σ (same noise multiplier σℓ/R), in both accountants."""
+    unit = {**SMALL, "standardization": "unit_range"}
+    for acc in (PAPER, TIGHT):
+        a, b = acc.at_sigma(0.4, unit), acc.at_sigma(0.4 * math.sqrt(2), SMALL)
+        assert a.noise_multiplier == pytest.approx(b.noise_multiplier, rel=1e-15)
+        assert a.rdp() == pytest.approx(b.rdp(), rel=1e-12)
+        assert a.sensitivity == pytest.approx(math.sqrt(2) * 2.0 / 8, rel=1e-15)
+    default = {k: v for k, v in SMALL.items() if k != "standardization"}
+    assert TIGHT.at_sigma(0.4, default) == TIGHT.at_sigma(0.4, unit)
+    assert TIGHT.at_sigma(0.4, {**SMALL, "standardization": "dp", "stats_noise": 9.0, "d_x": 3})
+    with pytest.raises(ValueError, match="stats_noise"):
+        TIGHT.at_sigma(0.4, {**SMALL, "standardization": "dp"})
+    with pytest.raises(ValueError, match="stats_noise"):
+        TIGHT.at_sigma(0.4, {**unit, "stats_noise": 9.0, "d_x": 3})

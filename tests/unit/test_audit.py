@@ -46,6 +46,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "dpmix_subsampled": ("dpmix", {"n": 8, "mixture_degree": 1}, {"epsilon": 1.0}),
     "dpmix_record": ("dpmix", {"assignment": "record"}, {"epsilon": 2.0}),
     "dpcda": ("dpcda", {}, {"epsilon": 2.0}),
+    "dpcda_declared": ("dpcda", {"standardization": "declared"}, {"epsilon": 2.0}),
     "sgdrm": ("sgdrm", {}, {"sigma": 0.1475}),
 }
 # Measured bounds are well above these floors: an audit that fell below one lost its power.
@@ -58,6 +59,7 @@ POWER_FLOOR = {
     "dpmix_subsampled": 0.1,
     "dpmix_record": 0.6,
     "dpcda": 0.8,
+    "dpcda_declared": 0.8,
     "sgdrm": 0.3,
 }
 # The record assignment runs once per trial (its mixtures are coupled): fewer trials.
@@ -129,7 +131,8 @@ BUGS: list[tuple[str, dict[str, Any]]] = [
     ("sgdrm", {"wrap": _half_noise}),
     ("local_perturbation_r4", {"preprocess": _no_norm_scaling}),
     ("dpmix_r4", {"preprocess": _no_norm_scaling}),
-    ("dpcda", {"preprocess": _no_clipping}),
+    ("dpcda", {"preprocess": _no_norm_scaling}),
+    ("dpcda_declared", {"preprocess": _no_clipping}),
     ("dpmix_subsampled", {"wrap": _always_record_zero}),
 ]
 
@@ -181,7 +184,9 @@ def _worker_params(mechanism: str, p: dict[str, Any], nb: Neighbours) -> dict[st
     params = {k: v for k, v in p.items() if k in fields}
     if mechanism != "dpcda":
         return params
-    assert nb.feature_mean is not None and nb.feature_std is not None
+    if nb.feature_mean is None:  # unit_range: no statistics
+        return {**params, "standardization": "unit_range", "min_class_size": p["n"]}
+    assert nb.feature_std is not None
     return {
         **params,
         "standardization": "declared",

@@ -3,6 +3,7 @@ labels, uniform subsets."""
 
 from __future__ import annotations
 
+import math
 from itertools import combinations
 
 import numpy as np
@@ -24,6 +25,7 @@ def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0)
             n_samples=T,
             sigma=sigma,
             clip_norm=1.0,
+            nonnegative=True,
             generator=torch.Generator().manual_seed(seed),
         )
     )
@@ -59,3 +61,149 @@ def test_noise_and_small_class() -> None:
     assert abs(X.std() - 2.0) < 0.05
     with pytest.raises(ValueError, match="fewer records"):
         _run([0] * 5 + [1] * 1, ell=2, T=4)
+
+
+# --- sensitivity: √2·C/ℓ in unit_range (features ≥ 0), pinned on worst-case neighbours ------
+
+
+class _Recorder:
+    """A noise sampler that adds nothing and keeps each noised batch and its sensitivity."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, float]] = []
+
+    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+        self.calls.append((values.detach().double().clone(), sensitivity))
+        return values
+
+
+def _release_rows(X: np.ndarray, labels: np.ndarray, params: dict, lo: float, hi: float):  # type: ignore[no-untyped-def, type-arg]
+    """The worker's DP-CDA path (params model, preprocessing, generator) with a recording
+    sampler and fixed subset randomness."""
+    from dpcore.mechanisms.run import build, facts_of, noise_for
+    from service.datasets.parsing import ParsedDataset
+
+    d = X.shape[1]
+    data = ParsedDataset(
+        X=X,
+        feature_shape=(d,),
+        feature_names=[f"f{i}" for i in range(d)],
+        labels=labels,
+        classes=[0, 1],
+        classes_declared=True,
+        lo=np.full(d, lo),
+        hi=np.full(d, hi),
+        clipped_values=0,
+    )
+    noise = noise_for("dpcda", params, facts_of(data), sigma=0.5)
+    recorder = _Recorder()
+    out = build(
+        "dpcda",
+        params,
+        data,
+        noise=noise,
+        sampler=recorder,
+        generator=torch.Generator().manual_seed(7),
+        device=torch.device("cpu"),
+    )
+    for _ in out.chunks:
+        pass
+    return recorder, noise
+
+
+def _moved(first: _Recorder, second: _Recorder) -> tuple[float, float]:
+    """The largest L2 move of a noised row between two runs, and the declared sensitivity."""
+    moved, declared = 0.0, set()
+    for (a, s_a), (b, s_b) in zip(first.calls, second.calls, strict=True):
+        moved = max(moved, torch.linalg.vector_norm(a - b, dim=-1).max().item())
+        declared |= {s_a, s_b}
+    assert len(declared) == 1
+    return moved, declared.pop()
+
+
+PARAMS = {"mixture_degree": 4, "n_samples": 400, "min_class_size": 10, "clip_norm": 1.5}
+
+
+def test_unit_range_sensitivity_is_sqrt2_c_over_ell_and_reached() -> None:
+    """Orthogonal records of norm C (ones on disjoint halves, scaled down to C) are √2·C
+    apart: a mixture holding the replaced record moves by exactly √2·C/ℓ, the declared
+    sensitivity, imported from the accountant; no row moves further."""
+    from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
+
+    n, d = 20, 6
+    X = np.zeros((n, d))
+    X_prime = X.copy()
+    X[0, :3], X_prime[0, 3:] = 1.0, 1.0
+    labels = np.array([0] * 10 + [1] * 10)
+    first, noise = _release_rows(X, labels, PARAMS, 0.0, 1.0)
+    second, _ = _release_rows(X_prime, labels, PARAMS, 0.0, 1.0)
+    moved, declared = _moved(first, second)
+    expected = math.sqrt(2) * 1.5 / 4
+    assert declared == pytest.approx(expected, rel=1e-12)
+    assert noise.scale("features").sensitivity == declared
+    assert declared == mixture_sensitivity(clip_norm=1.5, mixture_degree=4, nonnegative=True)
+    assert moved == pytest.approx(expected, rel=1e-6)  # reached (float32 rows) …
+    assert moved <= expected * (1 + 1e-6)  # … and not passed
+
+
+def test_unit_range_rows_never_move_more_on_random_neighbours() -> None:
+    """Raw values far outside the declared range and of both signs: after the unit-range
+    scaling and the clip, every record is ≥ 0, so replacing one moves no mixture by more
+    than √2·C/ℓ (2C/ℓ would be reached with signs free)."""
+    rng = np.random.default_rng(5)
+    n, d = 20, 5
+    labels = np.array([0] * 10 + [1] * 10)
+    worst = 0.0
+    for trial in range(30):
+        X = rng.normal(0, 3, size=(n, d))
+        X_prime = X.copy()
+        X_prime[0] = rng.normal(0, 3, size=d)
+        if trial % 2:
+            X[0], X_prime[0] = np.where(rng.random(d) < 0.5, 2.0, -2.0), -X[0]
+        first, _ = _release_rows(X, labels, PARAMS, -1.0, 1.0)
+        second, _ = _release_rows(X_prime, labels, PARAMS, -1.0, 1.0)
+        moved, declared = _moved(first, second)
+        worst = max(worst, moved / declared)
+        assert all(bool((a >= 0).all()) for a, _ in first.calls)
+    assert worst <= 1 + 1e-6
+    assert worst > 0.5  # the neighbours do move mixtures
+
+
+def test_declared_standardisation_keeps_2c_over_ell() -> None:
+    """z-scored features have free signs: antipodal records are 2C apart, and the declared
+    sensitivity is 2C/ℓ, reached."""
+    n, d = 20, 6
+    X = np.full((n, d), 0.5)
+    X_prime = X.copy()
+    X[0, :3], X_prime[0, :3] = 1.0, 0.0  # ±1 after z-scoring: antipodal
+    labels = np.array([0] * 10 + [1] * 10)
+    params = {
+        **PARAMS,
+        "standardization": "declared",
+        "feature_mean": [0.5] * d,
+        "feature_std": [0.5] * d,
+    }
+    first, _ = _release_rows(X, labels, params, 0.0, 1.0)
+    second, _ = _release_rows(X_prime, labels, params, 0.0, 1.0)
+    moved, declared = _moved(first, second)
+    assert declared == pytest.approx(2 * 1.5 / 4, rel=1e-12)
+    assert moved == pytest.approx(declared, rel=1e-6)
+
+
+def test_generator_refuses_negative_features_when_promised_nonnegative() -> None:
+    features = torch.eye(6, dtype=torch.float64)
+    features[2, 0] = -1e-30
+    with pytest.raises(ValueError, match="non-negative"):
+        next(
+            generate(
+                features,
+                torch.tensor([0, 0, 0, 1, 1, 1]),
+                n_classes=2,
+                mixture_degree=2,
+                n_samples=4,
+                sigma=1.0,
+                clip_norm=1.0,
+                nonnegative=True,
+                generator=torch.Generator().manual_seed(0),
+            )
+        )

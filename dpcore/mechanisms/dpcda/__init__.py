@@ -30,6 +30,12 @@ _KEYS = (
     ),
     Key.of(DPCDAParams, "n_samples", help="T: mixtures released in all (⌈T/K⌉ per class)"),
     Key.of(DPCDAParams, "clip_norm", help="C: every standardised record is clipped to L2 norm ≤ C"),
+    Key.of(
+        DPCDAParams,
+        "standardization",
+        help="unit_range: features in [0, 1], records ≤ √2·C apart (sensitivity √2·C/ℓ); "
+        "declared/dp: z-scored, signs free (2C/ℓ)",
+    ),
     Key("n_classes", int, "K: number of classes"),
     Key.of(
         DPCDAParams,
@@ -48,7 +54,7 @@ _KEYS = (
 PAPER = Accountant(
     mechanism="dpcda",
     name="paper",
-    summary="WBK subsampled-without-replacement RDP (q = ℓ/m, z = σℓ/(2C)) over the ⌈T/K⌉ "
+    summary="WBK subsampled-without-replacement RDP (q = ℓ/m, z = σℓ/R) over the ⌈T/K⌉ "
     "mixtures of one class; misses records that change class",
     keys=_KEYS,
     build=lazy(_MATH, "paper"),
@@ -64,7 +70,8 @@ TIGHT = Accountant(
     mechanism="dpcda",
     name="tight",
     summary="max over orders of WBK within a class (T_c mixtures) and, for a record "
-    "changing class, 2·T_c Poisson-subsampled Gaussians (q = ℓ/m, z = σℓ/(2C))",
+    "changing class, 2·T_c Poisson-subsampled Gaussians (q = ℓ/m, z = σℓ/R; R = √2·C "
+    "for unit_range, else 2C)",
     keys=_KEYS,
     build=lazy(_MATH, "tight"),
     guess=lazy(_MATH, "guess"),
@@ -102,7 +109,7 @@ SPEC = MechanismSpec(
     "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,
     accountants=(TIGHT, PAPER),
-    release_only=frozenset({"standardization", "feature_mean", "feature_std"}),
+    release_only=frozenset({"feature_mean", "feature_std"}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(
@@ -113,6 +120,14 @@ SPEC = MechanismSpec(
             Key.of(DPCDAParams, "mixture_degree", help="ℓ", default=2),
             Key.of(DPCDAParams, "n_samples", help="T: mixtures per release", default=4),
             Key.of(DPCDAParams, "clip_norm", help="C"),
+            Key(
+                "standardization",
+                str,
+                "unit_range (records √2·C apart) or declared (2C apart)",
+                required=False,
+                default="unit_range",
+                choices=("unit_range", "declared"),
+            ),
         ),
         case=lazy(f"{__name__}.audit", "case"),
     ),

@@ -14,7 +14,18 @@ The standardisation uses public (declared) statistics, or statistics estimated u
 data would change every record when one is replaced and are not covered.
 
 Sensitivity of one mixture mean when one member of the ℓ-subset is replaced: ‖x − x′‖/ℓ ≤
-2C/ℓ. Noise multiplier z = σℓ/(2C) (σ over the L2 sensitivity), q = ℓ/m.
+R/ℓ, R the largest distance between two preprocessed records (``record_distance``):
+- ``unit_range`` (the default): every feature is clipped to its declared [lo, hi] and mapped
+  to [0, 1], then the row is scaled down to ‖x‖ ≤ C. Every coordinate is ≥ 0 (below), so
+  ⟨x, x′⟩ ≥ 0 and ‖x − x′‖² = ‖x‖² + ‖x′‖² − 2⟨x, x′⟩ ≤ 2C²: R = √2·C, attained by two
+  orthogonal records of norm C (e.g. (C, 0, …) and (0, C, …)).
+  Non-negativity in floating point: after np.clip, x ≥ lo holds exactly, so the rounded
+  difference x − lo is ≥ 0 (rounding is monotone and 0 is representable); dividing by
+  hi − lo > 0, dividing by max(‖x‖/C, 1) > 0 and rounding to float32 keep the sign (a
+  correctly rounded operation on non-negative operands is ≥ 0); a mean of non-negative rows
+  is non-negative. The generator checks the premise before it mixes (``generate``).
+- ``declared`` and ``dp`` z-score the features: signs are free, R = 2C (x = −x′, ‖x‖ = C).
+Noise multiplier z = σℓ/R (σ over the L2 sensitivity R/ℓ), q = ℓ/m.
 
 ``paper`` — the closest faithful reading of the paper's (lost) Theorem 1: WBK's RDP bound
 for sampling without replacement (Wang, Balle, Kasiviswanathan 2019, Thm 27) with q and z as
@@ -36,7 +47,7 @@ a case under replace-one: not a valid bound, for reproduction only.
     by x" — given x is in, S minus a uniform member is a uniform (ℓ−1)-subset of D, so this is
     the uniform ℓ-subset of D ∪ {x}. Reveal (S, j), whose law is the same under both
     datasets: conditioned on them the pair is (N(μ, σ²I), (1−q′)N(μ, σ²I) + q′N(μ + v, σ²I))
-    with v = (x − x_j)/ℓ, ‖v‖ ≤ 2C/ℓ. Rényi divergence is jointly quasi-convex (van Erven and
+    with v = (x − x_j)/ℓ, ‖v‖ ≤ R/ℓ. Rényi divergence is jointly quasi-convex (van Erven and
     Harremoës 2014, Thm 13), so the unconditional divergence is at most the largest
     conditional one; that pair lives on the line of v, its divergence grows with ‖v‖ (a
     smaller shift is the larger one with extra Gaussian noise added, after rescaling: a
@@ -82,9 +93,27 @@ def _as_int(name: str, value: Any) -> int:
         raise ValueError(f"{name} must be an integer, got {value!r}") from exc
 
 
-def mixture_sensitivity(*, clip_norm: float, mixture_degree: int) -> float:
-    """L2 sensitivity of one mixture mean when one member is replaced: 2C/ℓ."""
-    return 2 * clip_norm / mixture_degree
+#: Standardisations whose preprocessed features are all ≥ 0 (module docstring).
+NONNEGATIVE = frozenset({"unit_range"})
+
+
+def nonnegative_features(standardization: str) -> bool:
+    """Whether a standardisation mode provably yields non-negative features."""
+    if standardization not in ("unit_range", "declared", "dp"):
+        raise ValueError(f"unknown standardization {standardization!r}")
+    return standardization in NONNEGATIVE
+
+
+def record_distance(*, clip_norm: float, nonnegative: bool) -> float:
+    """The largest ‖x − x′‖ of two preprocessed records: √2·C when every feature is ≥ 0
+    (⟨x, x′⟩ ≥ 0), 2C otherwise."""
+    return (math.sqrt(2.0) if nonnegative else 2.0) * clip_norm
+
+
+def mixture_sensitivity(*, clip_norm: float, mixture_degree: int, nonnegative: bool) -> float:
+    """L2 sensitivity of one mixture mean when one member is replaced: √2·C/ℓ for
+    non-negative features, 2C/ℓ otherwise."""
+    return record_distance(clip_norm=clip_norm, nonnegative=nonnegative) / mixture_degree
 
 
 @functools.lru_cache(maxsize=512)
@@ -113,10 +142,15 @@ class DPCDAPaperEvent:
     n_classes: int
     min_class_size: int
     sigma: float
+    # True where the standardisation makes every feature ≥ 0 (``nonnegative_features``):
+    # records are then at most √2·C apart, not 2C.
+    nonnegative: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n", "mixture_degree", "n_samples", "n_classes", "min_class_size"):
             object.__setattr__(self, name, _as_int(name, getattr(self, name)))
+        if not isinstance(self.nonnegative, bool):
+            raise ValueError(f"nonnegative must be a bool, got {self.nonnegative!r}")
         for name in ("clip_norm", "sigma"):
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value > 0):
@@ -151,8 +185,12 @@ class DPCDAPaperEvent:
 
     @property
     def sensitivity(self) -> float:
-        """L2 sensitivity of one mixture mean (one member replaced): 2C/ℓ."""
-        return mixture_sensitivity(clip_norm=self.clip_norm, mixture_degree=self.mixture_degree)
+        """L2 sensitivity of one mixture mean (one member replaced): √2·C/ℓ or 2C/ℓ."""
+        return mixture_sensitivity(
+            clip_norm=self.clip_norm,
+            mixture_degree=self.mixture_degree,
+            nonnegative=self.nonnegative,
+        )
 
     @property
     def noise_multiplier(self) -> float:
@@ -246,22 +284,31 @@ def _args(sigma: float, keys: Mapping[str, Any]) -> tuple[Any, ...]:
         keys["n_classes"],
         keys["min_class_size"],
         sigma,
+        nonnegative_features(keys.get("standardization") or "declared"),
     )
 
 
 def guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
-    # The unamplified Gaussian's σ (sensitivity 2C/ℓ), scaled by the sampling ratio and √T_c.
+    # The unamplified Gaussian's σ (sensitivity R/ℓ), scaled by the sampling ratio and √T_c.
     ell, m, k, t = (
         keys["mixture_degree"],
         keys["min_class_size"],
         keys["n_classes"],
         keys["n_samples"],
     )
-    sigma = math.sqrt(2 * math.log(1.25 / delta)) * 2 * keys["clip_norm"] / (epsilon * ell)
+    spread = record_distance(
+        clip_norm=keys["clip_norm"],
+        nonnegative=nonnegative_features(keys.get("standardization") or "declared"),
+    )
+    sigma = math.sqrt(2 * math.log(1.25 / delta)) * spread / (epsilon * ell)
     return sigma * max(ell / max(m, 1) * math.sqrt(-(-t // max(k, 1))), 1e-3)
 
 
 def _with_statistics(event: DPCDAPaperEvent, keys: Mapping[str, Any]) -> Event:
+    # DP statistics are charged exactly when the release estimates them (as the params
+    # model requires): an accountant asked about one without the other would misstate it.
+    if (keys.get("standardization") == "dp") != (keys.get("stats_noise") is not None):
+        raise ValueError("stats_noise goes with standardization 'dp' (and is required there)")
     if keys.get("stats_noise") is None:
         return event
     if keys.get("d_x") is None:

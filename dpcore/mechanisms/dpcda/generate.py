@@ -1,7 +1,7 @@
 """DP-CDA class-centric mixing: per class, noisy means of ℓ distinct records of that class.
 
 Records arrive standardised with public statistics and clipped to L2 norm ≤ C (what the
-accountant's sensitivity 2C/ℓ assumes). Output is class-balanced: T_c = ⌈T/K⌉ mixtures per
+accountant's sensitivity assumes: √2·C/ℓ when every feature is ≥ 0, else 2C/ℓ). Output is class-balanced: T_c = ⌈T/K⌉ mixtures per
 class, each the mean of ℓ records drawn uniformly without replacement from its class,
 independently per mixture, plus N(0, σ²I). A mixture's label is its class (exact): it depends
 on the public class index only.
@@ -31,17 +31,25 @@ def generate(
     n_samples: int,
     sigma: float,
     clip_norm: float,
+    nonnegative: bool,
     generator: torch.Generator,
     noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class.
 
-    Rows of ``features`` must have L2 norm ≤ ``clip_norm``: a mixture mean then moves by at
-    most 2C/ℓ when one member is replaced (the accountant's sensitivity)."""
+    Rows of ``features`` must have L2 norm ≤ ``clip_norm`` (and, with ``nonnegative``, no
+    negative entry): a mixture mean then moves by at most √2·C/ℓ (non-negative) or 2C/ℓ when
+    one member is replaced (the accountant's sensitivity)."""
     sampler = noise if noise is not None else FastNoise(generator)
-    sensitivity = mixture_sensitivity(clip_norm=clip_norm, mixture_degree=mixture_degree)
+    sensitivity = mixture_sensitivity(
+        clip_norm=clip_norm, mixture_degree=mixture_degree, nonnegative=nonnegative
+    )
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
+    # The premise of √2·C/ℓ, checked rather than trusted (the preprocessing guarantees it;
+    # a failure here means a bug, and stops the release before any noise is drawn).
+    if nonnegative and bool((features < 0).any()):
+        raise ValueError("non-negative features were promised, a negative one was found")
     device, dtype = features.device, features.dtype
     rows = per_class(n_samples, n_classes)
     for c in range(n_classes):

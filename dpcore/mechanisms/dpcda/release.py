@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.mechanisms.dpcda.accounting import statistics_step
+from dpcore.mechanisms.dpcda.accounting import nonnegative_features, statistics_step
 from dpcore.mechanisms.dpcda.generate import generate, per_class
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.noise import NoiseSampler
@@ -90,6 +90,7 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
             n_samples=params.n_samples,
             sigma=ctx.sigma("features"),
             clip_norm=params.clip_norm,
+            nonnegative=nonnegative_features(mode),
             generator=ctx.generator,
             noise=ctx.sampler,
         ),
