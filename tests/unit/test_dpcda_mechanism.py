@@ -69,6 +69,8 @@ def test_noise_and_small_class() -> None:
 class _Recorder:
     """A noise sampler that adds nothing and keeps each noised batch and its sensitivity."""
 
+    name = "recorder"
+
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, float]] = []
 
