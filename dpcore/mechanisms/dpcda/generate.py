@@ -3,8 +3,8 @@
 Records arrive standardised with public statistics and clipped to L2 norm ≤ C (what the
 accountant's sensitivity assumes: √2·C/ℓ when every feature is ≥ 0, else 2C/ℓ). Output is
 class-balanced: T_c = ⌈T/K⌉ mixtures per class, each the mean of ℓ records drawn uniformly
-without replacement from its class, independently per mixture, plus N(0, σ²I). A mixture's label is its class (exact): it depends
-on the public class index only.
+without replacement from its class, independently per mixture, plus N(0, σ²I). A mixture's
+label is its class (exact): it depends on the public class index only.
 """
 
 from __future__ import annotations
