@@ -84,7 +84,10 @@ def test_tight_is_the_max_of_the_two_cases(keys: dict, sigma: float) -> None:  #
     move = _poisson_accountant(q, tight.noise_multiplier, 2 * t_c)
     np.testing.assert_allclose(tight.move_curve(), move, rtol=1e-9)
     np.testing.assert_allclose(curve, np.maximum(stay, move), rtol=1e-9)
-    assert tight.epsilon(1e-5) >= paper.epsilon(1e-5)
+    assert epsilon_from_rdp(tight.rdp(), delta=1e-5) >= paper.epsilon(1e-5)
+    # The event's ε is the smaller of its PLD's and its RDP curve's.
+    rdp_eps = epsilon_from_rdp(tight.rdp(), delta=1e-5)
+    assert tight.epsilon(1e-5) == min(tight.pld_epsilon(1e-5), rdp_eps)
     cost = tight.cost(1e-5)
     assert cost.rdp == tight.rdp() and cost.epsilon == tight.epsilon(1e-5)
 
@@ -220,10 +223,18 @@ def test_mixture_to_gaussian_direction_dominates(q: float, z: float) -> None:
 
 def test_reference_numbers() -> None:
     # MNIST-sized: n = 60000, K = 10, m = 5000, ℓ = 16, T = 60000, C = 1, δ = 1e-5.
-    assert TIGHT.at_sigma(0.3, MNIST).epsilon(1e-5) == pytest.approx(0.87274, abs=1e-4)
-    assert TIGHT.at_sigma(0.05, MNIST).epsilon(1e-5) == pytest.approx(73.4896, abs=1e-3)
+    # Regression values (the independent checks are the tests below and above).
+    def rdp_eps(sigma: float) -> float:
+        return epsilon_from_rdp(TIGHT.at_sigma(sigma, MNIST).rdp(), delta=1e-5)  # type: ignore[attr-defined]
+
+    assert rdp_eps(0.3) == pytest.approx(0.87274, abs=1e-4)
+    assert rdp_eps(0.05) == pytest.approx(73.4896, abs=1e-3)
     assert PAPER.at_sigma(0.05, MNIST).epsilon(1e-5) == pytest.approx(73.4448, abs=1e-3)
-    assert TIGHT.calibrate(1.0, 1e-5, MNIST).sigma == pytest.approx(0.268010, rel=1e-4)
+    # The PLD: (ε_a, ε_b) = (0.4314, 0.5401) at σ = 0.3, case (b) the larger.
+    assert TIGHT.at_sigma(0.3, MNIST).epsilon(1e-5) == pytest.approx(0.54012, abs=1e-4)
+    assert TIGHT.calibrate(1.0, 1e-5, MNIST).sigma == pytest.approx(0.184128, rel=1e-4)  # was 0.268
+    unit = {**MNIST, "standardization": "unit_range"}
+    assert TIGHT.calibrate(1.0, 1e-5, unit).sigma == pytest.approx(0.130198, rel=1e-4)
 
 
 @pytest.mark.parametrize("acc", [PAPER, TIGHT])

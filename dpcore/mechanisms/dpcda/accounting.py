@@ -248,8 +248,39 @@ class DPCDAEvent(DPCDAPaperEvent):
     def rdp(self) -> tuple[float, ...]:
         return _tight_curve(self)
 
+    def pld_epsilons(self, delta: float) -> tuple[float, float]:
+        """(ε_a, ε_b) at δ of the two cases' PLDs (``accounting_pld``)."""
+        return _pld_epsilons(self, float(delta))
+
+    def pld_epsilon(self, delta: float) -> float:
+        """The PLD's ε at δ: the larger of the two cases'."""
+        return max(self.pld_epsilons(delta))
+
+    def epsilon(self, delta: float) -> float:
+        # Both analyses are valid for the same release: report the smaller (the RDP one wins
+        # only where a mixture's loss passes the PLD's MAX_LOSS and the PLD gives up).
+        return min(self.pld_epsilon(delta), epsilon_from_rdp(self.rdp(), delta=delta))
+
+    def cost(self, delta: float) -> Cost:
+        # The RDP curve stays on the cost: the ledger charges (ε, δ) or the curve.
+        return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self.rdp())
+
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "accountant": "tight"}
+        return {**super().describe(), "accountant": "tight", "epsilon": "min(PLD, RDP)"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _pld_epsilons(event: DPCDAEvent, delta: float) -> tuple[float, float]:
+    # Events are immutable and hashable: calibration, preview and admission ask again.
+    from dpcore.mechanisms.dpcda import accounting_pld
+
+    return accounting_pld.epsilons(
+        event.sampling_prob,
+        event.noise_multiplier,
+        event.mixtures_per_class,
+        event.n_classes,
+        delta,
+    )
 
 
 @functools.lru_cache(maxsize=512)
