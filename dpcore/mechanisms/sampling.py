@@ -38,3 +38,22 @@ def uniform_subsets(
             out[bad] = torch.randint(0, n, (bad.numel(), size), generator=generator, device=device)
     keys = torch.rand((count, n), generator=generator, device=device, dtype=torch.float64)
     return keys.topk(size, dim=1, largest=False).indices
+
+
+def floyd_subsets(
+    n: int, size: int, count: int, *, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """``count`` independent uniform subsets of ``size`` distinct indices from range(n), by
+    Floyd's algorithm (Bentley & Floyd, CACM 1987): for j = n − size, …, n − 1 draw t uniform
+    in [0, j] and add t, or j when t is already in. Exactly ``size`` draws per subset and
+    O(count·size²) work, neither depending on n: where n is private (a class size) the run
+    time and the randomness consumed do not reveal it (``uniform_subsets`` redraws and sorts
+    by n)."""
+    if not 1 <= size <= n:
+        raise ValueError(f"subset size must be in [1, {n}], got {size}")
+    out = torch.empty((count, size), dtype=torch.int64, device=device)
+    for i, j in enumerate(range(n - size, n)):
+        t = torch.randint(0, j + 1, (count,), generator=generator, device=device)
+        taken = (out[:, :i] == t[:, None]).any(dim=1)
+        out[:, i] = torch.where(taken, torch.full_like(t, j), t)
+    return out

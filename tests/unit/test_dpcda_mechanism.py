@@ -209,3 +209,52 @@ def test_generator_refuses_negative_features_when_promised_nonnegative() -> None
                 generator=torch.Generator().manual_seed(0),
             )
         )
+
+
+# --- run time and progress by public sizes only ------------------------------------------------
+
+
+def _trace(labels: list[int], ell: int = 3, T: int = 27000) -> tuple[list, bytes]:  # type: ignore[type-arg]
+    """Chunk shapes the runner would count as progress, and the generator state after."""
+    n = len(labels)
+    generator = torch.Generator().manual_seed(11)
+    shapes = [
+        (tuple(x.shape), tuple(y.shape))
+        for x, y in generate(
+            torch.rand((n, 4), generator=torch.Generator().manual_seed(1)),
+            torch.tensor(labels),
+            n_classes=3,
+            mixture_degree=ell,
+            n_samples=T,
+            sigma=0.5,
+            clip_norm=1.0,
+            nonnegative=True,
+            generator=generator,
+        )
+    ]
+    return shapes, bytes(generator.get_state().numpy())
+
+
+def test_work_and_progress_do_not_depend_on_class_sizes() -> None:
+    """Same n, K, ℓ, T; class sizes 5/5/90 against 40/30/30 (and rejection-prone tiny
+    classes): the same chunks in the same order, and exactly the same randomness consumed
+    (the generator ends in the same state), so neither progress nor run time tells them
+    apart. The previous sampler (rejection, sorting by class size) failed this."""
+    small = [0] * 5 + [1] * 5 + [2] * 90
+    even = [0] * 40 + [1] * 30 + [2] * 30
+    tight = [0] * 3 + [1] * 3 + [2] * 94
+    assert _trace(small) == _trace(even) == _trace(tight)
+    assert len(_trace(small)[0]) > 3  # several chunks per class were compared
+
+
+def test_floyd_subsets_are_uniform_and_distinct() -> None:
+    from dpcore.mechanisms.sampling import floyd_subsets
+
+    out = floyd_subsets(7, 3, 70_000, generator=torch.Generator().manual_seed(2), device=None)  # type: ignore[arg-type]
+    assert all(len(set(row)) == 3 for row in out.tolist()[:5000])
+    seen = [tuple(sorted(row)) for row in out.tolist()]
+    _, counts = np.unique(seen, axis=0, return_counts=True)
+    assert len(counts) == 35
+    assert stats.chisquare(counts).pvalue > 1e-4
+    with pytest.raises(ValueError, match="subset size"):
+        floyd_subsets(2, 3, 1, generator=torch.Generator(), device=None)  # type: ignore[arg-type]

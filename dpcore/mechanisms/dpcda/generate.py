@@ -9,13 +9,14 @@ label is its class (exact): it depends on the public class index only.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import torch
 
 from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
+from dpcore.mechanisms.sampling import chunk_size, floyd_subsets
 
 
 def per_class(n_samples: int, n_classes: int) -> int:
@@ -52,15 +53,22 @@ def generate(
         raise ValueError("non-negative features were promised, a negative one was found")
     device, dtype = features.device, features.dtype
     rows = per_class(n_samples, n_classes)
+    # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
+    # never on a class's size: the class's members are a slice of one sort of all labels,
+    # chunks are sized by n, and Floyd's sampler makes ℓ draws per mixture whatever the class
+    # size. Run time and progress then tell nothing of the private class counts.
+    order = torch.argsort(labels, stable=True)
+    counts = torch.bincount(labels, minlength=n_classes).tolist()
+    starts = [0, *itertools.accumulate(counts)]
+    step = chunk_size(mixture_degree=mixture_degree, dim=features.shape[1], n=labels.shape[0])
     for c in range(n_classes):
-        members = torch.nonzero(labels == c).flatten()
-        if members.numel() < mixture_degree:
+        members = order[starts[c] : starts[c + 1]]
+        if counts[c] < mixture_degree:
             raise ValueError(f"class {c} has fewer records than mixture_degree={mixture_degree}")
-        step = chunk_size(mixture_degree=mixture_degree, dim=features.shape[1], n=members.numel())
         for start in range(0, rows, step):
             count = min(step, rows - start)
-            local = uniform_subsets(
-                members.numel(), mixture_degree, count, generator=generator, device=device
+            local = floyd_subsets(
+                counts[c], mixture_degree, count, generator=generator, device=device
             )
             mixed = features[members[local]].mean(dim=1)
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
