@@ -44,6 +44,18 @@ _KEYS = (
     ),
     Key.of(
         DPCDAParams,
+        "class_sizes",
+        help="declared: m assumed of both neighbours (checked on the data); dp: noisy counts "
+        "(count_noise) give DP lower bounds, charged, failure probability added to δ",
+    ),
+    Key.of(DPCDAParams, "count_noise", help="dp class sizes: noise std of each class count"),
+    Key.of(
+        DPCDAParams,
+        "class_size_failure_prob",
+        help="dp class sizes: β, the chance a DP lower bound is wrong (δ grows by (1 + e^ε)β)",
+    ),
+    Key.of(
+        DPCDAParams,
         "stats_noise",
         help="noise std of DP-estimated standardisation "
         "statistics, composed in (default: none, statistics declared public)",
@@ -84,10 +96,11 @@ def _check(params: DPCDAParams, facts: PublicFacts) -> None:
             f"min_class_size {params.min_class_size} must be at least mixture_degree "
             f"{params.mixture_degree}"
         )
-    if facts.class_counts is None:
+    if params.class_sizes == "declared" and facts.class_counts is None:
         raise InvalidParams("this dataset predates class counts; upload it again to use dpcda")
-    # Only the owner can ask, so this check on private counts answers nobody else.
-    if params.min_class_size > min(facts.class_counts):
+    # Only the owner can ask, so this check on private counts answers nobody else; it is the
+    # neighbour restriction of class_sizes 'declared' ('dp' reads no private count here).
+    if params.class_sizes == "declared" and params.min_class_size > min(facts.class_counts or ()):
         raise InvalidParams(
             f"min_class_size {params.min_class_size} is not a lower bound of every class's "
             "size in this dataset; declare a smaller one"

@@ -349,8 +349,33 @@ def _with_statistics(event: DPCDAPaperEvent, keys: Mapping[str, Any]) -> Event:
 
 
 def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
+    if (keys.get("class_sizes") or "declared") != "declared":
+        raise ValueError("the paper accountant analyses class_sizes 'declared' only")
     return _with_statistics(DPCDAPaperEvent(*_args(sigma, keys)), keys)
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
-    return _with_statistics(DPCDAEvent(*_args(sigma, keys)), keys)
+    event = DPCDAEvent(*_args(sigma, keys))
+    if (keys.get("class_sizes") or "declared") == "declared":
+        if keys.get("count_noise") is not None:
+            raise ValueError("count_noise goes with class_sizes 'dp' (and is required there)")
+        return _with_statistics(event, keys)
+    # DP class sizes: one event composes the statistics, the counts and the mixing
+    # (``accounting_counts``).
+    from dpcore.mechanisms.dpcda.accounting_counts import DPCountsMixing
+
+    if keys.get("count_noise") is None:
+        raise ValueError("class_sizes 'dp' needs count_noise")
+    stats = _with_statistics(event, keys)
+    stats_noise = stats_sensitivity = None
+    if isinstance(stats, ComposedEvent):
+        step = stats.steps[0]
+        assert isinstance(step, GaussianQuery)
+        stats_noise, stats_sensitivity = step.scale.sigma, step.scale.sensitivity
+    return DPCountsMixing(
+        *_args(sigma, keys),
+        count_noise=float(keys["count_noise"]),
+        failure_prob=float(keys.get("class_size_failure_prob") or 1e-9),
+        stats_noise=stats_noise,
+        stats_sensitivity=stats_sensitivity,
+    )

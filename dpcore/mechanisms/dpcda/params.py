@@ -31,6 +31,17 @@ _DPCDA_RULES: dict[str, Any] = {
         },
         {
             "if": {
+                "properties": {"class_sizes": {"const": "dp"}},
+                "required": ["class_sizes"],
+            },
+            "then": {
+                "required": ["count_noise"],
+                "properties": {"count_noise": {"type": "number"}},
+            },
+            "else": {"properties": {"count_noise": {"type": "null"}}},
+        },
+        {
+            "if": {
                 "properties": {"standardization": {"const": "dp"}},
                 "required": ["standardization"],
             },
@@ -52,8 +63,31 @@ class DPCDAParams(BaseModel):
     clip_norm: float = Field(default=1.0, gt=0, description="C: L2 clip of every record")
     min_class_size: int = Field(
         ge=1,
-        description="m: a public lower bound on every class's size, declared by the owner "
-        "(checked against the data; the accountant's sampling ratio is ℓ/m)",
+        description="m: a public lower bound on every class's size, declared by the owner; "
+        "the accountant's sampling ratio is ℓ/m. With class_sizes 'declared' it is checked "
+        "against the private counts and the guarantee covers only datasets whose classes all "
+        "have ≥ m records; with 'dp' the job checks it against DP lower bounds instead",
+    )
+    class_sizes: Literal["declared", "dp"] = Field(
+        default="declared",
+        description="declared: min_class_size is assumed of both neighbours (a restriction "
+        "of the neighbour relation) and checked against the private counts; dp: noisy "
+        "per-class counts (noise count_noise, charged) give lower bounds that hold with "
+        "probability ≥ 1 − class_size_failure_prob (added to δ); if one falls below "
+        "min_class_size the mixtures are replaced by noise alone. Valid for all datasets",
+    )
+    count_noise: float | None = Field(
+        default=None,
+        gt=0,
+        description="dp class sizes: noise std on each class count (replace-one moves two "
+        "counts by 1: μ = √2/count_noise)",
+    )
+    class_size_failure_prob: float = Field(
+        default=1e-9,
+        gt=0,
+        le=1e-3,
+        description="dp class sizes: probability that some DP lower bound exceeds its class "
+        "size (added to δ, with a factor 1 + e^ε)",
     )
     standardization: Literal["unit_range", "declared", "dp"] = Field(
         default="unit_range",
@@ -83,4 +117,6 @@ class DPCDAParams(BaseModel):
             raise ValueError("feature_std must be positive numbers")
         if (self.standardization == "dp") != (self.stats_noise is not None):
             raise ValueError("stats_noise goes with standardization 'dp' (and is required there)")
+        if (self.class_sizes == "dp") != (self.count_noise is not None):
+            raise ValueError("count_noise goes with class_sizes 'dp' (and is required there)")
         return self

@@ -3,15 +3,22 @@ mixtures."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from dpcore.mechanisms.dpcda.accounting import nonnegative_features, statistics_step
+from dpcore.mechanisms.dpcda.accounting import (
+    mixture_sensitivity,
+    nonnegative_features,
+    statistics_step,
+)
+from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
 from dpcore.mechanisms.dpcda.generate import generate, per_class
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.sampling import chunk_size
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import clip_rows_l2, scale_to_unit, standardise
 
@@ -71,30 +78,99 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
     )
     k = len(data.classes)
     counts = np.bincount(data.labels, minlength=k)
-    if counts.min() < params.min_class_size:
-        raise ValueError("a class is smaller than the declared min_class_size")
+    class_sizes: dict[str, Any]
+    if params.class_sizes == "declared":
+        if counts.min() < params.min_class_size:
+            raise ValueError("a class is smaller than the declared min_class_size")
+        mix = True
+        class_sizes = {"class_sizes": DECLARED_RESTRICTION.format(m=params.min_class_size)}
+    else:
+        mix, class_sizes = _dp_class_sizes(params, counts, ctx)
+    nonnegative = nonnegative_features(mode)
+    rows = per_class(params.n_samples, k)
+    sigma = ctx.sigma("features")
+    chunks = (
+        generate(
+            features,
+            torch.as_tensor(data.labels, device=ctx.device),
+            n_classes=k,
+            mixture_degree=params.mixture_degree,
+            n_samples=params.n_samples,
+            sigma=sigma,
+            clip_norm=params.clip_norm,
+            nonnegative=nonnegative,
+            generator=ctx.generator,
+            noise=ctx.sampler,
+        )
+        if mix
+        else _noise_only(features, k, rows, sigma, params, nonnegative, ctx)
+    )
     return ReleaseOutput(
         preprocessing={
             "features": _FEATURES[mode] + f", clip rows to L2 norm <= {params.clip_norm}",
             "labels": "each mixture's class, exact (a function of the public class index)",
             "statistics": _STATISTICS[mode],
             **({"dp_statistics": published} if published else {}),
+            **class_sizes,
         },
-        rows=k * per_class(params.n_samples, k),
+        rows=k * rows,
         feature_names=list(data.feature_names),
-        chunks=generate(
-            features,
-            torch.as_tensor(data.labels, device=ctx.device),
-            n_classes=k,
-            mixture_degree=params.mixture_degree,
-            n_samples=params.n_samples,
-            sigma=ctx.sigma("features"),
-            clip_norm=params.clip_norm,
-            nonnegative=nonnegative_features(mode),
-            generator=ctx.generator,
-            noise=ctx.sampler,
-        ),
+        chunks=chunks,
     )
+
+
+DECLARED_RESTRICTION = (
+    "declared: the guarantee holds over datasets whose classes all have at least {m} "
+    "records (min_class_size, checked against the private counts), in both neighbours"
+)
+
+
+def _dp_class_sizes(
+    params: DPCDAParams, counts: np.ndarray, ctx: RunContext
+) -> tuple[bool, dict[str, Any]]:
+    """Noisy counts and their lower bounds (``accounting_counts``); mix only when every
+    bound reaches min_class_size. The decision reads the noisy counts only — except that a
+    class too small to hold a mixture never mixes, which can differ only in the failure event
+    the accountant charges β for."""
+    assert params.count_noise is not None
+    exact = torch.as_tensor(counts.astype(np.float64))[None, :]
+    noisy = ctx.sampler(exact, sigma=ctx.sigma("counts"), sensitivity=COUNT_SENSITIVITY).numpy()[0]
+    bounds = lower_bounds(noisy, params.count_noise, params.class_size_failure_prob)
+    mix = bool(bounds.min() >= params.min_class_size) and bool(
+        counts.min() >= params.mixture_degree
+    )
+    return mix, {
+        "class_sizes": "dp: noisy per-class counts (charged with the release) give lower "
+        "bounds, all correct with probability >= 1 - class_size_failure_prob; mixtures "
+        "only when every bound reaches min_class_size, else rows of noise alone",
+        "dp_class_counts": noisy.tolist(),
+        "dp_class_size_lower_bounds": bounds.tolist(),
+        "mixed": mix,
+    }
+
+
+def _noise_only(
+    features: torch.Tensor,
+    k: int,
+    rows: int,
+    sigma: float,
+    params: DPCDAParams,
+    nonnegative: bool,
+    ctx: RunContext,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """⊥: the release's shapes and noise with no record in them (a DP lower bound fell
+    below min_class_size)."""
+    sensitivity = mixture_sensitivity(
+        clip_norm=params.clip_norm, mixture_degree=params.mixture_degree, nonnegative=nonnegative
+    )
+    step = chunk_size(mixture_degree=1, dim=features.shape[1], n=features.shape[0])
+    for c in range(k):
+        for start in range(0, rows, step):
+            count = min(step, rows - start)
+            zeros = torch.zeros((count, features.shape[1]), device=ctx.device, dtype=features.dtype)
+            onehot = torch.zeros((count, k), device=ctx.device, dtype=features.dtype)
+            onehot[:, c] = 1
+            yield ctx.sampler(zeros, sigma=sigma, sensitivity=sensitivity), onehot
 
 
 def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:
