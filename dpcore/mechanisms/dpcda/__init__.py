@@ -167,6 +167,35 @@ SPEC = MechanismSpec(
                     "min_class_size": 800,
                 },
             ),
+            # The MNIST sweet spot (smallest class 892): PLD of both cases.
+            BenchCase(
+                "tight",
+                1.0,
+                1e-5,
+                {
+                    "n": 10_000,
+                    "mixture_degree": 64,
+                    "n_samples": 10_000,
+                    "clip_norm": 1.0,
+                    "n_classes": 10,
+                    "min_class_size": 892,
+                },
+            ),
+            BenchCase(
+                "tight",
+                1.0,
+                1e-5,
+                {
+                    "n": 10_000,
+                    "mixture_degree": 64,
+                    "n_samples": 10_000,
+                    "clip_norm": 1.0,
+                    "n_classes": 10,
+                    "min_class_size": 750,
+                    "class_sizes": "dp",
+                    "count_noise": 20.0,
+                },
+            ),
         ),
     ),
 )

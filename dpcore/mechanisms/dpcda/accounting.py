@@ -372,8 +372,16 @@ def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
         step = stats.steps[0]
         assert isinstance(step, GaussianQuery)
         stats_noise, stats_sensitivity = step.scale.sigma, step.scale.sensitivity
+    n, ell, t, clip, k, m, noise, nonnegative = _args(sigma, keys)
     return DPCountsMixing(
-        *_args(sigma, keys),
+        n,
+        ell,
+        t,
+        clip,
+        k,
+        m,
+        noise,
+        nonnegative,
         count_noise=float(keys["count_noise"]),
         failure_prob=float(keys.get("class_size_failure_prob") or 1e-9),
         stats_noise=stats_noise,
