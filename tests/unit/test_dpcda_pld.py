@@ -261,3 +261,27 @@ def test_calibration_never_overshoots_and_is_fast(target: float) -> None:
     assert event.epsilon(DELTA) <= target
     assert TIGHT.at_sigma(event.sigma * (1 - 1e-5), keys).epsilon(DELTA) > target  # type: ignore[attr-defined]
     assert elapsed < 10.0
+
+
+def test_dp_statistics_compose_into_each_case_by_pld() -> None:
+    """standardization 'dp' (declared class sizes): each case's PLD composed with the
+    statistics' Gaussian — here dp_accounting's own Gaussian PLD — and the max taken; never
+    worse than the composed RDP curve, which stays on the cost."""
+    keys = {**MNIST, "standardization": "dp", "stats_noise": 50.0, "d_x": 784}
+    event = TIGHT.at_sigma(0.4, keys)
+    mixing = TIGHT.at_sigma(0.4, {**MNIST, "standardization": "declared"})
+    assert isinstance(mixing, DPCDAEvent)
+    p, z, T = mixing.sampling_prob, mixing.noise_multiplier, mixing.mixtures_per_class
+    h = pld.default_interval(p, z, pld.tail_level(DELTA, T))
+    gauss = pldm.from_gaussian_mechanism(
+        50.0 / math.sqrt(2 * 784), value_discretization_interval=h, use_connect_dots=True
+    )
+    expected = max(
+        float(accounting_pld.stay_pld(p, z, T, DELTA).compose(gauss).get_epsilon_for_delta(DELTA)),
+        float(accounting_pld.move_pld(p, z, T, DELTA).compose(gauss).get_epsilon_for_delta(DELTA)),
+    )
+    assert event.epsilon(DELTA) == pytest.approx(expected, rel=1e-6)
+    rdp = epsilon_from_rdp(event.rdp(), delta=DELTA)  # type: ignore[attr-defined]
+    assert event.epsilon(DELTA) < rdp
+    assert event.cost(DELTA).rdp == event.rdp()  # type: ignore[attr-defined]
+    assert event.epsilon(DELTA) > mixing.epsilon(DELTA)

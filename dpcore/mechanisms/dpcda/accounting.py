@@ -345,7 +345,40 @@ def _with_statistics(event: DPCDAPaperEvent, keys: Mapping[str, Any]) -> Event:
     if keys.get("d_x") is None:
         raise ValueError("DP statistics (stats_noise) need d_x, the feature dimension")
     step = statistics_step(stats_noise=keys["stats_noise"], n_features=keys["d_x"])
+    if isinstance(event, DPCDAEvent):
+        return DPCDAAfterStatistics((step, event), calibrated="features")
     return ComposedEvent((step, event), calibrated="features")
+
+
+@dataclass(frozen=True)
+class DPCDAAfterStatistics(ComposedEvent):
+    """DP statistics, then the mixing (``tight``): ε = min(PLD of each case composed with
+    the statistics' Gaussian, the composed RDP curve); the cost keeps the curve."""
+
+    def epsilon(self, delta: float) -> float:
+        return _after_statistics_epsilon(self, float(delta))
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self.rdp())
+
+
+@functools.lru_cache(maxsize=256)
+def _after_statistics_epsilon(event: DPCDAAfterStatistics, delta: float) -> float:
+    from dpcore.mechanisms.dpcda import accounting_pld
+
+    step, mixing = event.steps
+    assert isinstance(step, GaussianQuery) and isinstance(mixing, DPCDAEvent)
+    pld = max(
+        accounting_pld.epsilons_after_gaussian(
+            mixing.sampling_prob,
+            mixing.noise_multiplier,
+            mixing.mixtures_per_class,
+            mixing.n_classes,
+            step.mu,
+            delta,
+        )
+    )
+    return min(pld, epsilon_from_rdp(event.rdp(), delta=delta))
 
 
 def paper(sigma: float, keys: Mapping[str, Any]) -> Event:

@@ -46,6 +46,7 @@ from dpcore.accounting.pld import (
     composed_pld,
     convolve,
     default_interval,
+    mixture_pmf,
     poisson_pmf,
     reverse,
     tail_level,
@@ -95,4 +96,28 @@ def epsilons(
     if n_classes == 1:
         return eps_a, 0.0
     move = move_pld(sampling_prob, noise_multiplier, per_class, delta)
+    return eps_a, float(move.get_epsilon_for_delta(delta))
+
+
+def epsilons_after_gaussian(
+    sampling_prob: float,
+    noise_multiplier: float,
+    per_class: int,
+    n_classes: int,
+    mu: float,
+    delta: float,
+) -> tuple[float, float]:
+    """(ε_a, ε_b) at δ when a μ-GDP Gaussian step (DP standardisation statistics) runs
+    first: each case's PLD composed with the Gaussian pair's (adaptive composition: the
+    mixing's dominating pair does not depend on the statistics released)."""
+    T = _checked(per_class, delta)
+    tail = tail_level(delta, T)
+    h = default_interval(sampling_prob, noise_multiplier, tail)
+    # The Gaussian pair is the WOR pair at p = 1 (no atom), on the cases' grid.
+    gauss = mixture_pmf(1.0, 1.0 / mu, h, tail).pld()
+    stay = stay_pld(sampling_prob, noise_multiplier, T, delta).compose(gauss)
+    eps_a = float(stay.get_epsilon_for_delta(delta))
+    if n_classes == 1:
+        return eps_a, 0.0
+    move = move_pld(sampling_prob, noise_multiplier, T, delta).compose(gauss)
     return eps_a, float(move.get_epsilon_for_delta(delta))
