@@ -274,13 +274,17 @@ def _pld_epsilons(event: DPCDAEvent, delta: float) -> tuple[float, float]:
     # Events are immutable and hashable: calibration, preview and admission ask again.
     from dpcore.mechanisms.dpcda import accounting_pld
 
-    return accounting_pld.epsilons(
-        event.sampling_prob,
-        event.noise_multiplier,
-        event.mixtures_per_class,
-        event.n_classes,
-        delta,
-    )
+    with np.errstate(all="ignore"):
+        eps = accounting_pld.epsilons(
+            event.sampling_prob,
+            event.noise_multiplier,
+            event.mixtures_per_class,
+            event.n_classes,
+            delta,
+        )
+    # Extreme noise multipliers (a loss grid that cannot be built) give no PLD bound: inf,
+    # so the RDP one is reported.
+    return tuple(e if e == e else math.inf for e in eps)  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=512)
@@ -378,6 +382,7 @@ def _after_statistics_epsilon(event: DPCDAAfterStatistics, delta: float) -> floa
             delta,
         )
     )
+    pld = pld if pld == pld else math.inf  # NaN (extreme noise): no PLD bound
     return min(pld, epsilon_from_rdp(event.rdp(), delta=delta))
 
 

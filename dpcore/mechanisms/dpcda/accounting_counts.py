@@ -175,11 +175,16 @@ def _epsilon(event: DPCountsMixing, delta: float) -> float:
     p, z, T = mixing.sampling_prob, mixing.noise_multiplier, event.mixing_steps
     tail = tail_level(delta, T)
     h = default_interval(p, z, tail)
-    composed = compose(mixture_pmf(p, z, h, tail), T).compose(
+    mixing_pld = compose(mixture_pmf(p, z, h, tail), T)
+    if mixing_pld.get_delta_for_epsilon(1e300) >= 1.0:
+        return math.inf  # all mass at +∞ (a mixture's loss past MAX_LOSS): no finite ε
+    composed = mixing_pld.compose(
         # The Gaussian pair is the WOR pair at p = 1 (no atom): exact up to the grid.
         mixture_pmf(1.0, 1.0 / event.gaussian_mu, h, tail).pld()
     )
     cap = float(composed.get_epsilon_for_delta(delta / 2))
+    if cap != cap:
+        return math.inf  # extreme noise: no PLD bound (NaN)
     spent = (1 + math.exp(min(cap, 700.0))) * event.failure_prob
     if not spent <= delta / 2:
         return math.inf  # β is too large for this δ: no finite ε by this argument

@@ -37,6 +37,7 @@ precise FFT ``compose`` of ``dpcore.accounting.pld``; every step only moves the 
 from __future__ import annotations
 
 import functools
+import math
 import operator
 
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
@@ -99,6 +100,12 @@ def epsilons(
     return eps_a, float(move.get_epsilon_for_delta(delta))
 
 
+def _degenerate(pld: PrivacyLossDistribution) -> bool:
+    """All mass at +∞ (one mixture's loss past MAX_LOSS): no finite ε, and dp_accounting's
+    composition cannot take the empty PMF."""
+    return pld.get_delta_for_epsilon(1e300) >= 1.0
+
+
 def epsilons_after_gaussian(
     sampling_prob: float,
     noise_multiplier: float,
@@ -115,6 +122,8 @@ def epsilons_after_gaussian(
     h = default_interval(sampling_prob, noise_multiplier, tail)
     # The Gaussian pair is the WOR pair at p = 1 (no atom), on the cases' grid.
     gauss = mixture_pmf(1.0, 1.0 / mu, h, tail).pld()
+    if _degenerate(stay_pld(sampling_prob, noise_multiplier, T, delta)):
+        return math.inf, math.inf
     stay = stay_pld(sampling_prob, noise_multiplier, T, delta).compose(gauss)
     eps_a = float(stay.get_epsilon_for_delta(delta))
     if n_classes == 1:
