@@ -82,9 +82,12 @@ class DatasetMetadata(BaseModel):
 class BudgetStatus(BaseModel):
     epsilon: float
     delta: float
-    spent: float = Field(description="ε of committed releases, composed at the budget's δ")
-    reserved: float = Field(description="ε of committed and in-flight releases, composed")
+    spent: float = Field(description="ε of committed releases under the ledger's filter")
+    reserved: float = Field(description="ε of committed and in-flight releases, filter")
     remaining: float = Field(description="budget ε minus the reserved total, rounded down")
+    delta_spent: float = Field(description="δ of committed releases under the filter")
+    delta_reserved: float = Field(description="δ of committed and in-flight releases")
+    delta_remaining: float = Field(description="budget δ minus the reserved δ, rounded down")
 
 
 class DatasetOut(BaseModel):

@@ -21,7 +21,7 @@ from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
 from service.errors import BudgetExceeded, InvalidInput, NotFound
-from service.models import Dataset, Principal, Release
+from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases.mechanisms import facts
@@ -83,6 +83,23 @@ def accountant_keys(
     return spec.accountant_keys(accountant, request.params, facts(dataset, settings), asked)
 
 
+# Relative margin below the budget's δ of a default δ share, so that shares whose ε add up to
+# the budget have δ's whose floating-point sum does not pass it.
+_SHARE_MARGIN = 1e-9
+
+
+def default_delta(budget: DatasetBudget, epsilon: float, delta_left: float) -> float:
+    """A release's δ when the request gives none: the budget's δ in proportion to the ε share
+    it asks for (δ·min(1, ε/ε_budget)), so releases whose ε add up to the budget also fit its
+    δ under the ledger's filter, where the δ's of ``basic`` charges add up — and one release
+    of the whole budget gets the whole δ. Capped at the δ left when some is left."""
+    share = min(1.0, epsilon / budget.epsilon)
+    delta = budget.delta if share >= 1 else budget.delta * share * (1 - _SHARE_MARGIN)
+    if 0 < delta_left < delta:
+        delta = delta_left
+    return delta
+
+
 def plan(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> Plan:
@@ -92,11 +109,11 @@ def plan(
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
-    delta = request.delta if request.delta is not None else budget.delta
-    if delta > budget.delta:
+    if request.delta is not None and request.delta > budget.delta:
         raise InvalidInput(
-            f"delta {delta:g} is larger than the dataset's budget delta {budget.delta:g}"
+            f"delta {request.delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
+    delta_left = ledger.spend_of(session, dataset_id=dataset.id).delta_left
     spec = registry.get(request.mechanism)
     try:
         spec.check(request.params, facts(dataset, settings))
@@ -111,10 +128,14 @@ def plan(
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
+            delta = request.delta or default_delta(budget, request.epsilon, delta_left)
             event = accountant.calibrate(target, delta, keys)
         else:
             assert request.noise is not None
             event = accountant.at_sigma(request.noise.sigma_x, keys)
+            delta = request.delta or default_delta(
+                budget, event.epsilon(min(budget.delta, delta_left or budget.delta)), delta_left
+            )
         cost = event.cost(delta)
     except (CalibrationError, InvalidParams, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
@@ -153,7 +174,15 @@ def preview(
         params=p.params,
         accountant=request.accountant,
         noise=p.noise,
-        charge=p.charge,
+        charge=p.charge.model_copy(
+            update={
+                "charged_as": budget["charged_as"],
+                "consumed_epsilon": None
+                if budget["total_after"] is None
+                else max(0.0, budget["total_after"] - budget["reserved"]),
+                "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
+            }
+        ),
         budget=budget,  # type: ignore[arg-type]
     )
 
@@ -293,6 +322,21 @@ def _owner_of(release: Release) -> str:
 HIDDEN_ERROR = "failed"
 
 
+def _charge(release: Release) -> Charge:
+    entry = release.ledger_entry
+    if entry is None:
+        return Charge(epsilon=release.epsilon, delta=release.delta)
+    return Charge(
+        epsilon=release.epsilon,
+        delta=release.delta,
+        charged_as=entry.charged_as,
+        consumed_epsilon=entry.epsilon
+        if entry.consumed_epsilon is None
+        else entry.consumed_epsilon,
+        consumed_delta=entry.delta if entry.consumed_delta is None else entry.consumed_delta,
+    )
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Analysts see that a release failed, not why: error text may quote the raw data."""
     artifact = None
@@ -327,7 +371,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         progress=release.progress,
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
-        charge=Charge(epsilon=release.epsilon, delta=release.delta),
+        charge=_charge(release),
         error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
