@@ -226,7 +226,7 @@ def create(
     )
     charge = {"epsilon": p.cost.epsilon, "delta": p.cost.delta}
     try:
-        ledger.admit(
+        entry = ledger.admit(
             session,
             dataset_id=p.dataset.id,
             release_id=release.id,
@@ -256,7 +256,12 @@ def create(
             "mechanism": request.mechanism,
             "accountant": request.accountant,
             "format": request.format,
-            "reserved": charge,
+            "reserved": {
+                **charge,
+                "charged_as": entry.charged_as,
+                "consumed_epsilon": entry.consumed_epsilon,
+                "consumed_delta": entry.consumed_delta,
+            },
         },
     )
     release_id = release.id

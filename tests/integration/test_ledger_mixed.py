@@ -36,9 +36,10 @@ def test_mixed_entries_compose_like_dpcore(harness: Harness) -> None:
     ds = h.upload(owner, npz_bytes(*toy_dataset()), budget={"epsilon": 6.0, "delta": 1e-5}).json()
     rdp_event = DPMixEvent(200, 8, 300, 0.8, 0.8)
     costs = [
-        rdp_event.cost(1e-6),
+        # Own ε at a tiny δ: its curve in the Rényi group (holding the δ left) costs less.
+        rdp_event.cost(1e-12),
         Cost(epsilon=gdp.epsilon_of(0.4, 1e-6), delta=1e-6, mu=0.4),
-        Cost(epsilon=0.5, delta=1e-6),
+        Cost(epsilon=0.5, delta=0.0),  # pure DP: a basic charge with no δ
     ]
     with h.runtime.session_factory() as session, session.begin():
         for cost in costs:
@@ -58,7 +59,8 @@ def test_mixed_entries_compose_like_dpcore(harness: Harness) -> None:
         charge, state = state.choose(cost.epsilon, cost.delta, cost.rdp)
         modes.append(charge.mode)
     got = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
-    assert [e["charged_as"] for e in got["entries"]] == modes
+    assert [e["charged_as"] for e in got["entries"]] == modes == ["renyi", "renyi", "basic"]
+    assert got["reserved"] < sum(c.epsilon for c in costs)  # the group beats adding up
     assert got["reserved"] == pytest.approx(state.epsilon, rel=2e-9)
     assert got["reserved"] >= state.epsilon  # rounded against the user
     assert got["delta_reserved"] == pytest.approx(state.delta, rel=1e-12)
