@@ -147,7 +147,7 @@ def _b_riemann(alpha: int, q: float, d: float) -> float:
 def rdp_curve(q: float, delta_norm: float, T: int) -> tuple[float, ...]:
     """T·D_α(P*‖Q*) on ``ORDERS`` (derivation, 4 and the RDP paragraph)."""
     integer_orders = sorted({int(a) for a in ORDERS if a >= 2} | {math.ceil(a) for a in ORDERS})
-    log_moment = {1: 0.0}
+    log_moment: dict[int, float] = {1: 0.0}
     for alpha in integer_orders:
         log_moment[alpha] = _integer_order_log_moment(alpha, q, delta_norm)
     curve = []
