@@ -151,14 +151,14 @@ def rdp_curve(q: float, delta_norm: float, T: int) -> tuple[float, ...]:
     for alpha in integer_orders:
         log_moment[alpha] = _integer_order_log_moment(alpha, q, delta_norm)
     curve = []
-    for alpha in ORDERS:
-        lo, hi = math.floor(alpha), math.ceil(alpha)
+    for order in ORDERS:
+        lo, hi = math.floor(order), math.ceil(order)
         if lo == hi:
             value = log_moment[lo]
         else:  # (α − 1)D_α is convex: the chord between lo and hi lies above it.
-            w = alpha - lo
+            w = order - lo
             value = (1 - w) * log_moment[lo] + w * log_moment[hi]
-        curve.append(T * value / (alpha - 1))
+        curve.append(T * value / (order - 1))
     return tuple(curve)
 
 
