@@ -19,7 +19,6 @@ from dpcore.mechanisms.sgdrm.accounting import (
     SGDRMGaussianEvent,
     default_coefficient_bound,
     exceed_probability,
-    replace_one_epsilon,
 )
 
 TIGHT = registry.accountant("sgdrm", "tight")
@@ -43,9 +42,8 @@ def test_epsilon_is_a_verified_fixed_point_above_the_clipped_one() -> None:
     # The coupling can only cost more than clipping record i outright ...
     assert eps > clipped.epsilon(delta)
     # ... and what it reports satisfies ε ≥ ε_clip(δ − (1 + e^ε)τ).
-    q, z = 128 / 60000, 1.0 / (0.55 * RECORD_NORM)
-    assert replace_one_epsilon(q, z, 60000, delta - (1 + math.exp(eps)) * tau) <= eps
-    assert tau == pytest.approx(60000 * q * exceed_probability(0.55, 128))
+    assert clipped.epsilon(delta - (1 + math.exp(eps)) * tau) <= eps
+    assert tau == pytest.approx(60000 * (128 / 60000) * exceed_probability(0.55, 128))
 
 
 @pytest.mark.slow  # 4-7 s: kept out of make test-fast
