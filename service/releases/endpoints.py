@@ -160,7 +160,7 @@ def get_report(
 ) -> dict[str, Any]:
     release = service.get(session, principal=principal, release_id=release_id)
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
-    if release.report_dataset_id is None or principal.id != release.requested_by:
+    if release.report_dataset_id is None or not service.is_owner(release, principal):
         raise NotFound(f"release {release_id} has no report for you")
     if release.status == ReleaseStatus.cancelled:
         raise NotReady(

@@ -285,16 +285,21 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
     )
 
 
-def _owner_of(release: Release) -> str:
-    return release.requested_by
+def is_owner(release: Release, viewer: Principal) -> bool:
+    """Whether ``viewer`` owns the release's dataset. Only a dataset's owner may request its
+    releases (``plan`` reads the dataset with ``manage``), so the requester is that owner."""
+    return viewer.id == release.requested_by
 
 
-# What an analyst sees in place of a failed job's error text (which may quote the raw data).
+# What anyone but the owner sees in place of a failed job's error text (which may quote the
+# raw data: a parse error, a value in an exception).
 HIDDEN_ERROR = "failed"
 
 
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
-    """Analysts see that a release failed, not why: error text may quote the raw data."""
+    """Everyone but the dataset's owner (analysts and admins alike) sees that a release
+    failed, not why: the error text may quote the raw data."""
+    owner = is_owner(release, viewer)
     artifact = None
     if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
         artifact = Artifact(
@@ -328,7 +333,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=Charge(epsilon=release.epsilon, delta=release.delta),
-        error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
+        error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,
@@ -337,6 +342,6 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         artifact=artifact,
         artifacts=extras,
         report=f"/releases/{release.id}/report"
-        if release.report_dataset_id is not None and viewer.id == _owner_of(release)
+        if release.report_dataset_id is not None and owner
         else None,
     )
