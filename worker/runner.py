@@ -195,11 +195,13 @@ def _job_of(session: Any, release: Release) -> Job:
 
 
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
+    """The upload's metadata as the owner sent it: ``classes`` only if declared (the labels
+    found in an undeclared file are private, and parsing finds them again)."""
     return DatasetMetadata(
         name=dataset.name,
         label_column=dataset.label_column,
         feature_range=_range_from_json(dataset.feature_range),
-        classes=dataset.classes,
+        classes=dataset.classes if dataset.classes_declared else None,
         budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
     )
 
@@ -238,6 +240,13 @@ def _produce(runtime: Runtime, job: Job) -> None:
         # died doing it. Drawing again would only be refused at the first file; retry later
         # (it finishes from the store), and bounded attempts end it failed, still charged.
         raise TransientError("another attempt stored part of this release's files")
+    if job.metadata.classes is None:
+        # Admission refuses these; a release queued before it did fails here, before the raw
+        # data is read or anything drawn (refunded: nothing was claimed).
+        raise ClassesUndeclared(
+            "the dataset has no declared classes; a release would publish the labels found "
+            "in the private data"
+        )
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
@@ -379,6 +388,7 @@ def _write_release(
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
     _check_artifacts(output.artifacts)
+    classes = published_classes(parsed)
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     done = 0
     with ArtifactWriter(
@@ -386,7 +396,7 @@ def _write_release(
         path,
         rows=output.rows,
         feature_names=output.feature_names,
-        classes=parsed.classes,
+        classes=classes,
         metadata=meta,
         extra=output.extra,
     ) as writer:
@@ -411,6 +421,18 @@ def _write_release(
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
     return Written(meta, tuple(extras))
+
+
+class ClassesUndeclared(RuntimeError):
+    """A release of a dataset whose owner declared no label set."""
+
+
+def published_classes(parsed: ParsedDataset) -> list[Any]:
+    """The class names a release file carries (its label columns and metadata): the owner's
+    declared label set, never the labels found in the data."""
+    if not parsed.classes_declared:
+        raise ClassesUndeclared("label names come only from declared classes")
+    return list(parsed.classes)
 
 
 def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
@@ -518,7 +540,7 @@ def _release_metadata(
         "feature_names": list(parsed.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
-        "classes": list(parsed.classes),
+        "classes": published_classes(parsed),
         "noise_source": NOISE_SOURCES[job.noise_sampler],
         "sampling_source": "torch.Generator seeded with 63 bits from the OS CSPRNG",
         "device": device.type,

@@ -220,14 +220,30 @@ def make_router() -> APIRouter:
         methods=["POST"],
         status_code=status.HTTP_202_ACCEPTED,
         response_model=ReleaseOut,
-        responses=responses(401, 403, 404, 409, 422),
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="The budget would be exceeded (budget_exceeded), the dataset was deleted "
+            "(dataset_deleted) or declared no classes (classes_undeclared)",
+        ),
         summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
     )
     router.add_api_route(
         "/preview",
         body_of(preview_release),
         methods=["POST"],
-        responses=responses(401, 403, 404, 422),
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="The dataset was deleted (dataset_deleted) or declared no classes "
+            "(classes_undeclared)",
+        ),
         summary="What a release would cost and leave, without charging or storing anything",
     )
     router.add_api_route(

@@ -20,7 +20,7 @@ from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
-from service.errors import BudgetExceeded, InvalidInput, NotFound
+from service.errors import BudgetExceeded, ClassesUndeclared, InvalidInput, NotFound
 from service.models import Dataset, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
@@ -89,6 +89,7 @@ def plan(
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
     require_active(dataset)
+    require_declared_classes(dataset)
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
@@ -140,6 +141,21 @@ def plan(
         params=stored,
         sampler=request.noise_sampler,
     )
+
+
+def require_declared_classes(dataset: Dataset) -> None:
+    """Every served mechanism publishes labels: one column per class, named after it, in
+    every release file and its metadata, and the number of classes sizes its rows. Undeclared,
+    the classes are the labels found in the private data (a rare label is a record's value),
+    so such a dataset takes no release until it is uploaded again with ``classes``."""
+    if not dataset.classes_declared:
+        raise ClassesUndeclared(
+            f"dataset {dataset.id} has no declared classes: releases publish the label set "
+            "(column names, one-hot width), and the labels found in the file are private. "
+            "Upload it again with `classes` in the metadata listing every class (those absent "
+            "from the file too)",
+            detail={"dataset_id": dataset.id},
+        )
 
 
 def preview(
