@@ -47,6 +47,7 @@ from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
+from service.errors import ClassesUndeclared
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
@@ -366,6 +367,7 @@ def _write_release(
 ) -> Written:
     """Run the mechanism, stream its chunks into the artifact file and write its further
     files beside it; return the metadata and those files."""
+    classes = published_classes(parsed)  # before anything is drawn
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
@@ -388,7 +390,6 @@ def _write_release(
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
     _check_artifacts(output.artifacts)
-    classes = published_classes(parsed)
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     done = 0
     with ArtifactWriter(
@@ -421,10 +422,6 @@ def _write_release(
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
     return Written(meta, tuple(extras))
-
-
-class ClassesUndeclared(RuntimeError):
-    """A release of a dataset whose owner declared no label set."""
 
 
 def published_classes(parsed: ParsedDataset) -> list[Any]:

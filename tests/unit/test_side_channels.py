@@ -26,7 +26,10 @@ from torch.overrides import TorchFunctionMode
 
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.run import build, facts_of, noise_for
-from service.datasets.parsing import ParsedDataset
+from service.datasets.parsing import ParsedDataset, parse_dataset
+from service.datasets.schemas import DatasetMetadata
+from service.errors import ClassesUndeclared
+from worker.runner import published_classes
 
 N, D, K = 60, 4, 3
 
@@ -196,3 +199,20 @@ def test_the_trace_sees_work_sized_by_a_class() -> None:
         return events
 
     assert class_means(data) != class_means(data_prime)
+
+
+def test_release_files_take_label_names_from_declared_classes_only() -> None:
+    """The worker's one source of label names: the declaration (absent classes included);
+    labels merely found in a file are refused."""
+    content = b"f0,label\n0.1,a\n0.2,HIV-positive\n0.3,a\n"
+    meta = {"name": "t", "label_column": "label", "feature_range": [0, 1]}
+    meta["budget"] = {"epsilon": 1.0, "delta": 1e-5}
+
+    def parsed(**extra: Any) -> ParsedDataset:
+        metadata = DatasetMetadata.model_validate({**meta, **extra})
+        return parse_dataset(content=content, filename="d.csv", metadata=metadata, max_bytes=1000)
+
+    with pytest.raises(ClassesUndeclared):
+        published_classes(parsed())
+    declared = ["a", "HIV-positive", "b"]
+    assert published_classes(parsed(classes=declared)) == declared
