@@ -47,6 +47,7 @@ from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
+from service.errors import ClassesUndeclared
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
@@ -195,11 +196,13 @@ def _job_of(session: Any, release: Release) -> Job:
 
 
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
+    """The upload's metadata as the owner sent it: ``classes`` only if declared (the labels
+    found in an undeclared file are private, and parsing finds them again)."""
     return DatasetMetadata(
         name=dataset.name,
         label_column=dataset.label_column,
         feature_range=_range_from_json(dataset.feature_range),
-        classes=dataset.classes,
+        classes=dataset.classes if dataset.classes_declared else None,
         budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
     )
 
@@ -238,6 +241,13 @@ def _produce(runtime: Runtime, job: Job) -> None:
         # died doing it. Drawing again would only be refused at the first file; retry later
         # (it finishes from the store), and bounded attempts end it failed, still charged.
         raise TransientError("another attempt stored part of this release's files")
+    if job.metadata.classes is None:
+        # Admission refuses these; a release queued before it did fails here, before the raw
+        # data is read or anything drawn (refunded: nothing was claimed).
+        raise ClassesUndeclared(
+            "the dataset has no declared classes; a release would publish the labels found "
+            "in the private data"
+        )
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
@@ -357,6 +367,7 @@ def _write_release(
 ) -> Written:
     """Run the mechanism, stream its chunks into the artifact file and write its further
     files beside it; return the metadata and those files."""
+    classes = published_classes(parsed)  # before anything is drawn
     generator = torch.Generator(device=device)
     # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
     generator.manual_seed(secrets.randbits(63))
@@ -386,7 +397,7 @@ def _write_release(
         path,
         rows=output.rows,
         feature_names=output.feature_names,
-        classes=parsed.classes,
+        classes=classes,
         metadata=meta,
         extra=output.extra,
     ) as writer:
@@ -411,6 +422,14 @@ def _write_release(
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
     return Written(meta, tuple(extras))
+
+
+def published_classes(parsed: ParsedDataset) -> list[Any]:
+    """The class names a release file carries (its label columns and metadata): the owner's
+    declared label set, never the labels found in the data."""
+    if not parsed.classes_declared:
+        raise ClassesUndeclared("label names come only from declared classes")
+    return list(parsed.classes)
 
 
 def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
@@ -518,7 +537,7 @@ def _release_metadata(
         "feature_names": list(parsed.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
-        "classes": list(parsed.classes),
+        "classes": published_classes(parsed),
         "noise_source": NOISE_SOURCES[job.noise_sampler],
         "sampling_source": "torch.Generator seeded with 63 bits from the OS CSPRNG",
         "device": device.type,

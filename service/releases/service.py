@@ -20,7 +20,7 @@ from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
-from service.errors import BudgetExceeded, InvalidInput, NotFound
+from service.errors import BudgetExceeded, ClassesUndeclared, InvalidInput, NotFound
 from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
@@ -106,6 +106,7 @@ def plan(
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
     require_active(dataset)
+    require_declared_classes(dataset)
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
@@ -161,6 +162,21 @@ def plan(
         params=stored,
         sampler=request.noise_sampler,
     )
+
+
+def require_declared_classes(dataset: Dataset) -> None:
+    """Every served mechanism publishes labels: one column per class, named after it, in
+    every release file and its metadata, and the number of classes sizes its rows. Undeclared,
+    the classes are the labels found in the private data (a rare label is a record's value),
+    so such a dataset takes no release until it is uploaded again with ``classes``."""
+    if not dataset.classes_declared:
+        raise ClassesUndeclared(
+            f"dataset {dataset.id} has no declared classes: releases publish the label set "
+            "(column names, one-hot width), and the labels found in the file are private. "
+            "Upload it again with `classes` in the metadata listing every class (those absent "
+            "from the file too)",
+            detail={"dataset_id": dataset.id},
+        )
 
 
 def preview(
@@ -319,11 +335,14 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
     )
 
 
-def _owner_of(release: Release) -> str:
-    return release.requested_by
+def is_owner(release: Release, viewer: Principal) -> bool:
+    """Whether ``viewer`` owns the release's dataset. Only a dataset's owner may request its
+    releases (``plan`` reads the dataset with ``manage``), so the requester is that owner."""
+    return viewer.id == release.requested_by
 
 
-# What an analyst sees in place of a failed job's error text (which may quote the raw data).
+# What anyone but the owner sees in place of a failed job's error text (which may quote the
+# raw data: a parse error, a value in an exception).
 HIDDEN_ERROR = "failed"
 
 
@@ -343,7 +362,9 @@ def _charge(release: Release) -> Charge:
 
 
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
-    """Analysts see that a release failed, not why: error text may quote the raw data."""
+    """Everyone but the dataset's owner (analysts and admins alike) sees that a release
+    failed, not why: the error text may quote the raw data."""
+    owner = is_owner(release, viewer)
     artifact = None
     if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
         artifact = Artifact(
@@ -377,7 +398,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=_charge(release),
-        error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
+        error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,
@@ -386,6 +407,6 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         artifact=artifact,
         artifacts=extras,
         report=f"/releases/{release.id}/report"
-        if release.report_dataset_id is not None and viewer.id == _owner_of(release)
+        if release.report_dataset_id is not None and owner
         else None,
     )

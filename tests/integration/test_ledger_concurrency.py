@@ -69,7 +69,7 @@ def race(url: str, database_url: str, *, budget: float, n_requests: int) -> dict
         assert r.status_code == 201, r.text
         auth = {"Authorization": f"Bearer {r.json()['key']}"}
         meta = (
-            '{"name": "race", "feature_range": [0, 13], '
+            '{"name": "race", "feature_range": [0, 13], "classes": [0, 1, 2], '
             f'"budget": {{"epsilon": {budget}, "delta": {DELTA}}}}}'
         )
         r = c.post(
