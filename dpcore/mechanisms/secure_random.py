@@ -83,7 +83,8 @@ class SecureRandom:
                     self._encryptor = self._next_segment()
                 take = min(self._left, view.size - start)
                 # Encrypting zeros yields the keystream itself.
-                self._encryptor.update_into(bytes(take), memoryview(view[start : start + take]))
+                window = memoryview(view[start : start + take].data)  # type: ignore[arg-type]
+                self._encryptor.update_into(bytes(take), window)
                 self._left -= take
                 start += take
         return out

@@ -90,13 +90,13 @@ def test_bernoulli_rate_is_exact() -> None:
 def test_uniform_has_53_bits() -> None:
     u = SecureRandom.from_seed(8).uniform((N,))
     assert u.dtype == torch.float64
-    assert 0 <= u.min().item() and u.max().item() < 1
+    assert u.min().item() >= 0 and u.max().item() < 1
     k = u * 2.0**53
     assert torch.equal(k, k.floor())  # multiples of 2⁻⁵³
     assert (k.to(torch.int64) & 1).double().mean().item() == pytest.approx(0.5, abs=0.01)
     assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-4
     opened = SecureRandom.from_seed(8).uniform((N,), open_zero=True)
-    assert 0 < opened.min().item() and opened.max().item() <= 1
+    assert opened.min().item() > 0 and opened.max().item() <= 1
 
 
 def test_normal_is_standard_normal_on_the_device() -> None:
