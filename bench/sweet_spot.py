@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -34,8 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpcore.evaluation import Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
-from dpcore.mechanisms.noise import sampler  # noqa: E402
-from dpcore.mechanisms.run import build, facts_of, params_of  # noqa: E402
+from dpcore.mechanisms.run import build, facts_of, params_of, randomness  # noqa: E402
 from dpcore.mechanisms.spec import MechanismSpec  # noqa: E402
 from dprelease_cli.idx import read_idx  # noqa: E402
 from service.datasets.parsing import parse_dataset  # noqa: E402
@@ -89,13 +87,13 @@ def run_one(
     keys = spec.accountant_keys(accountant, params, facts_of(parsed))
     event = accountant.calibrate(epsilon, DELTA, keys)
     noise = event.noise()
-    generator = torch.Generator().manual_seed(secrets.randbits(63))
+    generator, noise_draws = randomness(noise_sampler)
     output = build(
         spec,
         params,
         parsed,
         noise=noise,
-        sampler=sampler(noise_sampler, generator),
+        sampler=noise_draws,
         generator=generator,
         device=torch.device("cpu"),
     )

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import platform
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -41,8 +40,7 @@ from dpcore import evaluation
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
-from dpcore.mechanisms.noise import sampler as noise_sampler
-from dpcore.mechanisms.run import build
+from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
@@ -357,8 +355,8 @@ def _device(choice: str) -> torch.device:
 NOISE_SOURCES = {
     "secure": "secure: values rounded to a power-of-two lattice, exact rounded-Gaussian noise "
     "from the OS CSPRNG (docs/privacy.md, 'Hardened noise')",
-    "fast": "fast: float Gaussian noise from a torch.Generator seeded from the OS CSPRNG; "
-    "NOT hardened against floating-point precision attacks",
+    "fast": "fast: float Gaussian noise (Box-Muller) from the release's ChaCha20 stream keyed "
+    "with 256 bits from the OS CSPRNG; NOT hardened against floating-point precision attacks",
 }
 
 
@@ -368,10 +366,8 @@ def _write_release(
     """Run the mechanism, stream its chunks into the artifact file and write its further
     files beside it; return the metadata and those files."""
     classes = published_classes(parsed)  # before anything is drawn
-    generator = torch.Generator(device=device)
-    # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
-    generator.manual_seed(secrets.randbits(63))
-    noise = noise_sampler(job.noise_sampler, generator)
+    # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
+    generator, noise = randomness(job.noise_sampler)
     progress = Progress(
         lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
         release_id=job.release_id,
@@ -539,7 +535,8 @@ def _release_metadata(
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
         "classes": published_classes(parsed),
         "noise_source": NOISE_SOURCES[job.noise_sampler],
-        "sampling_source": "torch.Generator seeded with 63 bits from the OS CSPRNG",
+        "sampling_source": "ChaCha20 keystream keyed with 256 bits from the OS CSPRNG "
+        "(exact uniform subsets, exact Bernoulli rates)",
         "device": device.type,
         "versions": _versions(),
         "created_at": utcnow().isoformat(),

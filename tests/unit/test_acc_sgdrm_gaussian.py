@@ -12,6 +12,7 @@ from scipy import integrate
 from scipy.stats import norm
 
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm import generate as sgdrm_mechanism
 from dpcore.mechanisms.sgdrm.accounting import (
     RECORD_NORM,
@@ -115,7 +116,7 @@ def test_mechanism_without_clip_draws_unbounded_gaussian_coefficients() -> None:
                 n_samples=4000,
                 coefficient_bound=0.1,
                 sigma=1e-9,
-                generator=torch.Generator().manual_seed(0),
+                generator=SecureRandom.from_seed(0),
                 clip=False,
             )
         ]

@@ -11,6 +11,7 @@ import torch
 from scipy import stats
 
 from dpcore.mechanisms.dpcda.generate import generate, per_class
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0):  # type: ignore[no-untyped-def]
@@ -24,7 +25,7 @@ def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0)
             n_samples=T,
             sigma=sigma,
             clip_norm=1.0,
-            generator=torch.Generator().manual_seed(seed),
+            generator=SecureRandom.from_seed(seed),
         )
     )
     return torch.cat([c[0] for c in chunks]).numpy(), torch.cat([c[1] for c in chunks]).numpy()

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 
 import torch
 
+from dpcore.mechanisms import float_error
 from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def per_class(n_samples: int, n_classes: int) -> int:
@@ -31,7 +33,7 @@ def generate(
     n_samples: int,
     sigma: float,
     clip_norm: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class.
@@ -40,6 +42,8 @@ def generate(
     most 2C/ℓ when one member is replaced (the accountant's sensitivity)."""
     sampler = noise if noise is not None else FastNoise(generator)
     sensitivity = mixture_sensitivity(clip_norm=clip_norm, mixture_degree=mixture_degree)
+    # Means are taken in float64; the sampler covers their rounding and the stored rows'.
+    error = float_error.scaled_sum(sensitivity, terms=mixture_degree, magnitude=clip_norm)
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
     device, dtype = features.device, features.dtype
@@ -54,7 +58,8 @@ def generate(
             local = uniform_subsets(
                 members.numel(), mixture_degree, count, generator=generator, device=device
             )
-            mixed = features[members[local]].mean(dim=1)
+            mixed = features[members[local]].double().mean(dim=1)
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
-            yield sampler(mixed, sigma=sigma, sensitivity=sensitivity), onehot
+            noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)
+            yield noisy.to(dtype), onehot
