@@ -21,6 +21,7 @@ import torch
 
 from dpcore.mechanisms import registry, rounded_gaussian
 from dpcore.mechanisms.noise import FastNoise, SecureNoise
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PublicFacts
 
 CHUNK, FEATURES, CLASSES = 4096, 784, 10
@@ -62,7 +63,7 @@ def main() -> None:
 
     timings: dict[str, list[float]] = {"secure": [], "fast": []}
     for _ in range(args.repeat):
-        for name, sampler in (("secure", secure), ("fast", FastNoise(torch.Generator()))):
+        for name, sampler in (("secure", secure), ("fast", FastNoise(SecureRandom()))):
             start = time.perf_counter()
             for scale in noise.scales:
                 values = rows[scale.name]

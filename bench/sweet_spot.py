@@ -10,7 +10,9 @@ by the same code the service runs (the mechanism's spec: accountant and release 
 classifiers come from `dprelease evaluate`. Every served mechanism with sweet-spot hints takes
 part: those with a mixture-degree knob (``bench.sweep``) over ℓ, the others once. Rows are
 appended to OUT/sweet_spot.csv as they finish; the markdown table and the PNG plot are written
-at the end.
+at the end. When OUT/sweet_spot_before.csv exists (an earlier run kept for comparison: the
+study before issue 10's PLD accountants), the table shows its σ_x and best accuracy beside
+each row and the plot draws it dashed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -32,8 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpcore.evaluation import Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
-from dpcore.mechanisms.noise import sampler  # noqa: E402
-from dpcore.mechanisms.run import build, facts_of, params_of  # noqa: E402
+from dpcore.mechanisms.run import build, facts_of, params_of, randomness  # noqa: E402
 from dpcore.mechanisms.spec import MechanismSpec  # noqa: E402
 from dprelease_cli.idx import read_idx  # noqa: E402
 from service.datasets.parsing import parse_dataset  # noqa: E402
@@ -87,13 +87,13 @@ def run_one(
     keys = spec.accountant_keys(accountant, params, facts_of(parsed))
     event = accountant.calibrate(epsilon, DELTA, keys)
     noise = event.noise()
-    generator = torch.Generator().manual_seed(secrets.randbits(63))
+    generator, noise_draws = randomness(noise_sampler)
     output = build(
         spec,
         params,
         parsed,
         noise=noise,
-        sampler=sampler(noise_sampler, generator),
+        sampler=noise_draws,
         generator=generator,
         device=torch.device("cpu"),
     )
@@ -126,12 +126,29 @@ def run_one(
     }
 
 
+def _key(row: dict[str, Any]) -> tuple[str, float, str]:
+    return (str(row["mechanism"]), float(row["epsilon"]), str(row["ell"]))
+
+
+def _best(row: dict[str, Any]) -> float:
+    return max(float(row["linear"]), float(row["mlp"]))
+
+
+def load_before(out: Path) -> dict[tuple[str, float, str], dict[str, Any]]:
+    path = out / "sweet_spot_before.csv"
+    if not path.exists():
+        return {}
+    with path.open() as handle:
+        return {_key(r): r for r in csv.DictReader(handle)}
+
+
 def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    before = load_before(out)
     epsilons = sorted({float(r["epsilon"]) for r in rows})
     lines = [
         "# Sweet-spot study: MNIST accuracy vs mixture degree ℓ",
@@ -143,28 +160,38 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
         f"accountant to the same ε at δ = {DELTA:g}; accuracy of ridge regression (linear) and a",
         "small MLP trained on the release (`dprelease evaluate`). Baselines have no ℓ.",
         "",
-        "| mechanism | ε | ℓ | σ_x | charged ε | linear | MLP |",
-        "|---|---|---|---|---|---|---|",
+        "σ_x before and best before: the same study from sweet_spot_before.csv (before",
+        "issue 10: RDP accountants, DP-CDA at sensitivity 2C/ℓ), where it has the row.",
+        "",
+        "| mechanism | ε | ℓ | σ_x | charged ε | linear | MLP | σ_x before | best before |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        earlier = before.get(_key(r))
+        then = f"{float(earlier['sigma_x']):.4g} | {_best(earlier):.3f}" if earlier else "— | —"
         lines.append(
             f"| {r['mechanism']} | {float(r['epsilon']):g} | {r['ell'] or '—'} | "
             f"{float(r['sigma_x']):.4g} | {float(r['charge']):.4f} | "
-            f"{float(r['linear']):.3f} | {float(r['mlp']):.3f} |"
+            f"{float(r['linear']):.3f} | {float(r['mlp']):.3f} | {then} |"
         )
     lines += ["", "Best accuracy per mechanism (max over ℓ and classifiers):", ""]
-    lines += ["| mechanism | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |"]
-    lines += ["|---|" + "---|" * len(epsilons)]
+    header = [f"ε = {e:g}" for e in epsilons]
+    if before:
+        header += [f"before, ε = {e:g}" for e in epsilons]
+    lines += ["| mechanism | " + " | ".join(header) + " |"]
+    lines += ["|---|" + "---|" * len(header)]
+
+    def best_cell(table: list[dict[str, Any]], mechanism: str, e: float) -> str:
+        mine = [r for r in table if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
+        if not mine:
+            return "—"
+        top = max(mine, key=_best)
+        return f"{_best(top):.3f} (ℓ = {top['ell'] or '—'})"
+
     for mechanism in dict.fromkeys(r["mechanism"] for r in rows):
-        cells = []
-        for e in epsilons:
-            mine = [r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
-            if not mine:
-                cells.append("—")
-                continue
-            best = max(mine, key=lambda r: max(float(r["linear"]), float(r["mlp"])))
-            acc = max(float(best["linear"]), float(best["mlp"]))
-            cells.append(f"{acc:.3f} (ℓ = {best['ell'] or '—'})")
+        cells = [best_cell(rows, mechanism, e) for e in epsilons]
+        if before:
+            cells += [best_cell(list(before.values()), mechanism, e) for e in epsilons]
         lines.append(f"| {mechanism} | " + " | ".join(cells) + " |")
     (out / "sweet_spot.md").write_text("\n".join(lines) + "\n")
 
@@ -177,12 +204,23 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
                 key=lambda r: int(r["ell"]),
             )
             if mine:
-                ax.plot(
+                line = ax.plot(
                     [int(r["ell"]) for r in mine],
-                    [max(float(r["linear"]), float(r["mlp"])) for r in mine],
+                    [_best(r) for r in mine],
                     marker="o",
                     label=mechanism,
-                )
+                )[0]
+                kept = [before[_key(r)] for r in mine if _key(r) in before]
+                if kept:
+                    ax.plot(
+                        [int(r["ell"]) for r in kept],
+                        [_best(r) for r in kept],
+                        linestyle="--",
+                        marker=".",
+                        color=line.get_color(),
+                        alpha=0.5,
+                        label=f"{mechanism} (before)",
+                    )
         styles = ("--", ":", "-.")
         fixed = [m for m in names if not swept(m)]
         for mechanism, style in zip(fixed, styles * len(fixed), strict=False):

@@ -312,7 +312,12 @@ def whoami(state: CliState) -> None:
     metavar="JSON",
     help="Per-column bounds, e.g. '{\"age\": [0, 120]}' (or a [lo, hi] list).",
 )
-@click.option("--classes", metavar="JSON_LIST", help="Declared label set, e.g. '[0, 1]'.")
+@click.option(
+    "--classes",
+    metavar="JSON_LIST",
+    help="Declared label set, every class, e.g. '[0, 1]'. Without it the dataset takes no "
+    "release (the labels in the file are private).",
+)
 @click.option("--epsilon", type=float, required=True, help="Total ε budget of the dataset.")
 @click.option("--delta", type=float, required=True, help="δ of the dataset's budget.")
 @pass_state
@@ -349,6 +354,11 @@ def upload(
     clipped = dataset.get("clipped_values")
     if clipped:
         say(f"note: {clipped} feature values were outside feature_range and were clipped")
+    if dataset.get("classes_declared_by_owner") is False:
+        say(
+            "note: no --classes declared: the labels found are shown to you only, and releases "
+            "of this dataset are refused; upload it again with --classes to release from it"
+        )
     emit(dataset)
 
 

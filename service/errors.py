@@ -60,6 +60,13 @@ class DatasetDeleted(Conflict):
     code = "dataset_deleted"
 
 
+class ClassesUndeclared(Conflict):
+    """The dataset's label set was not declared at upload: the labels found in the private
+    data are the owner's alone, so nothing that publishes labels may be released (409)."""
+
+    code = "classes_undeclared"
+
+
 class ReleasesPending(Conflict):
     """A dataset cannot be erased while a job may still read it (409)."""
 

@@ -21,7 +21,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base
 from service.releases.status import ReleaseStatus
@@ -183,12 +183,27 @@ class Release(Base):
     artifacts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # The owner's held-out dataset for an owner-only utility report (raw data: never shared).
     report_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
+    # Its ledger entry (read-only here: only the ledger writes entries): how the filter
+    # charged it, shown as the release's charge.
+    ledger_entry: Mapped[LedgerEntry | None] = relationship(
+        "LedgerEntry",
+        primaryjoin="Release.id == foreign(LedgerEntry.release_id)",
+        viewonly=True,
+        uselist=False,
+    )
 
 
 class LedgerEntry(Base):
     """One release's cost. Entries are never deleted; state only moves reserved → final."""
 
     __tablename__ = "ledger_entries"
+    __table_args__ = (
+        CheckConstraint(
+            "(charged_as = 'basic') OR (charged_as = 'renyi' AND group_delta IS NOT NULL "
+            "AND rdp IS NOT NULL)",
+            name="ck_ledger_entries_charged_as",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
@@ -200,6 +215,13 @@ class LedgerEntry(Base):
     delta: Mapped[float] = mapped_column(Float)
     rdp: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
     mu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # How the privacy filter charged it (dpcore.accounting.filter), fixed at admission:
+    # "basic" composes (epsilon, delta); "renyi" composes rdp in a group holding group_delta.
+    charged_as: Mapped[str] = mapped_column(String(8), default="basic", server_default="basic")
+    group_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # What admission added to the filter's spent ε and δ (shown as the release's charge).
+    consumed_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    consumed_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), default="reserved")
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)

@@ -104,6 +104,7 @@ class Harness:
         meta = metadata or {
             "name": "toy",
             "feature_range": [0, 13],
+            "classes": [0, 1, 2],  # toy_dataset's labels (releases need declared classes)
             "budget": {"epsilon": 5.0, "delta": 1e-5},
         }
         meta.update(overrides)

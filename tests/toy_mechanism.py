@@ -35,6 +35,7 @@ from dpcore.audit.case import AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, collect, each
 from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import (
     AuditSpec,
     ExtraArtifact,
@@ -115,7 +116,7 @@ def generate(
     rows: int,
     sigma_x: float,
     sigma_y: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
     before_chunk: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import platform
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -41,12 +40,12 @@ from dpcore import evaluation
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
-from dpcore.mechanisms.noise import sampler as noise_sampler
-from dpcore.mechanisms.run import build
+from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata
 from service.db import transaction
+from service.errors import ClassesUndeclared
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
@@ -195,11 +194,13 @@ def _job_of(session: Any, release: Release) -> Job:
 
 
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
+    """The upload's metadata as the owner sent it: ``classes`` only if declared (the labels
+    found in an undeclared file are private, and parsing finds them again)."""
     return DatasetMetadata(
         name=dataset.name,
         label_column=dataset.label_column,
         feature_range=_range_from_json(dataset.feature_range),
-        classes=dataset.classes,
+        classes=dataset.classes if dataset.classes_declared else None,
         budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
     )
 
@@ -238,6 +239,13 @@ def _produce(runtime: Runtime, job: Job) -> None:
         # died doing it. Drawing again would only be refused at the first file; retry later
         # (it finishes from the store), and bounded attempts end it failed, still charged.
         raise TransientError("another attempt stored part of this release's files")
+    if job.metadata.classes is None:
+        # Admission refuses these; a release queued before it did fails here, before the raw
+        # data is read or anything drawn (refunded: nothing was claimed).
+        raise ClassesUndeclared(
+            "the dataset has no declared classes; a release would publish the labels found "
+            "in the private data"
+        )
     raw = store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
@@ -347,8 +355,8 @@ def _device(choice: str) -> torch.device:
 NOISE_SOURCES = {
     "secure": "secure: values rounded to a power-of-two lattice, exact rounded-Gaussian noise "
     "from the OS CSPRNG (docs/privacy.md, 'Hardened noise')",
-    "fast": "fast: float Gaussian noise from a torch.Generator seeded from the OS CSPRNG; "
-    "NOT hardened against floating-point precision attacks",
+    "fast": "fast: float Gaussian noise (Box-Muller) from the release's ChaCha20 stream keyed "
+    "with 256 bits from the OS CSPRNG; NOT hardened against floating-point precision attacks",
 }
 
 
@@ -357,10 +365,9 @@ def _write_release(
 ) -> Written:
     """Run the mechanism, stream its chunks into the artifact file and write its further
     files beside it; return the metadata and those files."""
-    generator = torch.Generator(device=device)
-    # A fresh secret seed per attempt, never stored: knowing it would reveal the noise.
-    generator.manual_seed(secrets.randbits(63))
-    noise = noise_sampler(job.noise_sampler, generator)
+    classes = published_classes(parsed)  # before anything is drawn
+    # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
+    generator, noise = randomness(job.noise_sampler)
     progress = Progress(
         lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
         release_id=job.release_id,
@@ -386,7 +393,7 @@ def _write_release(
         path,
         rows=output.rows,
         feature_names=output.feature_names,
-        classes=parsed.classes,
+        classes=classes,
         metadata=meta,
         extra=output.extra,
     ) as writer:
@@ -411,6 +418,14 @@ def _write_release(
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
     return Written(meta, tuple(extras))
+
+
+def published_classes(parsed: ParsedDataset) -> list[Any]:
+    """The class names a release file carries (its label columns and metadata): the owner's
+    declared label set, never the labels found in the data."""
+    if not parsed.classes_declared:
+        raise ClassesUndeclared("label names come only from declared classes")
+    return list(parsed.classes)
 
 
 def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
@@ -518,9 +533,10 @@ def _release_metadata(
         "feature_names": list(parsed.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
-        "classes": list(parsed.classes),
+        "classes": published_classes(parsed),
         "noise_source": NOISE_SOURCES[job.noise_sampler],
-        "sampling_source": "torch.Generator seeded with 63 bits from the OS CSPRNG",
+        "sampling_source": "ChaCha20 keystream keyed with 256 bits from the OS CSPRNG "
+        "(exact uniform subsets, exact Bernoulli rates)",
         "device": device.type,
         "versions": _versions(),
         "created_at": utcnow().isoformat(),

@@ -1,6 +1,11 @@
-"""Composition of a dataset's ledger entries into one (ε, δ) spend.
+"""Composition of costs fixed in advance into one (ε, δ), and the ledger's ``Cost``.
 
-Every one of these bounds is valid and the smallest is reported:
+NOT an admission rule: the minimum below is valid for a sequence of releases chosen before any
+of them runs (``dprelease account`` of a planned batch, say). Releases chosen adaptively — the
+owner sees each before asking for the next — are admitted by the privacy filter of
+``dpcore.accounting.filter`` instead (docs/privacy.md, "The ledger").
+
+Every one of these bounds is valid for a fixed sequence and the smallest is reported:
 - RDP composition: add the curves of the entries that have one, convert at the remaining δ
   (the budget's δ minus the δ's of entries known only as (ε, δ)), then add those entries' ε;
 - GDP composition, when every entry is μ-GDP: √(Σμ²)-GDP, converted exactly;

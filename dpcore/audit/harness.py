@@ -20,6 +20,7 @@ from dpcore.audit.case import AuditCase, Neighbours, Preprocess, RowModel, Wrap
 from dpcore.audit.runs import Release, Run
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import sampler
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import one_hot
 
 ACCOUNTANT = "tight"
@@ -160,7 +161,7 @@ def releases(
     wrap: Wrap | None = None,
     noise_sampler: str = "fast",
 ) -> tuple[Release, Release, Neighbours]:
-    """``trials`` releases of D and of D′ by the real mechanism, from one seeded generator."""
+    """``trials`` releases of D and of D′ by the real mechanism, from one seeded secure source."""
     spec = _case(mechanism)
     p = parse_params(mechanism, params)
     nb = spec.neighbours(p)
@@ -172,7 +173,8 @@ def releases(
             torch.as_tensor(one_hot(nb.labels, nb.n_classes), dtype=torch.float32),
             torch.as_tensor(one_hot(nb.labels_prime, nb.n_classes), dtype=torch.float32),
         )
-    generator = torch.Generator().manual_seed(seed)
+    # Offline audits are reproducible from their seed (an explicit, public key).
+    generator = SecureRandom.from_seed(seed)
     run = Run(
         features=torch.as_tensor(prep(nb.X, nb), dtype=torch.float32),
         features_prime=torch.as_tensor(prep(nb.X_prime, nb), dtype=torch.float32),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Run:
     sigma_x: float
     sigma_y: float
     trials: int
-    generator: torch.Generator
+    generator: SecureRandom
     # None: the fast sampler on ``generator`` (seeded, reproducible); else e.g. SecureNoise.
     noise: NoiseSampler | None = None
 

@@ -4,20 +4,24 @@ Two samplers, chosen per release (``noise_sampler``):
 
 - ``secure`` (the default): values are rounded to the lattice gℤ (g a power of two) and
   g·K is added, K = round(N(0, σ'²)/g) drawn exactly from the OS CSPRNG
-  (``dpcore.mechanisms.rounded_gaussian``). The output x_l + g·K = g·round((x_l + N)/g) is a
-  post-processing of the Gaussian mechanism on x_l, whose sensitivity is Δ + g√d (rounding
-  moves each of the d coordinates by at most g/2). σ' = σ·(1 + g√d/Δ) keeps the noise
-  multiplier σ'/(Δ + g√d) = σ/Δ the accountant was given, so the charged ε stands unchanged.
+  (``dpcore.mechanisms.rounded_gaussian``, bits from the release's ``SecureRandom``). The
+  output x_l + g·K = g·round((x_l + N)/g) is a post-processing of the Gaussian mechanism on
+  x_l, whose sensitivity is Δ + e + g√d: Δ the accountant's, e the caller's bound on the
+  floating-point error of the computed rows (``dpcore.mechanisms.float_error``), g√d the
+  rounding (each of the d coordinates moves by at most g/2, on each side). σ' = σ·(1 + (e +
+  g√d)/Δ) keeps the noise multiplier σ'/(Δ + e + g√d) = σ/Δ the accountant was given, so the
+  charged ε stands unchanged.
   Outputs are exact multiples of g: their floating-point representation carries nothing about
   the input (the precision attacks of Mironov 2012 and Haney et al. 2022 need that it does).
-- ``fast``: torch's generator (seeded from ``secrets``) adds float N(0, σ²). Floating-point
-  Gaussian sampling leaks through the low-order bits of the output; the release metadata
-  says so.
+- ``fast``: float N(0, σ²(1 + e/Δ)²) by Box–Muller from the release's ``SecureRandom``.
+  Floating-point Gaussian sampling leaks through the low-order bits of the output; the
+  release metadata says so.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,6 +30,7 @@ import torch
 
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms.rounded_gaussian import RoundedGaussian, table_size
+from dpcore.mechanisms.secure_random import SecureRandom
 
 # The rounding slack g√d/Δ stays within [MIN_SLACK, MAX_SLACK]: finer lattices cost a larger
 # table (built once per noise level, about 20 µs an entry), coarser ones add more noise.
@@ -41,27 +46,40 @@ class NoiseSampler(Protocol):
     @property
     def name(self) -> str: ...
 
-    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
         """``values`` plus Gaussian noise of std ``sigma`` per entry; ``sensitivity`` is the
-        L2 sensitivity of each row of ``values`` that the accountant assumed."""
+        L2 sensitivity of each row of ``values`` that the accountant assumed, ``error`` a bound
+        on how much further floating-point rounding can move two neighbours' computed rows
+        apart (``dpcore.mechanisms.float_error``); the sampler raises its noise to cover it."""
         ...
 
 
-def add_noise(values: torch.Tensor, sigma: float, generator: torch.Generator) -> torch.Tensor:
-    """``values`` + N(0, σ²) on every entry, drawn from ``generator`` on their device."""
-    noise = torch.randn(values.shape, generator=generator, device=values.device, dtype=values.dtype)
-    return values + sigma * noise
+def _covered(sigma: float, sensitivity: float, error: float) -> float:
+    """σ·(1 + e/Δ): the same noise multiplier for the sensitivity Δ + e."""
+    if not (math.isfinite(error) and 0 <= error < sensitivity):
+        raise ValueError("the rounding error must be finite, non-negative and below Δ")
+    return sigma * (1.0 + error / sensitivity)
+
+
+def add_noise(values: torch.Tensor, sigma: float, source: SecureRandom) -> torch.Tensor:
+    """``values`` + N(0, σ²) on every entry, from ``source`` on their device."""
+    noise = source.normal(tuple(values.shape), device=values.device, dtype=torch.float64)
+    return (values.double() + sigma * noise).to(values.dtype)
 
 
 @dataclass
 class FastNoise:
-    """Float Gaussian noise from a torch generator (not hardened against precision attacks)."""
+    """Float Gaussian noise from the secure source (not hardened against precision attacks)."""
 
-    generator: torch.Generator
+    generator: SecureRandom
     name: str = "fast"
 
-    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
-        return add_noise(values, sigma, self.generator)
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
+        return add_noise(values, _covered(sigma, sensitivity, error), self.generator)
 
 
 @dataclass(frozen=True)
@@ -73,11 +91,12 @@ class LatticePlan:
     dim: int
     lattice: float  # g, a power of two
     sigma_effective: float  # σ' = σ·(1 + slack)
+    error: float = 0.0  # e: the caller's floating-point error bound, beyond Δ
 
     @property
     def slack(self) -> float:
-        """g√d/Δ: the relative sensitivity (and noise) increase the rounding costs."""
-        return self.lattice * math.sqrt(self.dim) / self.sensitivity
+        """(e + g√d)/Δ: the relative sensitivity (and noise) increase rounding costs."""
+        return (self.error + self.lattice * math.sqrt(self.dim)) / self.sensitivity
 
     @property
     def scale(self) -> float:
@@ -85,26 +104,29 @@ class LatticePlan:
         return self.sigma_effective / self.lattice
 
 
-def lattice_plan(*, sigma: float, sensitivity: float, dim: int) -> LatticePlan:
-    """The finest power-of-two lattice with slack ≤ MAX_SLACK whose table fits the budget
-    (never finer than MIN_SLACK; coarser than MAX_SLACK only past TABLE_LIMIT)."""
+def lattice_plan(*, sigma: float, sensitivity: float, dim: int, error: float = 0.0) -> LatticePlan:
+    """The finest power-of-two lattice with lattice slack g√d/Δ ≤ MAX_SLACK whose table fits
+    the budget (never finer than MIN_SLACK; coarser than MAX_SLACK only past TABLE_LIMIT);
+    the rounding error ``error`` is added to Δ on top."""
     for value, what in ((sigma, "sigma"), (sensitivity, "sensitivity")):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{what} must be finite and positive")
     if dim < 1:
         raise ValueError("dim must be at least 1")
+    _covered(sigma, sensitivity, error)  # validates the error
     root = math.sqrt(dim)
     lattice = 2.0 ** math.floor(math.log2(MAX_SLACK * sensitivity / root))
 
     def plan(g: float) -> LatticePlan:
-        raised = sigma * (1.0 + g * root / sensitivity) * (1.0 + _ROUNDING_MARGIN)
-        return LatticePlan(sigma, sensitivity, dim, g, raised)
+        slack = (error + g * root) / sensitivity
+        raised = sigma * (1.0 + slack) * (1.0 + _ROUNDING_MARGIN)
+        return LatticePlan(sigma, sensitivity, dim, g, raised, error)
 
     best = plan(lattice)
     # Very large noise multipliers would need a table too slow to build: coarsen instead.
     while table_size(best.scale) > TABLE_LIMIT:
         best = plan(best.lattice * 2)
-    while best.slack / 2 >= MIN_SLACK:
+    while best.lattice * root / sensitivity / 2 >= MIN_SLACK:
         finer = plan(best.lattice / 2)
         if table_size(finer.scale) > TABLE_BUDGET:
             break
@@ -114,24 +136,38 @@ def lattice_plan(*, sigma: float, sensitivity: float, dim: int) -> LatticePlan:
 
 @dataclass
 class SecureNoise:
-    """Lattice rounding plus exact rounded-Gaussian noise from the OS CSPRNG."""
+    """Lattice rounding plus exact rounded-Gaussian noise from the secure source (the
+    release's ``SecureRandom``; the OS CSPRNG directly when none is given)."""
 
+    source: SecureRandom | None = None
     name: str = "secure"
-    plans: dict[tuple[float, float, int], LatticePlan] = field(default_factory=dict)
+    plans: dict[tuple[float, float, int, float], LatticePlan] = field(default_factory=dict)
 
-    def plan(self, *, sigma: float, sensitivity: float, dim: int) -> LatticePlan:
-        key = (float(sigma), float(sensitivity), int(dim))
+    def plan(
+        self, *, sigma: float, sensitivity: float, dim: int, error: float = 0.0
+    ) -> LatticePlan:
+        key = (float(sigma), float(sensitivity), int(dim), float(error))
         if key not in self.plans:
-            self.plans[key] = lattice_plan(sigma=sigma, sensitivity=sensitivity, dim=dim)
+            self.plans[key] = lattice_plan(
+                sigma=sigma, sensitivity=sensitivity, dim=dim, error=error
+            )
         return self.plans[key]
 
-    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
         dim = int(values.shape[-1]) if values.ndim else 1
-        plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim)
+        plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error)
+        # Float32 → float64 is exact: the rows rounded are the rows the error bound is about.
         exact = values.detach().to(device="cpu", dtype=torch.float64).numpy()
         # Division by a power of two is exact; rint is a deterministic rounding to gℤ.
         steps = np.rint(exact / plan.lattice)
-        draws = RoundedGaussian(plan.scale).sample(exact.size).reshape(exact.shape)
+        random_bytes = self.source.bytes if self.source is not None else os.urandom
+        draws = (
+            RoundedGaussian(plan.scale)
+            .sample(exact.size, random_bytes=random_bytes)
+            .reshape(exact.shape)
+        )
         total = steps + draws
         if not np.all(np.abs(total) < 2.0**53):  # beyond it, float64 would round lattice points
             raise OverflowError("values too large for the lattice")
@@ -143,6 +179,7 @@ class SecureNoise:
             {
                 "sigma": p.sigma,
                 "sensitivity": p.sensitivity,
+                "rounding_error": p.error,
                 "dim": p.dim,
                 "lattice": p.lattice,
                 "slack": p.slack,
@@ -190,18 +227,21 @@ class DeclaredNoise:
             f"accountant; declared: {declared}"
         )
 
-    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
         scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
-        return self.inner(values, sigma=scale.sigma, sensitivity=scale.sensitivity)
+        return self.inner(values, sigma=scale.sigma, sensitivity=scale.sensitivity, error=error)
 
     def describe(self) -> list[dict[str, float]] | None:
         describe = getattr(self.inner, "describe", None)
         return describe() if callable(describe) else None
 
 
-def sampler(name: str, generator: torch.Generator) -> NoiseSampler:
+def sampler(name: str, generator: SecureRandom) -> NoiseSampler:
+    """The named sampler drawing from ``generator`` (the release's one secure source)."""
     if name == "secure":
-        return SecureNoise()
+        return SecureNoise(generator)
     if name == "fast":
         return FastNoise(generator)
     raise ValueError(f"unknown noise sampler {name!r}")

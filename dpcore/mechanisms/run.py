@@ -12,6 +12,8 @@ from pydantic import BaseModel
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
+from dpcore.mechanisms.noise import sampler as noise_sampler
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import (
     MechanismSpec,
     PrivateData,
@@ -71,6 +73,14 @@ def noise_for(
     ).noise()
 
 
+def randomness(sampler_name: str) -> tuple[SecureRandom, NoiseSampler]:
+    """A release's randomness: one secure source under a fresh 256-bit key from the OS (never
+    stored, never taken from the caller: knowing it would reveal the subsets and the noise),
+    and the named noise sampler drawing from it."""
+    source = SecureRandom()
+    return source, noise_sampler(sampler_name, source)
+
+
 def build(
     mechanism: str | MechanismSpec,
     params: Mapping[str, Any] | BaseModel,
@@ -78,11 +88,14 @@ def build(
     *,
     noise: NoiseDescription,
     sampler: NoiseSampler,
-    generator: torch.Generator,
+    generator: SecureRandom,
     device: torch.device,
     report: Report | None = None,
 ) -> ReleaseOutput:
-    """The mechanism's release of ``data``: ``sampler`` may add only the declared ``noise``."""
+    """The mechanism's release of ``data``: ``sampler`` may add only the declared ``noise``;
+    ``generator`` draws every other secret choice (``randomness`` makes both for a release)."""
+    if not isinstance(generator, SecureRandom):
+        raise TypeError("a release draws its random choices from a SecureRandom")
     spec = spec_of(mechanism)
     if spec.release is None:
         raise ValueError(f"{spec.name} has no release generator (accounting only)")

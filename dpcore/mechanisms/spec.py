@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dpcore.accounting.events import NoiseDescription
     from dpcore.audit.case import AuditCase
     from dpcore.mechanisms.noise import NoiseSampler
+    from dpcore.mechanisms.secure_random import SecureRandom
 
 
 class InvalidParams(ValueError):
@@ -106,13 +107,14 @@ def _ignore(done: float, total: float, phase: str) -> None:
 class RunContext:
     """What a release generator gets besides its parameters and data.
 
-    ``sampler`` adds noise and accepts only the scales ``noise`` declares; ``generator`` draws
-    the mechanism's sampling; ``report(done, total, phase)`` records progress in the
+    ``sampler`` adds noise and accepts only the scales ``noise`` declares; ``generator`` (the
+    release's secure source, ``dpcore.mechanisms.secure_random``) draws every other random
+    choice of the mechanism; ``report(done, total, phase)`` records progress in the
     generator's own units (and raises ``Cancelled`` when the release was cancelled)."""
 
     noise: NoiseDescription
     sampler: NoiseSampler
-    generator: torch.Generator
+    generator: SecureRandom
     device: torch.device
     report: Report = _ignore
 

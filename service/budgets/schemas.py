@@ -11,9 +11,12 @@ class BudgetSummary(BaseModel):
     dataset_name: str
     epsilon: float
     delta: float
-    spent: float = Field(description="Committed releases, composed at the budget's δ")
-    reserved: float = Field(description="Committed and in-flight releases, composed")
+    spent: float = Field(description="ε of committed releases under the ledger's filter")
+    reserved: float = Field(description="ε of committed and in-flight releases, filter")
     remaining: float = Field(description="epsilon − reserved, rounded down")
+    delta_spent: float = Field(description="δ of committed releases under the filter")
+    delta_reserved: float = Field(description="δ of committed and in-flight releases")
+    delta_remaining: float = Field(description="delta − delta_reserved, rounded down")
     release_count: int = Field(description="Releases holding or having spent budget")
 
 
@@ -28,12 +31,19 @@ class LedgerEntryOut(BaseModel):
     accountant: str
     epsilon: float = Field(description="This release's own ε at its δ")
     delta: float
+    charged_as: str = Field(
+        description="How the ledger's filter charged it: basic (its (ε, δ) add up) or renyi "
+        "(its RDP curve composes in the Rényi group, docs/privacy.md)"
+    )
+    consumed_epsilon: float = Field(description="What its admission added to the spent ε")
+    consumed_delta: float = Field(description="What its admission added to the spent δ")
     state: str = Field(description="reserved, committed or refunded")
     created_at: datetime
     settled_at: datetime | None
     running_total: float = Field(
-        description="Composed ε of this and every earlier non-refunded entry, at the budget's δ"
+        description="The filter's spent ε over this and every earlier non-refunded entry"
     )
+    running_delta: float = Field(description="The filter's spent δ over the same entries")
 
 
 class Ledger(BaseModel):
@@ -43,4 +53,7 @@ class Ledger(BaseModel):
     spent: float
     reserved: float
     remaining: float
+    delta_spent: float
+    delta_reserved: float
+    delta_remaining: float
     entries: list[LedgerEntryOut]

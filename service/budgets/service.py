@@ -1,7 +1,10 @@
 """The privacy ledger: admission, settlement and reporting.
 
-Every figure shown to users is rounded against them: spends up, what remains down, and
-admission compares the rounded-up composed spend with the budget.
+Admission is the privacy filter of ``dpcore.accounting.filter`` (valid for adaptively chosen
+releases, docs/privacy.md "The ledger"): each release is charged ``basic`` (its own (ε, δ)) or
+``renyi`` (its RDP curve), fixed at admission and stored on its entry, and a request is
+admitted only if the filter's spent ε and δ stay within the budget. Every figure shown to
+users is rounded against them: ε spends up, what remains down; δ sums are never rounded down.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from dpcore.accounting import Cost, compose_epsilon
+from dpcore.accounting import Cost
+from dpcore.accounting.filter import Charge, Spend, spend
 from service.access import dataset_for
 from service.budgets import repository
 from service.budgets.schemas import BudgetList, BudgetSummary, Ledger, LedgerEntryOut
@@ -53,41 +57,81 @@ def decode_rdp(values: Sequence[float | None] | None) -> tuple[float, ...] | Non
     return tuple(math.inf if v is None else float(v) for v in values)
 
 
-def cost_of(entry: LedgerEntry) -> Cost:
-    return Cost(epsilon=entry.epsilon, delta=entry.delta, rdp=decode_rdp(entry.rdp), mu=entry.mu)
+def charge_of(entry: LedgerEntry) -> Charge:
+    """How the filter holds a ledger entry (the way fixed at its admission)."""
+    if entry.charged_as == "renyi":
+        assert entry.group_delta is not None
+        return Charge("renyi", 0.0, 0.0, decode_rdp(entry.rdp), entry.group_delta)
+    return Charge("basic", entry.epsilon, entry.delta)
 
 
-def _composed(entries: Sequence[LedgerEntry], budget: DatasetBudget, extra: Cost | None) -> float:
-    costs = [cost_of(e) for e in entries]
-    if extra is not None:
-        costs.append(extra)
-    return round_up(compose_epsilon(costs, delta=budget.delta))
+def _spend(entries: Sequence[LedgerEntry], budget: DatasetBudget) -> Spend:
+    return spend(budget.epsilon, budget.delta, [charge_of(e) for e in entries])
+
+
+def _fits(state: Spend) -> bool:
+    """Admission's test, rounded against the user: the ε spend is rounded up before it is
+    compared, δ sums are compared as they are (never rounded down)."""
+    return round_up(state.epsilon) <= state.budget_epsilon and state.delta <= state.budget_delta
+
+
+def spend_of(session: Session, *, dataset_id: str) -> Spend:
+    """The filter's state over a dataset's holding entries (for planning a release's δ)."""
+    budget = _budget(session, dataset_id)
+    return _spend(repository.entries(session, dataset_id=dataset_id, states=HOLDING), budget)
+
+
+def _status(budget: DatasetBudget, holding: Sequence[LedgerEntry]) -> BudgetStatus:
+    committed = _spend([e for e in holding if e.state == COMMITTED], budget)
+    reserved = _spend(holding, budget)
+    reserved_epsilon = round_up(reserved.epsilon)
+    return BudgetStatus(
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        spent=round_up(committed.epsilon),
+        reserved=reserved_epsilon,
+        remaining=remaining(budget.epsilon, reserved_epsilon),
+        delta_spent=committed.delta,
+        delta_reserved=reserved.delta,
+        delta_remaining=remaining(budget.delta, reserved.delta),
+    )
 
 
 def status_of(session: Session, *, budget: DatasetBudget) -> BudgetStatus:
     holding = repository.entries(session, dataset_id=budget.dataset_id, states=HOLDING)
-    committed = [e for e in holding if e.state == COMMITTED]
-    reserved_total = _composed(holding, budget, None)
-    return BudgetStatus(
-        epsilon=budget.epsilon,
-        delta=budget.delta,
-        spent=_composed(committed, budget, None),
-        reserved=reserved_total,
-        remaining=remaining(budget.epsilon, reserved_total),
-    )
+    return _status(budget, holding)
+
+
+def _decide(
+    budget: DatasetBudget, holding: Sequence[LedgerEntry], cost: Cost
+) -> tuple[Charge, Spend, Spend]:
+    before = _spend(holding, budget)
+    charge, after = before.choose(cost.epsilon, cost.delta, cost.rdp, slack=ROUNDING_SLACK)
+    return charge, before, after
 
 
 def preview(session: Session, *, dataset_id: str, cost: Cost) -> dict[str, Any]:
     budget = _budget(session, dataset_id)
-    status = status_of(session, budget=budget)
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
-    total_after = _composed(holding, budget, cost)
+    charge, _before, after = _decide(budget, holding, cost)
+    total_after = round_up(after.epsilon)
     return {
-        **status.model_dump(),
+        **_status(budget, holding).model_dump(),
         "total_after": total_after if math.isfinite(total_after) else None,
         "remaining_after": remaining(budget.epsilon, total_after),
-        "admissible": total_after <= budget.epsilon,
+        "delta_after": after.delta,
+        "delta_remaining_after": remaining(budget.delta, after.delta),
+        "charged_as": charge.mode,
+        "admissible": _fits(after),
     }
+
+
+def consumed(before: Spend, after: Spend) -> tuple[float, float]:
+    """What a charge adds to the filter's spend: (ε, δ), the ε rounded up."""
+    return (
+        round_up(max(0.0, after.epsilon - before.epsilon)),
+        max(0.0, after.delta - before.delta),
+    )
 
 
 def admit(
@@ -100,25 +144,27 @@ def admit(
     description: dict[str, Any],
     cost: Cost,
 ) -> LedgerEntry:
-    """Reserve ``cost`` for a release, or refuse with 409 if the composed spend would pass
-    the budget. Runs under the budget row lock; the caller's transaction commits."""
+    """Reserve ``cost`` for a release, or refuse with 409 if the filter would pass the
+    budget. Runs under the budget row lock; the caller's transaction commits."""
     budget = repository.lock_budget(session, dataset_id=dataset_id)
     if budget is None:
         raise NotFound(f"dataset {dataset_id} not found")
     _check_amount(cost, budget)
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
-    total_after = _composed(holding, budget, cost)
-    if total_after > budget.epsilon:
-        status = status_of(session, budget=budget)
+    charge, before, after = _decide(budget, holding, cost)
+    if not _fits(after):
+        status = _status(budget, holding)
+        total_after = round_up(after.epsilon)
         reason = (
-            f"this release would bring the dataset's composed spend to ε = {total_after:.6g} "
-            f"at δ = {budget.delta:g}, over its budget ε = {budget.epsilon:g} "
-            f"(remaining {status.remaining:.6g})"
+            f"this release would bring the dataset's spend to ε = {total_after:.6g}, "
+            f"δ = {after.delta:.6g}, over its budget ε = {budget.epsilon:g}, "
+            f"δ = {budget.delta:g} (remaining ε = {status.remaining:.6g}, "
+            f"δ = {status.delta_remaining:.6g})"
         )
-        if math.isinf(total_after):
+        if after.delta > budget.delta:
             reason += (
-                "; the δ of releases known only as (ε, δ) adds up to the budget's δ, leaving "
-                "none for composition: ask for a smaller 'delta' with such releases"
+                "; its δ does not fit what is left: ask for a smaller 'delta' (the δ of "
+                "every release adds up under the ledger's filter, docs/privacy.md)"
             )
         raise BudgetExceeded(
             reason,
@@ -127,11 +173,14 @@ def admit(
                 "spent": status.spent,
                 "reserved": status.reserved,
                 "remaining": status.remaining,
+                "delta_remaining": status.delta_remaining,
                 "requested": {"epsilon": cost.epsilon, "delta": cost.delta},
                 # JSON has no infinity: null means "no valid bound fits".
                 "total_after": total_after if math.isfinite(total_after) else None,
+                "delta_after": after.delta,
             },
         )
+    consumed_epsilon, consumed_delta = consumed(before, after)
     return repository.add_entry(
         session,
         LedgerEntry(
@@ -144,6 +193,10 @@ def admit(
             delta=cost.delta,
             rdp=encode_rdp(cost.rdp),
             mu=cost.mu,
+            charged_as=charge.mode,
+            group_delta=charge.group_delta if charge.mode == "renyi" else None,
+            consumed_epsilon=consumed_epsilon,
+            consumed_delta=consumed_delta,
             state=RESERVED,
         ),
     )
@@ -213,6 +266,7 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
     for entry in rows:
         if entry.state in HOLDING:
             holding.append(entry)
+        state = _spend(holding, budget)
         out.append(
             LedgerEntryOut(
                 release_id=entry.release_id,
@@ -221,11 +275,18 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
                 accountant=str(entry.description.get("accountant", "")),
                 epsilon=entry.epsilon,
                 delta=entry.delta,
+                charged_as=entry.charged_as,
+                consumed_epsilon=_or(entry.consumed_epsilon, entry.epsilon),
+                consumed_delta=_or(entry.consumed_delta, entry.delta),
                 state=entry.state,
                 created_at=entry.created_at,
                 settled_at=entry.settled_at,
-                running_total=_composed(holding, budget, None),
+                running_total=round_up(state.epsilon),
+                running_delta=state.delta,
             )
         )
-    status = status_of(session, budget=budget)
-    return Ledger(dataset_id=dataset_id, entries=out, **status.model_dump())
+    return Ledger(dataset_id=dataset_id, entries=out, **_status(budget, holding).model_dump())
+
+
+def _or(value: float | None, fallback: float) -> float:
+    return fallback if value is None else value

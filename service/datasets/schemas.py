@@ -51,8 +51,9 @@ class DatasetMetadata(BaseModel):
     )
     classes: list[ClassLabel] | None = Field(
         default=None,
-        description="The declared label set; when omitted, the labels present are recorded "
-        "as declared by the owner",
+        description="The declared label set (public). When omitted, the labels present in "
+        "the file are recorded for the owner's eyes only, and the dataset takes no release "
+        "(every mechanism publishes labels): 409 classes_undeclared",
     )
     budget: Budget
 
@@ -82,9 +83,12 @@ class DatasetMetadata(BaseModel):
 class BudgetStatus(BaseModel):
     epsilon: float
     delta: float
-    spent: float = Field(description="ε of committed releases, composed at the budget's δ")
-    reserved: float = Field(description="ε of committed and in-flight releases, composed")
+    spent: float = Field(description="ε of committed releases under the ledger's filter")
+    reserved: float = Field(description="ε of committed and in-flight releases, filter")
     remaining: float = Field(description="budget ε minus the reserved total, rounded down")
+    delta_spent: float = Field(description="δ of committed releases under the filter")
+    delta_reserved: float = Field(description="δ of committed and in-flight releases")
+    delta_remaining: float = Field(description="budget δ minus the reserved δ, rounded down")
 
 
 class DatasetOut(BaseModel):
@@ -94,12 +98,21 @@ class DatasetOut(BaseModel):
     n_rows: int
     n_features: int
     feature_shape: list[int]
-    classes: list[ClassLabel]
-    classes_declared_by_owner: bool
+    classes: list[ClassLabel] | None = Field(
+        description="The declared label set; when the owner declared none, the labels found "
+        "in the file (private data): owner only, null for everyone else"
+    )
+    classes_declared_by_owner: bool = Field(
+        description="false: no label set was declared at upload; the dataset takes no release"
+    )
     sha256: str | None = Field(
         description="sha256 of the uploaded file; computed from private data: owner only"
     )
-    size_bytes: int
+    size_bytes: int | None = Field(
+        description="Size of the uploaded file in bytes; it differs between neighbouring "
+        "datasets (a record's text length), so it is the owner's only: null for everyone "
+        "else, admins included"
+    )
     clipped_values: int | None = Field(
         description="Feature values outside feature_range, clipped; owner only (erased, "
         "null, once the dataset is deleted)"

@@ -117,8 +117,11 @@ def _jsonable_range(metadata: DatasetMetadata) -> object:
 
 
 def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetOut:
-    """The dataset as ``viewer`` may see it: statistics computed from the raw data (its hash,
-    the clipped count) are the owner's alone; they are not covered by any privacy charge."""
+    """The dataset as ``viewer`` may see it. Figures computed from the raw file and not
+    covered by any privacy charge are the owner's alone (admins included in "everyone
+    else"): its hash, its size in bytes, the clipped count, and the labels present when no
+    label set was declared. What stays shared is public under replace-one neighbours with n
+    public: n, the shape, the declared bounds and classes, the owner's name for it."""
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
@@ -130,10 +133,10 @@ def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetO
         n_rows=dataset.n_rows,
         n_features=dataset.n_features,
         feature_shape=dataset.feature_shape,
-        classes=dataset.classes,
+        classes=dataset.classes if owner or dataset.classes_declared else None,
         classes_declared_by_owner=dataset.classes_declared,
         sha256=dataset.sha256 if owner else None,
-        size_bytes=dataset.size_bytes,
+        size_bytes=dataset.size_bytes if owner else None,
         clipped_values=dataset.clipped_values if owner else None,
         budget=ledger.status_of(session, budget=budget),
         created_at=dataset.created_at,

@@ -160,7 +160,7 @@ def get_report(
 ) -> dict[str, Any]:
     release = service.get(session, principal=principal, release_id=release_id)
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
-    if release.report_dataset_id is None or principal.id != release.requested_by:
+    if release.report_dataset_id is None or not service.is_owner(release, principal):
         raise NotFound(f"release {release_id} has no report for you")
     if release.status == ReleaseStatus.cancelled:
         raise NotReady(
@@ -220,14 +220,30 @@ def make_router() -> APIRouter:
         methods=["POST"],
         status_code=status.HTTP_202_ACCEPTED,
         response_model=ReleaseOut,
-        responses=responses(401, 403, 404, 409, 422),
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="The budget would be exceeded (budget_exceeded), the dataset was deleted "
+            "(dataset_deleted) or declared no classes (classes_undeclared)",
+        ),
         summary="Request a release: calibrate or cost the noise, reserve budget, queue the job",
     )
     router.add_api_route(
         "/preview",
         body_of(preview_release),
         methods=["POST"],
-        responses=responses(401, 403, 404, 422),
+        responses=responses(
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="The dataset was deleted (dataset_deleted) or declared no classes "
+            "(classes_undeclared)",
+        ),
         summary="What a release would cost and leave, without charging or storing anything",
     )
     router.add_api_route(

@@ -135,6 +135,17 @@ class Noise(BaseModel):
 class Charge(BaseModel):
     epsilon: float = Field(description="ε this release costs at its δ (a valid upper bound)")
     delta: float
+    charged_as: str | None = Field(
+        default=None,
+        description="How the ledger's filter charged it (basic: its (ε, δ) add up; renyi: "
+        "its RDP curve composes); null in a preview before admission decides",
+    )
+    consumed_epsilon: float | None = Field(
+        default=None, description="What it added to the dataset's spent ε under the filter"
+    )
+    consumed_delta: float | None = Field(
+        default=None, description="What it added to the dataset's spent δ under the filter"
+    )
 
 
 class Artifact(BaseModel):
@@ -209,10 +220,18 @@ class BudgetPreview(BaseModel):
     spent: float
     reserved: float
     remaining: float
+    delta_spent: float
+    delta_reserved: float
+    delta_remaining: float
     total_after: float | None = Field(
-        description="Composed spend if this release were admitted (null: no valid bound fits)"
+        description="The filter's spent ε if this release were admitted (null: none fits)"
     )
     remaining_after: float
+    delta_after: float = Field(description="The filter's spent δ if it were admitted")
+    delta_remaining_after: float
+    charged_as: str = Field(
+        description="How the filter would charge it: basic or renyi (docs/privacy.md)"
+    )
     admissible: bool
 
 

@@ -20,8 +20,8 @@ from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
-from service.errors import BudgetExceeded, InvalidInput, NotFound
-from service.models import Dataset, Principal, Release
+from service.errors import BudgetExceeded, ClassesUndeclared, InvalidInput, NotFound
+from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases.mechanisms import facts
@@ -83,20 +83,38 @@ def accountant_keys(
     return spec.accountant_keys(accountant, request.params, facts(dataset, settings), asked)
 
 
+# Relative margin below the budget's δ of a default δ share, so that shares whose ε add up to
+# the budget have δ's whose floating-point sum does not pass it.
+_SHARE_MARGIN = 1e-9
+
+
+def default_delta(budget: DatasetBudget, epsilon: float, delta_left: float) -> float:
+    """A release's δ when the request gives none: the budget's δ in proportion to the ε share
+    it asks for (δ·min(1, ε/ε_budget)), so releases whose ε add up to the budget also fit its
+    δ under the ledger's filter, where the δ's of ``basic`` charges add up — and one release
+    of the whole budget gets the whole δ. Capped at the δ left when some is left."""
+    share = min(1.0, epsilon / budget.epsilon)
+    delta = budget.delta if share >= 1 else budget.delta * share * (1 - _SHARE_MARGIN)
+    if 0 < delta_left < delta:
+        delta = delta_left
+    return delta
+
+
 def plan(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> Plan:
     """Calibrate (or cost) a request with the accountant the CLI uses too."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
     require_active(dataset)
+    require_declared_classes(dataset)
     budget = budget_repository.get_budget(session, dataset_id=dataset.id)
     if budget is None:
         raise NotFound(f"dataset {dataset.id} not found")
-    delta = request.delta if request.delta is not None else budget.delta
-    if delta > budget.delta:
+    if request.delta is not None and request.delta > budget.delta:
         raise InvalidInput(
-            f"delta {delta:g} is larger than the dataset's budget delta {budget.delta:g}"
+            f"delta {request.delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
+    delta_left = ledger.spend_of(session, dataset_id=dataset.id).delta_left
     spec = registry.get(request.mechanism)
     try:
         spec.check(request.params, facts(dataset, settings))
@@ -111,10 +129,14 @@ def plan(
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
+            delta = request.delta or default_delta(budget, request.epsilon, delta_left)
             event = accountant.calibrate(target, delta, keys)
         else:
             assert request.noise is not None
             event = accountant.at_sigma(request.noise.sigma_x, keys)
+            delta = request.delta or default_delta(
+                budget, event.epsilon(min(budget.delta, delta_left or budget.delta)), delta_left
+            )
         cost = event.cost(delta)
     except (CalibrationError, InvalidParams, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
@@ -142,6 +164,21 @@ def plan(
     )
 
 
+def require_declared_classes(dataset: Dataset) -> None:
+    """Every served mechanism publishes labels: one column per class, named after it, in
+    every release file and its metadata, and the number of classes sizes its rows. Undeclared,
+    the classes are the labels found in the private data (a rare label is a record's value),
+    so such a dataset takes no release until it is uploaded again with ``classes``."""
+    if not dataset.classes_declared:
+        raise ClassesUndeclared(
+            f"dataset {dataset.id} has no declared classes: releases publish the label set "
+            "(column names, one-hot width), and the labels found in the file are private. "
+            "Upload it again with `classes` in the metadata listing every class (those absent "
+            "from the file too)",
+            detail={"dataset_id": dataset.id},
+        )
+
+
 def preview(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> PreviewOut:
@@ -153,7 +190,15 @@ def preview(
         params=p.params,
         accountant=request.accountant,
         noise=p.noise,
-        charge=p.charge,
+        charge=p.charge.model_copy(
+            update={
+                "charged_as": budget["charged_as"],
+                "consumed_epsilon": None
+                if budget["total_after"] is None
+                else max(0.0, budget["total_after"] - budget["reserved"]),
+                "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
+            }
+        ),
         budget=budget,  # type: ignore[arg-type]
     )
 
@@ -197,7 +242,7 @@ def create(
     )
     charge = {"epsilon": p.cost.epsilon, "delta": p.cost.delta}
     try:
-        ledger.admit(
+        entry = ledger.admit(
             session,
             dataset_id=p.dataset.id,
             release_id=release.id,
@@ -227,7 +272,12 @@ def create(
             "mechanism": request.mechanism,
             "accountant": request.accountant,
             "format": request.format,
-            "reserved": charge,
+            "reserved": {
+                **charge,
+                "charged_as": entry.charged_as,
+                "consumed_epsilon": entry.consumed_epsilon,
+                "consumed_delta": entry.consumed_delta,
+            },
         },
     )
     release_id = release.id
@@ -285,16 +335,36 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
     )
 
 
-def _owner_of(release: Release) -> str:
-    return release.requested_by
+def is_owner(release: Release, viewer: Principal) -> bool:
+    """Whether ``viewer`` owns the release's dataset. Only a dataset's owner may request its
+    releases (``plan`` reads the dataset with ``manage``), so the requester is that owner."""
+    return viewer.id == release.requested_by
 
 
-# What an analyst sees in place of a failed job's error text (which may quote the raw data).
+# What anyone but the owner sees in place of a failed job's error text (which may quote the
+# raw data: a parse error, a value in an exception).
 HIDDEN_ERROR = "failed"
 
 
+def _charge(release: Release) -> Charge:
+    entry = release.ledger_entry
+    if entry is None:
+        return Charge(epsilon=release.epsilon, delta=release.delta)
+    return Charge(
+        epsilon=release.epsilon,
+        delta=release.delta,
+        charged_as=entry.charged_as,
+        consumed_epsilon=entry.epsilon
+        if entry.consumed_epsilon is None
+        else entry.consumed_epsilon,
+        consumed_delta=entry.delta if entry.consumed_delta is None else entry.consumed_delta,
+    )
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
-    """Analysts see that a release failed, not why: error text may quote the raw data."""
+    """Everyone but the dataset's owner (analysts and admins alike) sees that a release
+    failed, not why: the error text may quote the raw data."""
+    owner = is_owner(release, viewer)
     artifact = None
     if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
         artifact = Artifact(
@@ -327,8 +397,8 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         progress=release.progress,
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
-        charge=Charge(epsilon=release.epsilon, delta=release.delta),
-        error=release.error if viewer.role != "analyst" or release.error is None else HIDDEN_ERROR,
+        charge=_charge(release),
+        error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
         started_at=release.started_at,
@@ -337,6 +407,6 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         artifact=artifact,
         artifacts=extras,
         report=f"/releases/{release.id}/report"
-        if release.report_dataset_id is not None and viewer.id == _owner_of(release)
+        if release.report_dataset_id is not None and owner
         else None,
     )

@@ -40,6 +40,8 @@ def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) 
         "--feature-range",
         "0",
         "13",
+        "--classes",
+        "[0, 1, 2]",
         "--epsilon",
         "3",
         "--delta",

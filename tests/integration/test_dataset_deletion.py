@@ -77,6 +77,7 @@ def test_delete_erases_raw_data_and_keeps_releases(
     metadata = {
         "name": "toy",
         "feature_range": [0, 13],
+        "classes": [0, 1, 2],
         "budget": {"epsilon": 20.0, "delta": 1e-5},
     }
     upload = {

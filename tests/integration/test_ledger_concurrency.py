@@ -1,6 +1,6 @@
 """Admission under real concurrency: many POST /releases released at once by a barrier, each on
 its own HTTP connection to uvicorn with several worker processes, near the budget boundary.
-Exactly the k releases that dpcore's composition allows are admitted, whatever the order."""
+Exactly the k releases that dpcore's filter allows are admitted, whatever the order."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import pytest
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
-from dpcore.accounting import Cost, compose_epsilon
+from dpcore.accounting import Cost
+from dpcore.accounting.filter import Spend, spend
 from dpcore.mechanisms.local_perturbation.accounting import LocalPerturbationEvent
 from service import bootstrap
-from service.budgets.service import cost_of
+from service.budgets.service import ROUNDING_SLACK, charge_of
 from service.config import Settings
 from service.models import LedgerEntry, Release
 from service.runtime import build_runtime
@@ -39,9 +40,13 @@ NO_RATE_LIMIT = ""
 
 
 def admissible(one: Cost, *, budget: float, upto: int) -> int:
-    """How many copies of ``one`` fit the budget, by dpcore's composition; the boundary is
+    """How many copies of ``one`` fit the budget, by dpcore's filter; the boundary is
     checked to be far from rounding (so the service's round-up cannot move it)."""
-    totals = [compose_epsilon([one] * j, delta=DELTA) for j in range(upto + 2)]
+    state, totals = Spend(budget, DELTA), [0.0]
+    for _ in range(upto + 1):
+        _, state = state.choose(one.epsilon, one.delta, one.rdp, slack=ROUNDING_SLACK)
+        assert state.delta <= DELTA  # δ never binds here: ε decides
+        totals.append(state.epsilon)
     k = max(j for j in range(upto + 1) if totals[j] <= budget)
     assert totals[k] < budget * (1 - 1e-6) and totals[k + 1] > budget * (1 + 1e-6)
     return k
@@ -64,7 +69,7 @@ def race(url: str, database_url: str, *, budget: float, n_requests: int) -> dict
         assert r.status_code == 201, r.text
         auth = {"Authorization": f"Bearer {r.json()['key']}"}
         meta = (
-            '{"name": "race", "feature_range": [0, 13], '
+            '{"name": "race", "feature_range": [0, 13], "classes": [0, 1, 2], '
             f'"budget": {{"epsilon": {budget}, "delta": {DELTA}}}}}'
         )
         r = c.post(
@@ -79,6 +84,7 @@ def race(url: str, database_url: str, *, budget: float, n_requests: int) -> dict
             "dataset_id": dataset_id,
             "mechanism": "local_perturbation",
             "noise": {"sigma_x": SIGMA},
+            "delta": DELTA / 1000,  # the same cost for every request
             "format": "npz",
         }
         charge = c.post("/releases/preview", json=body, headers=auth).json()["charge"]
@@ -144,7 +150,7 @@ def race(url: str, database_url: str, *, budget: float, n_requests: int) -> dict
         "ledger": ledger,
         "entries": len(entries),
         "releases": releases,
-        "composed": compose_epsilon([cost_of(e) for e in holding], delta=DELTA),
+        "composed": spend(budget, DELTA, [charge_of(e) for e in holding]).epsilon,
         "budget": budget,
     }
 

@@ -31,8 +31,10 @@ from hypothesis.stateful import (
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpcore.accounting import Cost, compose_epsilon, gdp
+from dpcore.accounting import Cost, gdp
+from dpcore.accounting.filter import Charge, Spend, spend
 from dpcore.mechanisms.dpmix.accounting import DPMixEvent
+from dpcore.mechanisms.dpmix.accounting_pld import DPMixPLDEvent
 from service import bootstrap
 from service.budgets import service as ledger
 from service.db import make_engine, make_session_factory
@@ -79,7 +81,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.costs: dict[str, Cost] = {}
+        self.charges: dict[str, Charge] = {}
         self.states: dict[str, str] = {}
         self.frozen: dict[str, tuple[Any, ...]] = {}
 
@@ -113,12 +115,14 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # --- the model ------------------------------------------------------------------------
 
-    def _holding(self, extra: Cost | None = None) -> list[Cost]:
-        held = [self.costs[r] for r, s in self.states.items() if s in ledger.HOLDING]
-        return held + ([extra] if extra is not None else [])
+    def _holding(self) -> list[Charge]:
+        return [self.charges[r] for r, s in self.states.items() if s in ledger.HOLDING]
 
-    def _composed(self, items: list[Cost]) -> float:
-        return compose_epsilon(items, delta=BUDGET_DELTA)
+    def _spend(self, items: list[Charge]) -> Spend:
+        return spend(self.budget, BUDGET_DELTA, items)
+
+    def _composed(self, items: list[Charge]) -> float:
+        return self._spend(items).epsilon
 
     def _release_and_admit(self, session: Session, cost: Cost) -> str:
         """A release row and its admission, in the caller's transaction; the release id."""
@@ -148,7 +152,11 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def _admit(self, cost: Cost) -> str | None:
         """Run admission in its own transaction; the release id, or None when refused."""
-        fits = ledger.round_up(self._composed(self._holding(cost))) <= self.budget
+        # The model's own filter decides the way and whether it fits (docs/privacy.md).
+        charge, after = self._spend(self._holding()).choose(
+            cost.epsilon, cost.delta, cost.rdp, slack=ledger.ROUNDING_SLACK
+        )
+        fits = ledger.round_up(after.epsilon) <= self.budget and after.delta <= BUDGET_DELTA
         before = self._entry_count()
         try:
             with self.factory() as session, session.begin():
@@ -160,7 +168,10 @@ class LedgerMachine(RuleBasedStateMachine):
             return None
         assert fits, "admitted a release over the budget"
         STEPS["admitted"] += 1
-        self.costs[release_id] = cost
+        self.charges[release_id] = charge
+        with self.factory() as session:
+            stmt = select(LedgerEntry).where(LedgerEntry.release_id == release_id)
+            assert session.scalars(stmt).one().charged_as == charge.mode
         self.states[release_id] = ledger.RESERVED
         return release_id
 
@@ -243,12 +254,14 @@ class LedgerMachine(RuleBasedStateMachine):
                     select(LedgerEntry).where(LedgerEntry.dataset_id == self.dataset_id)
                 )
             )
-        holding = self._composed(self._holding())
+        held = self._spend(self._holding())
+        holding = held.epsilon
         committed = self._composed(
-            [self.costs[r] for r, s in self.states.items() if s == ledger.COMMITTED]
+            [self.charges[r] for r, s in self.states.items() if s == ledger.COMMITTED]
         )
         # Never over the budget, and composed exactly as the model composes.
         assert status.spent <= status.reserved <= self.budget
+        assert status.delta_reserved == held.delta <= BUDGET_DELTA
         assert status.reserved == ledger.round_up(holding)
         assert status.spent == ledger.round_up(committed)
         # Rounded against the user: shown spend at least the exact one, remaining at most.
@@ -346,6 +359,8 @@ def test_requested_amounts_are_validated(embedded: Any) -> None:
     # The charge of an accepted release is its accountant's ε, rounded against the user.
     body = "{" + base + ', "noise": {"sigma_x": 1.0}}'
     charge = h.client.post("/releases/preview", content=body, headers=headers).json()["charge"]
-    exact = DPMixEvent(200, 8, 30, 1.0, 1.0).cost(BUDGET_DELTA).epsilon
+    # A noise request takes the δ share of its ε (docs/privacy.md, "Default δ").
+    assert 0 < charge["delta"] <= BUDGET_DELTA
+    exact = DPMixPLDEvent(200, 8, 30, 1.0, 1.0).cost(charge["delta"]).epsilon
     assert exact < charge["epsilon"] <= exact * (1 + 2e-9)
     assert len(h.client.get("/datasets", headers=h.headers(owner)).json()["items"]) == 1

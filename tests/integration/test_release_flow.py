@@ -10,8 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dpcore.mechanisms.dpmix.accounting import DPMixEvent, DPMixRecordEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixRecordEvent
 from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
+from dpcore.mechanisms.dpmix.accounting_pld import DPMixPLDEvent
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
@@ -34,6 +35,9 @@ def test_release_end_to_end(harness: Harness) -> None:
         "spent": 0.0,
         "reserved": 0.0,
         "remaining": 5.0,
+        "delta_spent": 0.0,
+        "delta_reserved": 0.0,
+        "delta_remaining": 1e-5,
     }
 
     body = h.release_body(ds["id"], epsilon=2.0, delta=1e-5)
@@ -44,9 +48,11 @@ def test_release_end_to_end(harness: Harness) -> None:
     assert p["budget"]["admissible"] is True
     assert p["budget"]["remaining_after"] == pytest.approx(5.0 - p["charge"]["epsilon"], abs=1e-6)
     # The calibrated noise costs what the accountant says, independently recomputed.
-    event = DPMixEvent(200, 8, 300, p["noise"]["sigma_x"], p["noise"]["sigma_y"])
+    event = DPMixPLDEvent(200, 8, 300, p["noise"]["sigma_x"], p["noise"]["sigma_y"])
     assert event.epsilon(1e-5) <= 2.0
     assert event.epsilon(1e-5) == pytest.approx(p["charge"]["epsilon"], rel=1e-6)
+    assert p["charge"]["charged_as"] == p["budget"]["charged_as"] == "basic"
+    assert p["charge"]["consumed_epsilon"] == p["budget"]["total_after"]
     # Preview charges nothing.
     ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
     assert ledger["entries"] == [] and ledger["reserved"] == 0.0
@@ -69,7 +75,8 @@ def test_release_end_to_end(harness: Harness) -> None:
     assert npz["X"].shape == (300, 6) and npz["y"].shape == (300, 3)
     meta = json.loads(str(npz["metadata"]))
     assert meta["mechanism"] == "dpmix" and meta["release_id"] == created["id"]
-    assert meta["noise"] == p["noise"] and meta["charge"] == p["charge"]
+    own = {k: p["charge"][k] for k in ("epsilon", "delta")}  # the release's own guarantee
+    assert meta["noise"] == p["noise"] and meta["charge"] == own
     # No function of the raw data travels with the release (a hash would let anyone who knows
     # all records but one test candidates for the last); the owner-side provenance has it.
     assert "dataset_sha256" not in meta and ds["sha256"] not in json.dumps(meta)
@@ -113,28 +120,39 @@ def test_budget_refusal_leaves_ledger_unchanged(harness: Harness) -> None:
     assert len(releases["items"]) == 1
 
 
-def test_composition_is_tighter_than_summing(harness: Harness) -> None:
+def test_the_filter_adds_up_releases_and_refuses_what_would_pass(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
     ds = _dataset(h, owner, budget={"epsilon": 3.0, "delta": 1e-5})
     ids = []
-    for _ in range(3):
+    for _ in range(2):
         r = h.client.post(
             "/releases", json=h.release_body(ds["id"], epsilon=1.2), headers=h.headers(owner)
         )
-        # Three releases of ε≈1.2 sum to 3.6 > 3, but RDP composition fits them.
         assert r.status_code == 202, r.text
+        # Default δ: the release's ε share of the budget's δ.
+        assert r.json()["charge"]["delta"] == pytest.approx(1e-5 * 1.2 / 3.0, rel=1e-8)
+        assert r.json()["charge"]["delta"] < 1e-5 * 1.2 / 3.0
         ids.append(r.json()["id"])
+    # A third at the same noise would bring the filter to 3.6 > 3 (these PLD-calibrated
+    # releases are cheapest as basic charges, and their RDP curves do not fit either).
+    third = h.client.post(
+        "/releases", json=h.release_body(ds["id"], epsilon=1.2), headers=h.headers(owner)
+    )
+    assert third.status_code == 409, third.text
+    assert third.json()["error"]["detail"]["total_after"] > 3.0
     for rid in ids:
         assert h.wait(owner, rid)["status"] == "succeeded"
     summary = h.client.get("/budgets", headers=h.headers(owner)).json()["items"]
     (mine,) = [s for s in summary if s["dataset_id"] == ds["id"]]
-    assert mine["release_count"] == 3
-    assert mine["spent"] <= 3.0
-    assert mine["spent"] < sum(
-        h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()["charge"]["epsilon"]
-        for rid in ids
-    )
+    assert mine["release_count"] == 2
+    charges = [
+        h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()["charge"] for rid in ids
+    ]
+    assert [c["charged_as"] for c in charges] == ["basic", "basic"]
+    assert mine["spent"] == pytest.approx(sum(c["epsilon"] for c in charges), rel=1e-8)
+    assert mine["delta_spent"] == pytest.approx(sum(c["delta"] for c in charges), rel=1e-12)
+    assert 0 < mine["delta_remaining"] <= 1e-5 - mine["delta_spent"]
 
 
 def test_noise_mode_reports_epsilon(harness: Harness) -> None:
@@ -145,7 +163,7 @@ def test_noise_mode_reports_epsilon(harness: Harness) -> None:
     del body["epsilon"]
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
-    expected = DPMixEvent(200, 8, 300, 0.5, 1.0).epsilon(1e-5)
+    expected = DPMixPLDEvent(200, 8, 300, 0.5, 1.0).epsilon(r.json()["charge"]["delta"])
     assert r.json()["charge"]["epsilon"] == pytest.approx(expected, rel=1e-8)
     assert r.json()["charge"]["epsilon"] >= expected
     noise = r.json()["noise"]
@@ -243,7 +261,7 @@ def test_paper_accountant_through_the_service(harness: Harness) -> None:
     assert p["accountant"] == "paper" and p["charge"]["epsilon"] <= 20.0
     # Same numbers as the offline accountant (`dprelease account dpmix --accountant paper`).
     paper = DPMixPaperEvent(200, 8, 300, p["noise"]["sigma_x"], p["noise"]["sigma_y"], 6, 3)
-    assert paper.epsilon(1e-5) == pytest.approx(p["charge"]["epsilon"], rel=1e-8)
+    assert paper.epsilon(p["charge"]["delta"]) == pytest.approx(p["charge"]["epsilon"], rel=1e-8)
     tight = h.client.post(
         "/releases/preview", json={**body, "accountant": "tight"}, headers=h.headers(owner)
     ).json()
@@ -254,7 +272,8 @@ def test_paper_accountant_through_the_service(harness: Harness) -> None:
     assert done["status"] == "succeeded" and done["accountant"] == "paper"
     ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
     assert ledger["entries"][0]["accountant"] == "paper"
-    assert ledger["spent"] <= p["charge"]["epsilon"]
+    # A basic charge: the spend is the charge (rounded up once more by the ledger).
+    assert p["charge"]["epsilon"] <= ledger["spent"] <= p["charge"]["epsilon"] * (1 + 2e-9)
 
 
 def test_record_assignment_release(harness: Harness) -> None:
@@ -269,7 +288,8 @@ def test_record_assignment_release(harness: Harness) -> None:
     assert created["params"]["assignment"] == "record"
     # Charged with the record variant's accountant (Gaussian mechanism, GDP), not Theorem 1's.
     event = DPMixRecordEvent(200, 8, 100, created["noise"]["sigma_x"], created["noise"]["sigma_y"])
-    assert event.epsilon(1e-5) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
+    delta = created["charge"]["delta"]
+    assert event.epsilon(delta) == pytest.approx(created["charge"]["epsilon"], rel=1e-8)
     done = h.wait(owner, created["id"])
     assert done["status"] == "succeeded", done
     npz = np.load(io.BytesIO(h.download(owner, done["id"])))

@@ -62,7 +62,9 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
     assert p["noise"]["sigma_y"] == pytest.approx(2 * p["noise"]["sigma_x"])
     # One charge for both steps: the exact GDP composition, calibrated just under ε = 2.
     mu = _mu(200, 40, p["noise"]["sigma_x"], p["noise"]["sigma_y"], 20.0)
-    assert p["charge"]["epsilon"] == pytest.approx(gdp.epsilon_of(mu, DELTA), rel=1e-8)
+    assert p["charge"]["epsilon"] == pytest.approx(
+        gdp.epsilon_of(mu, p["charge"]["delta"]), rel=1e-8
+    )
     assert 1.99 < p["charge"]["epsilon"] <= 2.0
 
     r = h.client.post("/releases", json=body, headers=h.headers(owner))

@@ -19,6 +19,7 @@ from dpcore.accounting.accountant import Accountant
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpcda.accounting import DPCDAEvent, DPCDAPaperEvent
+from dpcore.mechanisms.secure_random import SecureRandom
 
 PAPER = registry.accountant("dpcda", "paper")
 TIGHT = registry.accountant("dpcda", "tight")
@@ -316,7 +317,6 @@ def test_dp_statistics_compose_as_gdp() -> None:
 
 
 def test_dp_statistics_sensitivity_and_accuracy() -> None:
-    import torch
 
     from dpcore.mechanisms.dpcda.release import dp_statistics
     from dpcore.mechanisms.noise import FastNoise, SecureNoise
@@ -334,7 +334,7 @@ def test_dp_statistics_sensitivity_and_accuracy() -> None:
         )
         worst = max(worst, moved)
     assert worst <= np.sqrt(2 * 7) + 1e-12
-    for noise in (FastNoise(torch.Generator().manual_seed(0)), SecureNoise()):
+    for noise in (FastNoise(SecureRandom.from_seed(0)), SecureNoise()):
         mean, std = dp_statistics(unit, 1e-6, noise)
         assert np.allclose(mean, unit.mean(0), atol=1e-6)
         assert np.allclose(std, unit.std(0), atol=1e-5)

@@ -16,7 +16,9 @@ from scipy.stats import norm
 
 from dpcore.accounting import Cost, gdp
 from dpcore.accounting.accountant import Accountant
+from dpcore.accounting.orders import epsilon_from_rdp
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpmix import accounting_pld as dpmix_pld
 from dpcore.mechanisms.sgdrm import accounting as sgdrm
 from dpcore.mechanisms.sgdrm.accounting import SGDRMClippedEvent, SGDRMPaperEvent
 
@@ -175,11 +177,18 @@ def test_tight_single_mixture_against_direct_integration(case: tuple, delta: flo
     event = SGDRMClippedEvent(n, ell, 1, sigma, c)
     q, R = ell / n, c * math.sqrt(2)
     eps = event.epsilon(delta)
-    # Valid: the exact worst-case pair's δ at the reported ε is within δ…
-    assert _antipodal_delta(q, R, sigma, eps) <= delta * (1 + 1e-9)
-    # …and the report is not loose: the exact ε is within 0.01 of it.
-    exact = brentq(lambda e: _antipodal_delta(q, R, sigma, e) - delta, 0.0, eps + 1.0, xtol=1e-9)
-    assert exact <= eps <= exact + 0.01
+    # Not loose: within 0.01 of the antipodal pair's exact ε…
+    exact = brentq(lambda e: _antipodal_delta(q, R, sigma, e) - delta, 0.0, eps + 5.0, xtol=1e-9)
+    assert eps <= exact + 0.01
+
+    # …and never below the smaller of the two analyses' exact values: the antipodal pair's
+    # and the proven pair's closed form (accounting_pld; Δ = 2c/σ, which non-negative
+    # features allow, is below the antipodal 2√2c/σ at q = 1).
+    def proven_delta(e: float) -> float:
+        return float(dpmix_pld.hockey_stick(q, sigma / (2 * c), e)) - delta
+
+    proven = 0.0 if proven_delta(0.0) <= 0 else brentq(proven_delta, 0.0, eps + 5.0)
+    assert eps >= min(exact, proven) - 1e-9
     # The closed form agrees with scipy's numerical integration.
     for e in (0.5 * exact, exact):
         assert _antipodal_delta_quad(q, R, sigma, e) == pytest.approx(
@@ -240,17 +249,26 @@ def test_tight_maps_sigma_to_the_noise_multiplier() -> None:
     # runs): between a very fine run (closest to the exact value) and the coarse one.
     fine = _replace_pld_epsilon(128 / 60000, event.noise_multiplier, 60000, 1e-5, 1e-5)
     coarse = _replace_pld_epsilon(128 / 60000, event.noise_multiplier, 60000, 1e-5, 1e-3)
-    assert fine - 1e-4 <= event.epsilon(1e-5) <= coarse
-    assert event.epsilon(1e-5) == pytest.approx(fine, abs=1e-3)
+    antipodal = sgdrm.replace_one_epsilon(
+        event.inclusion_probability, event.noise_multiplier, 60000, 1e-5
+    )
+    assert fine - 1e-4 <= antipodal <= coarse
+    assert antipodal == pytest.approx(fine, abs=1e-3)
+    # The event reports the smallest of its bounds: here the proven pair's PLD.
+    proven = sgdrm.accounting_pld.pld_epsilon(
+        event.inclusion_probability, event.proven_sensitivity, 60000, 1e-5
+    )
+    assert event.epsilon(1e-5) == min(antipodal, proven) < antipodal
     explicit = TIGHT.at_sigma(2.0, {**MNIST, "coefficient_bound": 0.5})
     assert explicit.epsilon(1e-5) > event.epsilon(1e-5)  # larger c, larger ε
 
 
 def test_tight_reference_numbers() -> None:
     # MNIST-sized release with the default clip c = 3/√128 (regression pins).
-    assert TIGHT.at_sigma(2.0, MNIST).epsilon(1e-5) == pytest.approx(0.71057, abs=2e-4)
+    # (Before the proven pair joined: 0.71057 and σ = 1.4626, the antipodal PLD alone.)
+    assert TIGHT.at_sigma(2.0, MNIST).epsilon(1e-5) == pytest.approx(0.54967, abs=2e-4)
     event = TIGHT.calibrate(1.0, 1e-5, MNIST)
-    assert event.sigma == pytest.approx(1.4626, rel=1e-3)
+    assert event.sigma == pytest.approx(1.2483, rel=1e-3)
 
 
 def test_tight_is_monotone_in_sigma_and_in_T() -> None:
@@ -275,7 +293,10 @@ def test_tight_calibration_never_overshoots(target: float) -> None:
 def test_tight_cost_and_description() -> None:
     event = TIGHT.at_sigma(1.5, MNIST)
     cost = event.cost(1e-5)
-    assert cost.epsilon == event.epsilon(1e-5) and cost.rdp is None and cost.mu is None
+    assert cost.epsilon == event.epsilon(1e-5) and cost.mu is None
+    # The proven pair's RDP curve rides along for the ledger; alone it is a valid, larger ε.
+    assert cost.rdp == event.rdp()
+    assert epsilon_from_rdp(cost.rdp, delta=1e-5) >= cost.epsilon
     d = event.describe()
     assert d["mechanism"] == "sgdrm" and d["accountant"] == "tight"
     assert d["coefficients"] == "clipped"
@@ -317,3 +338,74 @@ def test_sigma_must_be_positive() -> None:
 def test_paper_is_flagged_as_not_a_valid_bound() -> None:
     assert not PAPER.valid_bound and PAPER.caveat
     assert TIGHT.valid_bound
+
+
+# ------------------------------------------------------------------------------------------
+# tight: the proven pair (accounting_pld) and its RDP curve
+# ------------------------------------------------------------------------------------------
+
+
+def _rdp_moment_mp(alpha: int, q: float, d: float) -> float:
+    """log E_{P*}[e^{(α−1)L}] of the proven pair by 40-digit quadrature of its definition
+    (positive part, tilted mirror, atom), independently of the closed form."""
+    mp.mp.dps = 40
+    q_, d_ = mp.mpf(q), mp.mpf(d)
+
+    def m(x: mp.mpf) -> mp.mpf:
+        return 1 - q_ + q_ * mp.exp(d_ * x - d_ * d_ / 2)
+
+    integrand = lambda x: (m(x) ** alpha + m(x) ** (1 - alpha)) * mp.npdf(x)  # noqa: E731
+    top = d_ / 2 + alpha * d_ + 40
+    value = mp.quad(integrand, [d_ / 2, d_ / 2 + 1, alpha * d_ + d_ / 2, top])
+    return float(mp.log(value + (1 - q_) * (1 - 2 * mp.ncdf(-d_ / 2))))
+
+
+@pytest.mark.parametrize(("q", "d"), [(8e-4, 1.9), (6.4e-3, 0.3), (0.1, 1.0), (0.5, 2.0)])
+@pytest.mark.parametrize("alpha", [2, 3, 10, 40])
+def test_rdp_of_the_proven_pair_is_an_upper_bound_and_close(q: float, d: float, alpha: int) -> None:
+    exact = _rdp_moment_mp(alpha, q, d)
+    got = sgdrm.accounting_pld._integer_order_log_moment(alpha, q, d)
+    assert exact <= got <= exact * 1.01 + 1e-15
+
+
+def test_rdp_curve_interpolates_from_above_and_scales_with_T() -> None:
+    q, d = 6.4e-3, 0.3
+    one = sgdrm.accounting_pld.rdp_curve(q, d, 1)
+    many = sgdrm.accounting_pld.rdp_curve(q, d, 1000)
+    assert many == pytest.approx(tuple(1000 * v for v in one), rel=1e-12)
+    orders = list(sgdrm.ORDERS) if hasattr(sgdrm, "ORDERS") else None
+    from dpcore.accounting.orders import ORDERS
+
+    for alpha, value in zip(ORDERS, one, strict=True):
+        if alpha in (2.5, 5.5):  # fractional: above the exact convex (α − 1)D_α
+            assert (alpha - 1) * value >= _rdp_moment_mp_fractional(alpha, q, d)
+    assert orders is None or orders == list(ORDERS)
+
+
+def _rdp_moment_mp_fractional(alpha: float, q: float, d: float) -> float:
+    mp.mp.dps = 30
+    q_, d_ = mp.mpf(q), mp.mpf(d)
+
+    def m(x: mp.mpf) -> mp.mpf:
+        return 1 - q_ + q_ * mp.exp(d_ * x - d_ * d_ / 2)
+
+    a = mp.mpf(alpha)
+    value = mp.quad(lambda x: (m(x) ** a + m(x) ** (1 - a)) * mp.npdf(x), [d_ / 2, 10, 60])
+    return float(mp.log(value + (1 - q_) * (1 - 2 * mp.ncdf(-d_ / 2))))
+
+
+@pytest.mark.parametrize(("q", "d"), [(0.05, 0.8), (0.3, 1.5)])
+def test_proven_pair_dominates_the_real_conditional_pairs(q: float, d: float) -> None:
+    """The proven pair's curve (Δ = 2c/σ) lies above the exact 2-D δ of conditional pairs the
+    clipped mechanism can produce: contributions g·(x, y) with |g| ≤ c, non-negative unit
+    features and one-hot labels (in noise units: ‖u‖, ‖u′‖ ≤ √2c/σ, ‖u − u′‖ ≤ 2c/σ)."""
+    c = d / 2  # σ = 1
+    r = math.sqrt(2) * c
+    for eps in (0.1, 0.5):
+        bound = float(dpmix_pld.hockey_stick(q, 1 / d, eps))
+        for u, v in [
+            ((r, 0.0), (0.0, r)),  # orthogonal features, different labels, g = c
+            ((r, 0.0), (r / 2, r / 2)),
+            ((c, 0.0), (0.0, r)),  # a zero-feature record (norm 1) against a unit one
+        ]:
+            assert _grid_delta(q, u, v, eps) <= bound * (1 + 2e-3) + 1e-9

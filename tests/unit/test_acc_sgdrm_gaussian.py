@@ -12,6 +12,7 @@ from scipy import integrate
 from scipy.stats import norm
 
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm import generate as sgdrm_mechanism
 from dpcore.mechanisms.sgdrm.accounting import (
     RECORD_NORM,
@@ -19,7 +20,6 @@ from dpcore.mechanisms.sgdrm.accounting import (
     SGDRMGaussianEvent,
     default_coefficient_bound,
     exceed_probability,
-    replace_one_epsilon,
 )
 
 TIGHT = registry.accountant("sgdrm", "tight")
@@ -43,9 +43,8 @@ def test_epsilon_is_a_verified_fixed_point_above_the_clipped_one() -> None:
     # The coupling can only cost more than clipping record i outright ...
     assert eps > clipped.epsilon(delta)
     # ... and what it reports satisfies ε ≥ ε_clip(δ − (1 + e^ε)τ).
-    q, z = 128 / 60000, 1.0 / (0.55 * RECORD_NORM)
-    assert replace_one_epsilon(q, z, 60000, delta - (1 + math.exp(eps)) * tau) <= eps
-    assert tau == pytest.approx(60000 * q * exceed_probability(0.55, 128))
+    assert clipped.epsilon(delta - (1 + math.exp(eps)) * tau) <= eps
+    assert tau == pytest.approx(60000 * (128 / 60000) * exceed_probability(0.55, 128))
 
 
 @pytest.mark.slow  # 4-7 s: kept out of make test-fast
@@ -117,7 +116,7 @@ def test_mechanism_without_clip_draws_unbounded_gaussian_coefficients() -> None:
                 n_samples=4000,
                 coefficient_bound=0.1,
                 sigma=1e-9,
-                generator=torch.Generator().manual_seed(0),
+                generator=SecureRandom.from_seed(0),
                 clip=False,
             )
         ]

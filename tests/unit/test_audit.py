@@ -27,6 +27,7 @@ from dpcore.mechanisms import registry, sampling
 from dpcore.mechanisms.dpmix import generate as dpmix_module
 from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import scale_to_unit, standardise
 from dprelease_cli.main import cli
 from service.datasets.parsing import ParsedDataset
@@ -211,7 +212,7 @@ def test_one_audit_trial_is_the_workers_release(case: str) -> None:
     # The baselines release D and D′ stacked in one call (one dataset, one projection).
     X = np.vstack([nb.X, nb.X_prime]) if stacked else nb.X
     labels = np.concatenate([nb.labels, nb.labels_prime]) if stacked else nb.labels
-    generator = torch.Generator().manual_seed(7)
+    generator = SecureRandom.from_seed(7)
     params = _worker_params(mechanism, p, nb)
     data = _parsed(nb, X, labels)
     noise = noise_for(

@@ -18,6 +18,7 @@ from dpcore.mechanisms.dpcda.accounting import DPCDAEvent
 from dpcore.mechanisms.dpcda.accounting_counts import DPCountsMixing, lower_bounds
 from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import InvalidParams
 from service.datasets.parsing import ParsedDataset
 
@@ -136,7 +137,7 @@ def _release(counts: list[int], params: dict):  # type: ignore[no-untyped-def, t
     spec = registry.get("dpcda")
     spec.check(spec.params(**params), facts_of(data))
     noise = noise_for("dpcda", params, facts_of(data), sigma=0.5)
-    generator = torch.Generator().manual_seed(0)
+    generator = SecureRandom.from_seed(0)
     out = build(
         "dpcda",
         params,

@@ -12,6 +12,7 @@ import torch
 from scipy import stats
 
 from dpcore.mechanisms.dpcda.generate import generate, per_class
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0):  # type: ignore[no-untyped-def]
@@ -26,7 +27,7 @@ def _run(labels: list[int], ell: int, T: int, sigma: float = 0.0, seed: int = 0)
             sigma=sigma,
             clip_norm=1.0,
             nonnegative=True,
-            generator=torch.Generator().manual_seed(seed),
+            generator=SecureRandom.from_seed(seed),
         )
     )
     return torch.cat([c[0] for c in chunks]).numpy(), torch.cat([c[1] for c in chunks]).numpy()
@@ -74,7 +75,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, float]] = []
 
-    def __call__(self, values: torch.Tensor, *, sigma: float, sensitivity: float) -> torch.Tensor:
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
         self.calls.append((values.detach().double().clone(), sensitivity))
         return values
 
@@ -105,7 +108,7 @@ def _release_rows(X: np.ndarray, labels: np.ndarray, params: dict, lo: float, hi
         data,
         noise=noise,
         sampler=recorder,
-        generator=torch.Generator().manual_seed(7),
+        generator=SecureRandom.from_seed(7),
         device=torch.device("cpu"),
     )
     for _ in out.chunks:
@@ -206,7 +209,7 @@ def test_generator_refuses_negative_features_when_promised_nonnegative() -> None
                 sigma=1.0,
                 clip_norm=1.0,
                 nonnegative=True,
-                generator=torch.Generator().manual_seed(0),
+                generator=SecureRandom.from_seed(0),
             )
         )
 
@@ -214,10 +217,23 @@ def test_generator_refuses_negative_features_when_promised_nonnegative() -> None
 # --- run time and progress by public sizes only ------------------------------------------------
 
 
-def _trace(labels: list[int], ell: int = 3, T: int = 27000) -> tuple[list, bytes]:  # type: ignore[type-arg]
-    """Chunk shapes the runner would count as progress, and the generator state after."""
+class _Counting(SecureRandom):
+    """A seeded stream that records how many bytes each draw takes."""
+
+    def __init__(self, *, key: bytes | None = None) -> None:
+        super().__init__(key=key)
+        self.draws: list[int] = []
+
+    def fill(self, out: np.ndarray) -> np.ndarray:
+        self.draws.append(out.nbytes)
+        return super().fill(out)
+
+
+def _trace(labels: list[int], ell: int = 3, T: int = 27000) -> tuple[list, list]:  # type: ignore[type-arg]
+    """Chunk shapes the runner would count as progress, and the bytes of every draw."""
     n = len(labels)
-    generator = torch.Generator().manual_seed(11)
+    generator = _Counting.from_seed(11)
+    assert isinstance(generator, _Counting)
     shapes = [
         (tuple(x.shape), tuple(y.shape))
         for x, y in generate(
@@ -232,14 +248,14 @@ def _trace(labels: list[int], ell: int = 3, T: int = 27000) -> tuple[list, bytes
             generator=generator,
         )
     ]
-    return shapes, bytes(generator.get_state().numpy())
+    return shapes, generator.draws
 
 
 def test_work_and_progress_do_not_depend_on_class_sizes() -> None:
     """Same n, K, ℓ, T; class sizes 5/5/90 against 40/30/30 (and rejection-prone tiny
     classes): the same chunks in the same order, and exactly the same randomness consumed
-    (the generator ends in the same state), so neither progress nor run time tells them
-    apart. The previous sampler (rejection, sorting by class size) failed this."""
+    (the same draws of the same sizes, noise included), so neither progress nor run time
+    tells them apart. The previous sampler (rejection, sorting by class size) failed this."""
     small = [0] * 5 + [1] * 5 + [2] * 90
     even = [0] * 40 + [1] * 30 + [2] * 30
     tight = [0] * 3 + [1] * 3 + [2] * 94
@@ -250,11 +266,11 @@ def test_work_and_progress_do_not_depend_on_class_sizes() -> None:
 def test_floyd_subsets_are_uniform_and_distinct() -> None:
     from dpcore.mechanisms.sampling import floyd_subsets
 
-    out = floyd_subsets(7, 3, 70_000, generator=torch.Generator().manual_seed(2), device=None)  # type: ignore[arg-type]
+    out = floyd_subsets(7, 3, 70_000, generator=SecureRandom.from_seed(2), device=None)  # type: ignore[arg-type]
     assert all(len(set(row)) == 3 for row in out.tolist()[:5000])
     seen = [tuple(sorted(row)) for row in out.tolist()]
     _, counts = np.unique(seen, axis=0, return_counts=True)
     assert len(counts) == 35
     assert stats.chisquare(counts).pvalue > 1e-4
     with pytest.raises(ValueError, match="subset size"):
-        floyd_subsets(2, 3, 1, generator=torch.Generator(), device=None)  # type: ignore[arg-type]
+        floyd_subsets(2, 3, 1, generator=SecureRandom.from_seed(0), device=None)  # type: ignore[arg-type]

@@ -8,14 +8,13 @@ import torch
 
 from dpcore.mechanisms import sampling
 from dpcore.mechanisms.dpmix.generate import chunk_size, generate
+from dpcore.mechanisms.secure_random import SecureRandom
 
 CPU = torch.device("cpu")
 
 
-def gen(seed: int = 0) -> torch.Generator:
-    g = torch.Generator(device=CPU)
-    g.manual_seed(seed)
-    return g
+def gen(seed: int = 0) -> SecureRandom:
+    return SecureRandom.from_seed(seed)
 
 
 def identity_data(
@@ -52,14 +51,14 @@ def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_key_regime_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
-    n, k, ell = 10, 2, 4  # ℓ² > n: keys of size n per row bound the chunk too
+    n, k, ell = 10, 2, 4  # key regime: keys of size n per row bound the chunk too
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 40)
     assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // 48 → at least 1
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 100)
     # gather bound 100 // (4 · 2) = 12, key bound 100 // 10 = 10
     assert chunk_size(mixture_degree=ell, dim=2, n=n) == 10
-    # rejection regime (ℓ² ≤ n): no key matrix, only the gather bound
-    assert chunk_size(mixture_degree=3, dim=2, n=n) == 100 // 6
+    # rejection regime (3 of 100): no key matrix, only the gather bound
+    assert chunk_size(mixture_degree=3, dim=2, n=100) == 100 // 6
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * ell * (n + k))
     features, labels = identity_data(n, k)
     sizes = [

@@ -11,8 +11,9 @@ import pytest
 from dpcore.accounting import Cost, compose_epsilon, gdp
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.dpmix.accounting import DPMixEvent, DPMixRecordEvent
+from dpcore.mechanisms.dpmix.accounting import DPMixRecordEvent
 from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
+from dpcore.mechanisms.dpmix.accounting_pld import DPMixPLDEvent
 
 
 def _theorem1_mp(n: int, ell: int, T: int, sx: float, sy: float, dx: int, dy: int, alpha: int):  # type: ignore[no-untyped-def]
@@ -125,7 +126,7 @@ def test_tight_record_variant_is_gdp() -> None:
     # The mixture variant is a different event.
     assert registry.accountant("dpmix", "tight").at_sigma(
         0.05, {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "sigma_y": 0.1}
-    ) == DPMixEvent(10_000, 64, 10_000, 0.05, 0.1)
+    ) == DPMixPLDEvent(10_000, 64, 10_000, 0.05, 0.1)
 
 
 def test_paper_needs_dimensions_and_valid_assignment() -> None:

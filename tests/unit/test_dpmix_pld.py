@@ -528,7 +528,9 @@ def test_event_contract() -> None:
     assert event.noise_multiplier == pytest.approx(joint_z(0.09, 0.12, 64), rel=1e-12)
     cost = event.cost(DELTA)
     assert isinstance(cost, Cost)
-    assert cost.epsilon == event.epsilon(DELTA) and cost.delta == DELTA and cost.rdp is None
+    assert cost.epsilon == event.epsilon(DELTA) and cost.delta == DELTA
+    # The RDP curve rides along for the ledger's filter (its Rényi way).
+    assert cost.rdp == reference.rdp() and cost.mu is None
     assert event.noise() == _mixing_noise(0.09, 0.12, 64)
     described = event.describe()
     assert described["accountant"] == "pld" and described["mechanism"] == "dpmix"

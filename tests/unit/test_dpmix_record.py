@@ -9,13 +9,14 @@ from scipy import stats
 
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpmix.generate import generate_by_record, mixtures_per_record
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def _run(n: int, ell: int, T: int, seed: int = 0, sigma: float = 0.0) -> tuple[np.ndarray, ...]:
     # Identity features reveal exactly which records each mixture holds.
     features = torch.eye(n, dtype=torch.float64)
     labels = torch.ones((n, 1), dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
+    gen = SecureRandom.from_seed(seed)
     chunks = list(
         generate_by_record(
             features,
@@ -83,6 +84,6 @@ def test_shapes_mismatch() -> None:
                 n_samples=2,
                 sigma_x=1,
                 sigma_y=1,
-                generator=torch.Generator(),
+                generator=SecureRandom(),
             )
         )

@@ -9,6 +9,7 @@ import torch
 from dpcore.learning import Correction, bias_corrected_sgd
 from dpcore.mechanisms.dpmix import generate as dpmix
 from dpcore.mechanisms.dpmix.learning import correction as dpmix_correction
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm import generate as sgdrm
 from dpcore.mechanisms.sgdrm.learning import correction as sgdrm_correction
 
@@ -26,7 +27,7 @@ def problem() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _release(kind: str, X: np.ndarray, Y: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-    gen = torch.Generator().manual_seed(T)
+    gen = SecureRandom.from_seed(T)
     if kind == "dpmix":
         chunks = dpmix.generate(
             torch.tensor(X),

@@ -18,6 +18,7 @@ from dpcore.accounting.accountant import Accountant, Key, N
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import DeclaredNoise, FastNoise, UndeclaredNoise
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import InvalidParams, MechanismSpec, PublicFacts, SpecError
 from tests import toy_mechanism as toy
 
@@ -115,7 +116,7 @@ def test_the_sampler_adds_only_declared_noise() -> None:
         name = "recorder"
 
         def __call__(
-            self, values: torch.Tensor, *, sigma: float, sensitivity: float
+            self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
         ) -> torch.Tensor:
             calls.append((sigma, sensitivity))
             return values
@@ -131,7 +132,7 @@ def test_the_sampler_adds_only_declared_noise() -> None:
         guard(values, sigma=0.5, sensitivity=0.5)  # more sensitivity than accounted
     assert guard.name == "recorder"
     assert isinstance(
-        DeclaredNoise(FastNoise(torch.Generator()), declared)(values, sigma=0.5, sensitivity=0.25),
+        DeclaredNoise(FastNoise(SecureRandom()), declared)(values, sigma=0.5, sensitivity=0.25),
         torch.Tensor,
     )
 

@@ -1,7 +1,7 @@
 """dpcore.mechanisms.sampling.uniform_subsets: exactly the sampling the accountant assumes.
 
 Each row must be a uniformly random ℓ-subset of range(n), independently of every other row,
-in both regimes: rejection (ℓ² ≤ n) and smallest-keys (ℓ² > n).
+in both regimes: rejection and smallest-keys (with boundary ties redrawn).
 """
 
 from __future__ import annotations
@@ -14,19 +14,18 @@ import pytest
 import torch
 from scipy import stats
 
-from dpcore.mechanisms.sampling import uniform_subsets
+from dpcore.mechanisms.sampling import acceptance, uniform_subsets, uses_rejection
+from dpcore.mechanisms.secure_random import SecureRandom
 
 CPU = torch.device("cpu")
 DRAWS = 50_000
 
-# (n, ℓ): rejection regime (incl. the boundary ℓ² = n) and key regime
+# (n, ℓ): rejection regime and key regime
 REGIMES = [(20, 3), (9, 3), (6, 4), (10, 4)]
 
 
 def draw(n: int, size: int, count: int = DRAWS, seed: int = 1234) -> np.ndarray:
-    generator = torch.Generator(device=CPU)
-    generator.manual_seed(seed)
-    out = uniform_subsets(n, size, count, generator=generator, device=CPU)
+    out = uniform_subsets(n, size, count, generator=SecureRandom.from_seed(seed), device=CPU)
     assert out.shape == (count, size)
     assert out.dtype == torch.int64
     return out.numpy()
@@ -39,8 +38,16 @@ def indicators(rows: np.ndarray, n: int) -> np.ndarray:
 
 
 def test_regimes_cover_both_branches() -> None:
-    assert any(size * size <= n for n, size in REGIMES)
-    assert any(size * size > n for n, size in REGIMES)
+    assert any(uses_rejection(n, size) for n, size in REGIMES)
+    assert any(not uses_rejection(n, size) for n, size in REGIMES)
+
+
+def test_regime_choice_at_mnist_sizes() -> None:
+    # n = 60000: ℓ = 256 is accepted with probability ≈ 0.58, far cheaper than 60000 keys
+    assert acceptance(60_000, 1) == 1.0
+    assert acceptance(60_000, 256) == pytest.approx(math.exp(-256 * 255 / 120_000), rel=1e-2)
+    assert uses_rejection(60_000, 256)
+    assert not uses_rejection(60_000, 2048)
 
 
 @pytest.mark.parametrize(("n", "size"), [*REGIMES, (1, 1), (5, 5), (100, 1), (1000, 31)])
@@ -114,6 +121,59 @@ def test_zero_count() -> None:
 
 @pytest.mark.parametrize(("n", "size"), [(5, 0), (5, 6), (5, -1), (0, 1)])
 def test_invalid_size(n: int, size: int) -> None:
-    generator = torch.Generator(device=CPU)
+    generator = SecureRandom.from_seed(0)
     with pytest.raises(ValueError):
         uniform_subsets(n, size, 3, generator=generator, device=CPU)
+
+
+class _TinyKeys(SecureRandom):
+    """Sort keys from {0, 1, 2} only: boundary ties in most rows."""
+
+    def keys(self, shape: tuple[int, ...], *, device: torch.device | str = "cpu") -> torch.Tensor:
+        return self.randint(3, shape, device=device).to(torch.int32)
+
+
+def test_key_path_exactly_uniform_under_frequent_ties() -> None:
+    # Without the redraw, topk breaks ties by position and favours small indices: this
+    # chi-square then fails by far (p < 1e-100); with it, every 2-subset of 5 is equally likely.
+    n, size = 5, 2
+    assert not uses_rejection(n, size)
+    rows = uniform_subsets(n, size, DRAWS, generator=_TinyKeys.from_seed(3), device=CPU).numpy()
+    assert (np.diff(np.sort(rows, axis=1), axis=1) > 0).all()
+    index = {s: i for i, s in enumerate(itertools.combinations(range(n), size))}
+    counts = np.bincount([index[tuple(sorted(r))] for r in rows.tolist()], minlength=len(index))
+    assert stats.chisquare(counts).pvalue > 1e-4
+
+
+class _ScriptedKeys(SecureRandom):
+    """Returns the given key tables in turn and records the shapes asked for."""
+
+    def __init__(self, tables: list[list[list[int]]]) -> None:
+        super().__init__(key=bytes(32))
+        self.tables = tables
+        self.shapes: list[tuple[int, ...]] = []
+
+    def keys(self, shape: tuple[int, ...], *, device: torch.device | str = "cpu") -> torch.Tensor:
+        self.shapes.append(tuple(shape))
+        return torch.tensor(self.tables.pop(0), dtype=torch.int32)
+
+
+def test_forced_boundary_tie_is_redrawn() -> None:
+    # Row 0 ties at the boundary (3rd and 4th smallest keys both 7): it alone is redrawn.
+    source = _ScriptedKeys(
+        [
+            [[1, 7, 9, 7, 0, 8], [5, 4, 3, 2, 1, 0]],
+            [[9, 8, 0, 1, 2, 7]],
+        ]
+    )
+    out = uniform_subsets(6, 3, 2, generator=source, device=CPU)
+    assert source.shapes == [(2, 6), (1, 6)]
+    assert sorted(out[0].tolist()) == [2, 3, 4]
+    assert sorted(out[1].tolist()) == [3, 4, 5]
+
+
+def test_tie_inside_the_subset_is_kept() -> None:
+    source = _ScriptedKeys([[[1, 1, 5, 9, 7, 8]]])
+    out = uniform_subsets(6, 3, 1, generator=source, device=CPU)
+    assert source.shapes == [(1, 6)]
+    assert sorted(out[0].tolist()) == [0, 1, 2]

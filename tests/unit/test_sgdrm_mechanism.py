@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.generate import generate
 
 
@@ -21,7 +22,7 @@ def _coefficients(n: int, ell: int, T: int, c: float, seed: int = 0) -> np.ndarr
         n_samples=T,
         coefficient_bound=c,
         sigma=0.0,
-        generator=torch.Generator().manual_seed(seed),
+        generator=SecureRandom.from_seed(seed),
     )
     return torch.cat([x for x, _ in chunks]).numpy()
 
@@ -66,7 +67,7 @@ def test_noise_scale() -> None:
         n_samples=5000,
         coefficient_bound=1.0,
         sigma=2.5,
-        generator=torch.Generator().manual_seed(1),
+        generator=SecureRandom.from_seed(1),
     )
     X = torch.cat([x for x, _ in chunks]).numpy()
     assert abs(X.std() - 2.5) < 0.05

@@ -9,14 +9,16 @@ label is its class (exact): it depends on the public class index only.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
+from dpcore.mechanisms import float_error
 from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size, floyd_subsets
+from dpcore.mechanisms.sampling import chunk_size, floyd_indices
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def per_class(n_samples: int, n_classes: int) -> int:
@@ -33,7 +35,7 @@ def generate(
     sigma: float,
     clip_norm: float,
     nonnegative: bool,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class.
@@ -45,6 +47,8 @@ def generate(
     sensitivity = mixture_sensitivity(
         clip_norm=clip_norm, mixture_degree=mixture_degree, nonnegative=nonnegative
     )
+    # Means are taken in float64; the sampler covers their rounding and the stored rows'.
+    error = float_error.scaled_sum(sensitivity, terms=mixture_degree, magnitude=clip_norm)
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
     # The premise of √2·C/ℓ, checked rather than trusted (the preprocessing guarantees it;
@@ -54,23 +58,24 @@ def generate(
     device, dtype = features.device, features.dtype
     rows = per_class(n_samples, n_classes)
     # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
-    # never on a class's size: the class's members are a slice of one sort of all labels,
-    # chunks are sized by n, and Floyd's sampler makes ℓ draws per mixture whatever the class
-    # size. Run time and progress then tell nothing of the private class counts.
-    order = torch.argsort(labels, stable=True)
-    counts = torch.bincount(labels, minlength=n_classes).tolist()
-    starts = [0, *itertools.accumulate(counts)]
+    # never on a class's size: the class sizes and member offsets stay in numpy (one stable
+    # sort of all labels), chunks are sized by n, Floyd's sampler makes ℓ draws per mixture
+    # whatever the class size, and every torch operation is sized by n, the chunk and ℓ.
+    # Run time and progress then tell nothing of the private class counts.
+    labels_np = labels.cpu().numpy()
+    order = np.argsort(labels_np, kind="stable")
+    counts = np.bincount(labels_np, minlength=n_classes)
+    starts = np.concatenate([[0], np.cumsum(counts)])
     step = chunk_size(mixture_degree=mixture_degree, dim=features.shape[1], n=labels.shape[0])
     for c in range(n_classes):
-        members = order[starts[c] : starts[c + 1]]
         if counts[c] < mixture_degree:
             raise ValueError(f"class {c} has fewer records than mixture_degree={mixture_degree}")
         for start in range(0, rows, step):
             count = min(step, rows - start)
-            local = floyd_subsets(
-                counts[c], mixture_degree, count, generator=generator, device=device
-            )
-            mixed = features[members[local]].mean(dim=1)
+            local = floyd_indices(int(counts[c]), mixture_degree, count, generator=generator)
+            chosen = torch.from_numpy(order[starts[c] + local]).to(device)
+            mixed = features[chosen].double().mean(dim=1)
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
-            yield sampler(mixed, sigma=sigma, sensitivity=sensitivity), onehot
+            noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)
+            yield noisy.to(dtype), onehot

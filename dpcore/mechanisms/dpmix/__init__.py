@@ -1,8 +1,9 @@
 """DPMix — random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records.
 
-The whole mechanism: parameters (``params``), accountants (``accounting`` for ``tight``,
-``accounting_paper`` for ``paper``), the torch generator (``generate``) and the job around it
-(``release``), the audit (``audit``), and the least-squares correction (``learning``).
+The whole mechanism: parameters (``params``), accountants (``accounting_pld`` for ``tight``, on
+the RDP events of ``accounting``; ``accounting_paper`` for ``paper``), the torch generator
+(``generate``) and the job around it (``release``), the audit (``audit``), and the
+least-squares correction (``learning``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dpcore.mechanisms.spec import (
     PublicFacts,
 )
 
-_TIGHT = f"{__name__}.accounting"
+_TIGHT = f"{__name__}.accounting_pld"
 _PAPER = f"{__name__}.accounting_paper"
 
 _COMMON = (
@@ -39,8 +40,9 @@ _ASSIGNMENT = Key.of(
 TIGHT = Accountant(
     mechanism="dpmix",
     name="tight",
-    summary="mixture assignment: RDP of sampling without replacement (WBK Thm 27, "
-    "dp_accounting) composed over T; record assignment: Gaussian mechanism (GDP); "
+    summary="mixture assignment: privacy loss distribution of the symmetric dominating pair "
+    "of sampling without replacement (Dong–Roth–Su Thm 4.2) composed over T, or the RDP "
+    "bound (WBK Thm 27) where smaller; record assignment: Gaussian mechanism (GDP); "
     "sensitivity √2/ℓ for features and labels",
     keys=(
         *_COMMON,
@@ -48,7 +50,7 @@ TIGHT = Accountant(
         Key("d_y", int, "label dimension (used by the paper accountant only)", required=False),
         _ASSIGNMENT,
     ),
-    build=lazy(_TIGHT, "tight"),
+    build=lazy(_TIGHT, "build"),
     guess=lazy(_TIGHT, "guess_sigma"),
 )
 

@@ -18,6 +18,7 @@ multiplier (1/z_x² + 1/z_y²)^(-1/2), z = σ/Δ (dp_accounting composes nested 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -126,11 +127,13 @@ def calibrate(
     delta: float,
     noise_ratio: float = 1.0,
 ) -> DPMixEvent:
-    """The DPMix event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤ epsilon."""
+    """The RDP-only DPMix event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤
+    epsilon (``tight`` itself is ``accounting_pld``, never looser than this)."""
     from dpcore.mechanisms.dpmix import TIGHT
 
+    rdp_only = dataclasses.replace(TIGHT, name="rdp", build=tight, guess=guess_sigma)
     event = calibrate_with(
-        TIGHT,
+        rdp_only,
         n=n,
         mixture_degree=mixture_degree,
         n_samples=n_samples,

@@ -1,4 +1,4 @@
-"""DPMix accountant by privacy loss distributions (PLD), mixture assignment (not registered).
+"""DPMix accountant by privacy loss distributions (PLD), mixture assignment (``tight``).
 
 Mechanism (``dpcore.mechanisms.dpmix``, mixture assignment). Each of T = ``n_samples``
 mixtures draws a uniform ℓ-subset S of the n records (ℓ = ``mixture_degree``, without
@@ -121,7 +121,11 @@ class DPMixPLDEvent:
         return _epsilon(self, float(delta))
 
     def cost(self, delta: float) -> Cost:
-        return Cost(epsilon=self.epsilon(delta), delta=delta)
+        # The RDP curve rides along: the ledger's filter may charge the curve instead.
+        return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self._rdp_event().rdp())
+
+    def _rdp_event(self) -> DPMixEvent:
+        return DPMixEvent(self.n, self.mixture_degree, self.n_samples, self.sigma_x, self.sigma_y)
 
     def noise(self) -> NoiseDescription:
         return _mixing_noise(self.sigma_x, self.sigma_y, self.mixture_degree)
@@ -142,9 +146,7 @@ def _epsilon(event: DPMixPLDEvent, delta: float) -> float:
     pld = epsilon_of(event.sampling_prob, event.noise_multiplier, event.n_samples, delta)
     # Both are valid bounds for the same release. The RDP one is smaller only where one
     # mixture's loss passes MAX_LOSS (ε in the thousands: the PLD reports inf).
-    rdp = DPMixEvent(
-        event.n, event.mixture_degree, event.n_samples, event.sigma_x, event.sigma_y
-    ).epsilon(delta)
+    rdp = event._rdp_event().epsilon(delta)
     return min(pld, rdp)
 
 
@@ -170,19 +172,10 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     return math.sqrt(2 * (1 + 1 / ratio**2) / d_squared) / keys["mixture_degree"]
 
 
-# Not registered (the ledger cannot compose (ε, δ)-only costs as a filter yet): the same
-# keys as ``tight``, so calibration is the one search every accountant uses.
 def _pld_accountant() -> Accountant:
     from dpcore.mechanisms.dpmix import TIGHT
 
-    return Accountant(
-        mechanism="dpmix",
-        name="pld",
-        summary="mixture assignment: PLD of the symmetric dominating pair, composed over T",
-        keys=TIGHT.keys,
-        build=build,
-        guess=guess_sigma,
-    )
+    return TIGHT
 
 
 def calibrate(

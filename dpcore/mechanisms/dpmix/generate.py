@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from dpcore.mechanisms import sampling
+from dpcore.mechanisms import float_error, sampling
 from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def generate(
@@ -31,7 +32,7 @@ def generate(
     n_samples: int,
     sigma_x: float,
     sigma_y: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of noisy mixtures until ``n_samples`` rows were produced.
@@ -40,7 +41,15 @@ def generate(
     ``generator`` draws the subsets; ``noise`` the noise (default: the fast sampler on
     ``generator``; release jobs pass the sampler the request chose).
     """
-    add = _noiser(noise, generator, mixture_degree, sigma_x, sigma_y)
+    add = _noiser(
+        noise,
+        generator,
+        mixture_degree,
+        sigma_x,
+        sigma_y,
+        terms=mixture_degree,
+        dtype=features.dtype,
+    )
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -50,24 +59,34 @@ def generate(
     while produced < n_samples:
         count = min(step, n_samples - produced)
         idx = uniform_subsets(n, mixture_degree, count, generator=generator, device=device)
-        yield add(features[idx].mean(dim=1), labels[idx].mean(dim=1))
+        yield add(features[idx].double().mean(dim=1), labels[idx].double().mean(dim=1))
         produced += count
 
 
 def _noiser(
     noise: NoiseSampler | None,
-    generator: torch.Generator,
+    generator: SecureRandom,
     mixture_degree: int,
     sigma_x: float,
     sigma_y: float,
+    *,
+    terms: int,
+    dtype: torch.dtype,
 ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """Noise for one mixture's mean: one record moves it by at most (its norm bound)/ℓ."""
+    """Noise for one mixture's mean: one record moves it by at most (its norm bound)/ℓ.
+
+    Rows arrive as float64 sums of at most ``terms`` unit-norm records over ℓ; the sampler
+    covers their rounding (``float_error``) and the result goes back to ``dtype``."""
     sampler = noise if noise is not None else FastNoise(generator)
+    dx, dy = FEATURE_SENSITIVITY / mixture_degree, LABEL_SENSITIVITY / mixture_degree
+    magnitude = terms / mixture_degree
+    ex = float_error.scaled_sum(dx, terms=terms, magnitude=magnitude)
+    ey = float_error.scaled_sum(dy, terms=terms, magnitude=magnitude)
 
     def add(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return (
-            sampler(x, sigma=sigma_x, sensitivity=FEATURE_SENSITIVITY / mixture_degree),
-            sampler(y, sigma=sigma_y, sensitivity=LABEL_SENSITIVITY / mixture_degree),
+            sampler(x, sigma=sigma_x, sensitivity=dx, error=ex).to(dtype),
+            sampler(y, sigma=sigma_y, sensitivity=dy, error=ey).to(dtype),
         )
 
     return add
@@ -86,11 +105,20 @@ def generate_by_record(
     n_samples: int,
     sigma_x: float,
     sigma_y: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of the record-assignment variant (T rows in all)."""
-    add = _noiser(noise, generator, mixture_degree, sigma_x, sigma_y)
+    # A mixture sums at most n records (sizes vary): the rounding bound takes all n.
+    add = _noiser(
+        noise,
+        generator,
+        mixture_degree,
+        sigma_x,
+        sigma_y,
+        terms=features.shape[0],
+        dtype=features.dtype,
+    )
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -98,16 +126,16 @@ def generate_by_record(
     if k > n_samples:
         raise ValueError(f"each record would join {k} of only {n_samples} mixtures")
     device = features.device
-    sums_x = torch.zeros((n_samples, dim), dtype=features.dtype, device=device)
-    sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=labels.dtype, device=device)
+    sums_x = torch.zeros((n_samples, dim), dtype=torch.float64, device=device)
+    sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=torch.float64, device=device)
     step = max(1, sampling.GATHER_BUDGET // max(1, k * (dim + labels.shape[1])))
     for start in range(0, n, step):
         stop = min(n, start + step)
         # Row r of `joined` lists the k distinct mixtures record start + r joins.
         joined = uniform_subsets(n_samples, k, stop - start, generator=generator, device=device)
         targets = joined.reshape(-1)
-        sums_x.index_add_(0, targets, features[start:stop].repeat_interleave(k, dim=0))
-        sums_y.index_add_(0, targets, labels[start:stop].repeat_interleave(k, dim=0))
+        sums_x.index_add_(0, targets, features[start:stop].double().repeat_interleave(k, dim=0))
+        sums_y.index_add_(0, targets, labels[start:stop].double().repeat_interleave(k, dim=0))
     chunk = chunk_size(mixture_degree=1, dim=dim + labels.shape[1], n=n)
     for start in range(0, n_samples, chunk):
         yield add(

@@ -11,6 +11,7 @@ import torch
 from dpcore.accounting.per_record import FEATURE_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.rows import Chunks, perturbed
+from dpcore.mechanisms.secure_random import SecureRandom
 
 
 def local_perturbation(
@@ -19,7 +20,7 @@ def local_perturbation(
     *,
     sigma_x: float,
     sigma_y: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
 ) -> Chunks:
     """(x_i + N(0, σ_x² I), y_i + N(0, σ_y² I)) for every record i, in chunks.

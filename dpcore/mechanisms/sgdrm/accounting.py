@@ -58,13 +58,16 @@ One evaluation uses value_discretization_interval 1e-3, then the finest of 5e-4 
 PLD is predicted to stay within 1e5 points (so one evaluation stays well under a second) and
 reports the smaller of the two valid upper bounds.
 
-Cost: (ε, δ) only, no RDP curve. dp_accounting's RDP for a Poisson-subsampled Gaussian is
-the add/remove pair ((1−q)N(0, z²) + qN(1, z²) vs N(0, z²), Mironov–Talwar–Zhang); it does
-not bound the replace-one antipodal pair above, whose privacy loss is the sum of a remove and
-an add loss (roughly twice as large), and dp_accounting offers no replace-one RDP for Poisson
-sampling. Deriving one (e.g. RDP group privacy or the weak triangle inequality of Rényi
-divergence, both lossy) would need its own argument, so no curve is claimed; the ledger then
-composes this entry by its (ε, δ).
+Three bounds, the smallest reported (``SGDRMClippedEvent.epsilon``):
+- the PLD above (dp_accounting's antipodal pair; its domination of non-antipodal pairs is the
+  numerically checked assumption of step 3);
+- the PLD of a PROVEN dominating pair (``accounting_pld``: Balle–Barthe–Gaboardi's advanced
+  joint convexity with ‖u − u′‖ ≤ 2c, which non-negative features and one-hot labels give);
+  smaller than the antipodal one where per-mixture losses are small (e.g. n = T = 10⁴,
+  ℓ = 64, ε = 1), larger where they are large;
+- the RDP curve of that proven pair, converted (dp_accounting's conversion).
+All use the inclusion probability q⁺ = ℓ/n + 2⁻⁵² (``accounting_pld.inclusion_probability``).
+Cost: (ε, δ) and the proven pair's RDP curve, so the ledger can compose the entry by RDP.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import special
 from scipy.optimize import brentq
 
-from dpcore.accounting.composition import ApproximateDPEvent
+from dpcore.accounting.composition import ApproximateDPEvent, Cost
 from dpcore.accounting.events import NoiseDescription, NoiseScale
+from dpcore.mechanisms.sgdrm import accounting_pld
 
 #: Theorem 1 holds for δ < DELTA_FACTOR·ℓ/n.
 DELTA_FACTOR = 1.46
@@ -312,8 +316,27 @@ class SGDRMClippedEvent(ApproximateDPEvent):
     def noise_multiplier(self) -> float:
         return self.sigma / self.contribution_bound
 
+    @property
+    def inclusion_probability(self) -> float:
+        """q⁺ ≥ the generator's real inclusion probability (``accounting_pld``, 5)."""
+        return accounting_pld.inclusion_probability(self.n, self.mixture_width)
+
+    @property
+    def proven_sensitivity(self) -> float:
+        """Δ = 2c/σ of the proven dominating pair (``accounting_pld``, 1)."""
+        return accounting_pld.sensitivity(self.sigma, self.coefficient_bound)
+
+    def rdp(self) -> tuple[float, ...]:
+        """The proven pair's RDP curve of the T mixtures on ``ORDERS``."""
+        return accounting_pld.rdp_curve(
+            self.inclusion_probability, self.proven_sensitivity, self.n_samples
+        )
+
     def epsilon(self, delta: float) -> float:
-        return replace_one_epsilon(self.sampling_prob, self.noise_multiplier, self.n_samples, delta)
+        return _clipped_epsilon(self, float(delta))
+
+    def cost(self, delta: float) -> Cost:
+        return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self.rdp())
 
     def noise(self) -> NoiseDescription:
         return mixture_noise(self.sigma, self.coefficient_bound, fixed=True)
@@ -327,6 +350,17 @@ class SGDRMClippedEvent(ApproximateDPEvent):
             "noise_multiplier": self.noise_multiplier,
             **asdict(self),
         }
+
+
+@functools.lru_cache(maxsize=1024)
+def _clipped_epsilon(event: SGDRMClippedEvent, delta: float) -> float:
+    # Events are immutable and hashable: calibration, preview and admission ask again.
+    _check_delta(delta)
+    q, T = event.inclusion_probability, event.n_samples
+    antipodal = replace_one_epsilon(q, event.noise_multiplier, T, delta)
+    proven = accounting_pld.pld_epsilon(q, event.proven_sensitivity, T, delta)
+    rdp = accounting_pld.rdp_epsilon(q, event.proven_sensitivity, T, delta)
+    return min(antipodal, proven, rdp)
 
 
 #: Share of δ the coupling may take when it picks its analysis bound c (the rest stays with

@@ -2,10 +2,13 @@
 
 Mixture t is Σ_i c_{t,i}(x_i, y_i) + noise with c_{t,i} = b_{t,i}·clip(g_{t,i}, −c, c),
 b ~ Bern(ℓ/n) and g ~ N(0, 1/ℓ), all independent: exactly the Poisson inclusion and the
-coefficient bound the `sgdrm/tight` accountant assumes. Inclusion compares float64 uniforms
-with q, so it is Bernoulli(q) up to 2⁻⁵³. With ``clip=False`` (the paper's coefficients) g is
-not clipped; c then only tells the noise sampler the contribution radius the coupling
-analysis starts from (its analysis bound is never smaller).
+coefficient bound the `sgdrm/tight` accountant assumes. Inclusion is [U < ℓ] for U uniform on
+{0, …, n − 1} from the secure source, so it is Bernoulli(ℓ/n) exactly; g is drawn only where
+b = 1 (elsewhere it is multiplied by 0, so the coefficients' law is the same). With
+``clip=False`` (the paper's coefficients) g is not clipped; c then only tells the noise
+sampler the contribution radius the coupling analysis starts from (its analysis bound is
+never smaller). Mixtures are summed in float64; the sampler's error covers n terms of
+coefficient ≤ c (docs/privacy.md, "Rounding of the noised rows").
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Iterator
 
 import torch
 
+from dpcore.mechanisms import float_error
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
 
 _MATRIX_BUDGET = 1 << 24  # coefficient entries per chunk
@@ -29,7 +34,7 @@ def generate(
     n_samples: int,
     coefficient_bound: float,
     sigma: float,
-    generator: torch.Generator,
+    generator: SecureRandom,
     noise: NoiseSampler | None = None,
     clip: bool = True,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -41,17 +46,19 @@ def generate(
         raise ValueError("features and labels disagree on the number of records")
     if not 1 <= mixture_width <= n:
         raise ValueError(f"mixture_width must be between 1 and n={n}")
-    q = mixture_width / n
     scale = 1.0 / math.sqrt(mixture_width)
     device, dtype = features.device, features.dtype
+    error = float_error.scaled_sum(radius, terms=n, magnitude=n * radius)
+    records = torch.cat((features, labels), dim=1).double()
     step = max(1, min(4096, _MATRIX_BUDGET // n))
     for start in range(0, n_samples, step):
         count = min(step, n_samples - start)
-        included = torch.rand((count, n), generator=generator, device=device, dtype=torch.float64)
-        g = torch.randn((count, n), generator=generator, device=device, dtype=dtype) * scale
+        included = torch.from_numpy(generator.bernoulli(mixture_width, n, (count, n))).to(device)
+        g = generator.normal((int(included.sum()),), device=device) * scale
         if clip:
             g = g.clamp(-coefficient_bound, coefficient_bound)
-        coefficients = torch.where(included < q, g, torch.zeros_like(g))
-        joint = torch.cat((coefficients @ features, coefficients @ labels), dim=1)
-        noisy = sampler(joint, sigma=sigma, sensitivity=radius)
+        coefficients = torch.zeros((count, n), dtype=torch.float64, device=device)
+        coefficients[included] = g
+        noisy = sampler(coefficients @ records, sigma=sigma, sensitivity=radius, error=error)
+        noisy = noisy.to(dtype)
         yield noisy[:, : features.shape[1]], noisy[:, features.shape[1] :]

@@ -1,0 +1,167 @@
+"""The one source of the randomness the privacy analyses treat as secret.
+
+Amplification by sampling (subsets, Poisson inclusion bits), the mixing coefficients and the
+noise all assume the adversary does not know the random choices. A torch generator seeded
+with 63 bits is a statistical PRNG: its whole output follows from the seed (and from a few
+hundred outputs), so the guarantee would hold only while the seed stays secret and
+unrecovered. ``SecureRandom`` is instead a ChaCha20 keystream (the ``cryptography`` package,
+i.e. OpenSSL) keyed with 256 bits from the OS CSPRNG (``secrets``): under the standard
+assumption that ChaCha20 is a PRF, its bytes are indistinguishable from uniform, and no
+output reveals the key or other outputs.
+
+Everything is derived from those bytes on the CPU, with exact distributions:
+
+- ``integers``: uniform on {0, …, m − 1} by rejection (no modulo bias);
+- ``bernoulli(k, m)``: exactly k/m, as [U < k] with U uniform on {0, …, m − 1};
+- ``uniform``: floats on [0, 1) carrying 53 random bits (every multiple of 2⁻⁵³ equally likely);
+- ``keys``: uniform 32-bit integer sort keys (exchangeable; ties are the caller's business);
+- ``normal``: Box–Muller from those uniforms, evaluated in torch on the target device, so the
+  CUDA path is the same code as the CPU path with the bytes moved first.
+
+Reproducibility: tests and audits pass an explicit key (``SecureRandom.from_seed``); the
+release path (``worker.runner``) calls ``SecureRandom()``, which always draws a fresh OS key.
+Not thread-safe by design of use (one instance per release job); a lock makes accidental
+sharing safe anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import threading
+
+import numpy as np
+import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
+
+KEY_BYTES = 32
+# A fresh 96-bit nonce per segment, counter from 0: OpenSSL's ChaCha20 has a 32-bit block
+# counter (256 GiB per nonce); segments of 1 GiB stay far from its wrap-around.
+SEGMENT_BYTES = 1 << 30
+_UNIFORM_BITS = 53
+_TWO_PI = 2.0 * math.pi
+
+
+class SecureRandom:
+    """A ChaCha20 keystream keyed from the OS; see the module docstring."""
+
+    def __init__(self, *, key: bytes | None = None) -> None:
+        if key is None:
+            key = secrets.token_bytes(KEY_BYTES)
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"the key must be {KEY_BYTES} bytes")
+        self._key = bytes(key)
+        self._segment = -1
+        self._left = 0
+        self._lock = threading.Lock()
+        self._encryptor = self._next_segment()
+
+    @classmethod
+    def from_seed(cls, seed: int) -> SecureRandom:
+        """A reproducible stream for tests and offline audits (the key is public: never use
+        it for a release)."""
+        return cls(key=hashlib.sha256(f"dprelease-test-seed:{seed}".encode()).digest())
+
+    def _next_segment(self) -> CipherContext:
+        self._segment += 1
+        nonce = bytes(4) + self._segment.to_bytes(12, "little")
+        self._left = SEGMENT_BYTES
+        return Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
+
+    # --- bytes ---------------------------------------------------------------------------
+
+    def fill(self, out: np.ndarray) -> np.ndarray:
+        """Overwrite the (C-contiguous) array ``out`` with keystream bytes and return it."""
+        if not out.flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+        view = out.reshape(-1).view(np.uint8)
+        with self._lock:
+            start = 0
+            while start < view.size:
+                if self._left == 0:
+                    self._encryptor = self._next_segment()
+                take = min(self._left, view.size - start)
+                # Encrypting zeros yields the keystream itself.
+                window = memoryview(view[start : start + take].data)  # type: ignore[arg-type]
+                self._encryptor.update_into(bytes(take), window)
+                self._left -= take
+                start += take
+        return out
+
+    def bytes(self, count: int) -> bytes:
+        """``count`` keystream bytes (``RoundedGaussian.sample``'s ``random_bytes``)."""
+        return self.fill(np.empty(count, dtype=np.uint8)).tobytes()
+
+    def words(self, count: int, dtype: type[np.unsignedinteger] = np.uint64) -> np.ndarray:
+        return self.fill(np.empty(count, dtype=dtype))
+
+    # --- exact integer laws ----------------------------------------------------------------
+
+    def integers(self, high: int, shape: int | tuple[int, ...]) -> np.ndarray:
+        """Uniform int64 on {0, …, high − 1}: words ≥ the largest multiple of ``high`` that
+        fits are redrawn, so every residue has the same number of preimages."""
+        if not 1 <= high <= 2**63:
+            raise ValueError("high must be in [1, 2**63]")
+        size = math.prod(shape) if isinstance(shape, tuple) else shape
+        dtype = np.uint32 if high <= 2**32 else np.uint64
+        span = 1 << (32 if dtype is np.uint32 else 64)
+        limit = span - span % high
+        words = self.words(size, dtype)
+        while True:
+            bad = np.flatnonzero(words >= limit) if limit < span else np.empty(0, np.intp)
+            if bad.size == 0:
+                break
+            words[bad] = self.words(bad.size, dtype)
+        values = words if high == span else words % dtype(high)
+        return values.astype(np.int64).reshape(shape)
+
+    def bernoulli(self, numerator: int, denominator: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Booleans, each True with probability exactly numerator/denominator."""
+        if not 0 <= numerator <= denominator:
+            raise ValueError("need 0 <= numerator <= denominator")
+        return self.integers(denominator, shape) < numerator
+
+    # --- torch views -----------------------------------------------------------------------
+
+    def randint(
+        self, high: int, shape: tuple[int, ...], *, device: torch.device | str = "cpu"
+    ) -> torch.Tensor:
+        return torch.from_numpy(self.integers(high, shape)).to(device)
+
+    def keys(self, shape: tuple[int, ...], *, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Uniform int32 sort keys (all 2³² values equally likely)."""
+        words = self.fill(np.empty(shape, dtype=np.int32))
+        return torch.from_numpy(words).to(device)
+
+    def uniform(
+        self, shape: tuple[int, ...], *, device: torch.device | str = "cpu", open_zero: bool = False
+    ) -> torch.Tensor:
+        """float64 k·2⁻⁵³ with k uniform on {0, …, 2⁵³ − 1} (on (0, 1] with ``open_zero``:
+        (k + 1)·2⁻⁵³). The top 53 bits of each word, extracted on ``device``."""
+        words = torch.from_numpy(self.fill(np.empty(shape, dtype=np.int64))).to(device)
+        # int64 >> is arithmetic: the mask keeps exactly the word's 53 high bits.
+        k = (words >> (64 - _UNIFORM_BITS)) & ((1 << _UNIFORM_BITS) - 1)
+        if open_zero:
+            k = k + 1
+        return k.to(torch.float64) * 2.0**-_UNIFORM_BITS
+
+    def normal(
+        self,
+        shape: tuple[int, ...],
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float64,
+    ) -> torch.Tensor:
+        """Standard normals by Box–Muller in float64 on ``device``, cast to ``dtype``.
+
+        Written here (two lines) because no library offers Gaussian draws from a
+        caller-supplied secure stream on a torch device. u₁ ∈ (0, 1] keeps the log finite.
+        """
+        count = math.prod(shape)
+        pairs = -(-count // 2)
+        u = self.uniform((2, pairs), device=device, open_zero=True)
+        radius = torch.sqrt(-2.0 * torch.log(u[0]))
+        angle = _TWO_PI * u[1]
+        z = torch.cat((radius * torch.cos(angle), radius * torch.sin(angle)))[:count]
+        return z.reshape(shape).to(dtype)

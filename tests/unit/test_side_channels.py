@@ -1,0 +1,225 @@
+"""No side channel in a mechanism's run: for the same coins, a release job on neighbouring
+datasets does the same work in the same order.
+
+The privacy analyses cover the released rows only. Anything else an analyst can observe about
+a job (its progress reports, how many chunks it writes and how long each takes, how often and
+on what it calls the noise sampler) must depend on public facts only: n, the shape, the
+declared classes and the parameters. Here each mechanism's real release code runs on two
+neighbours under replace-one (record 0 changed in features *and* class, so the class counts
+differ by one) with the same generator seed, and a trace of the work is compared: every torch
+operation the job runs with the shapes it reads and makes (through a ``TorchFunctionMode``:
+the work's size, hence its time), the sampler's calls (shape, σ, sensitivity), the
+generator's progress reports and the chunks' shapes, interleaved in the order they happened.
+A loop over private counts (a gather sized by a class, say) shows up as a different trace.
+Values are not traced: they are the rows, which the accountant covers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.run import build, facts_of, noise_for
+from dpcore.mechanisms.secure_random import SecureRandom
+from service.datasets.parsing import ParsedDataset, parse_dataset
+from service.datasets.schemas import DatasetMetadata
+from service.errors import ClassesUndeclared
+from worker.runner import published_classes
+
+N, D, K = 60, 4, 3
+
+
+def _sizes(value: Any) -> Any:
+    """The shapes (and integers: sizes, counts) in an operation's arguments or result."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, bool | int | torch.Size):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(_sizes(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _sizes(v)) for k, v in value.items())
+    return None  # floats and the rest: values, not work
+
+
+class TorchWork(TorchFunctionMode):
+    """Records every torch function and tensor method a job calls, with its sizes."""
+
+    def __init__(self, events: list[tuple[Any, ...]]) -> None:
+        super().__init__()
+        self.events = events
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+        self.events.append(("torch", name, _sizes(args), _sizes(kwargs or {}), _sizes(out)))
+        return out
+
+
+@dataclass
+class Trace:
+    """Everything a job's observer could see besides the rows, in order."""
+
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "trace"
+
+    def __call__(
+        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+    ) -> torch.Tensor:
+        self.events.append(("noise", tuple(values.shape), sigma, sensitivity, error))
+        return values
+
+    def report(self, done: float, total: float, phase: str) -> None:
+        self.events.append(("report", done, total, phase))
+
+
+def _parsed(X: np.ndarray, labels: np.ndarray) -> ParsedDataset:
+    return ParsedDataset(
+        X=X,
+        feature_shape=(D,),
+        feature_names=[f"f{i}" for i in range(D)],
+        labels=labels,
+        classes=list(range(K)),
+        classes_declared=True,
+        lo=np.zeros(D),
+        hi=np.ones(D),
+        clipped_values=0,
+    )
+
+
+def neighbours() -> tuple[ParsedDataset, ParsedDataset]:
+    """D and D′ differ in record 0 only: its features and its class (0 in D, 2 in D′), so
+    class 0 has one record fewer in D′ and class 2 one more; every class keeps ≥ 15."""
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0, 1, size=(N, D))
+    labels = np.repeat(np.arange(K), N // K)
+    X_prime, labels_prime = X.copy(), labels.copy()
+    X_prime[0] = 1.0 - X[0]
+    labels_prime[0] = 2
+    return _parsed(X, labels), _parsed(X_prime, labels_prime)
+
+
+def _trace(mechanism: str, params: dict[str, Any], data: ParsedDataset) -> list[tuple[Any, ...]]:
+    trace = Trace()
+    # The public facts, as the service knows them: never the private class counts.
+    facts = facts_of(data, class_counts=None)
+    two_scales = "sigma_y" in registry.accountant(mechanism, "tight").key_names
+    noise = noise_for(mechanism, params, facts, sigma=0.7, sigma_y=0.7 if two_scales else None)
+    with TorchWork(trace.events):
+        out = build(
+            mechanism,
+            params,
+            data,
+            noise=noise,
+            sampler=trace,
+            generator=SecureRandom.from_seed(11),
+            device=torch.device("cpu"),
+            report=trace.report,
+        )
+        trace.events.append(("output", out.rows, out.progress, tuple(out.feature_names)))
+        for x, y in out.chunks:
+            trace.events.append(("chunk", tuple(x.shape), tuple(y.shape)))
+    return trace.events
+
+
+CASES = [
+    pytest.param("dpmix", {"mixture_degree": 4, "n_samples": 300}, id="dpmix-mixture"),
+    pytest.param(
+        "dpmix",
+        {"mixture_degree": 4, "n_samples": 300, "assignment": "record"},
+        id="dpmix-record",
+    ),
+    pytest.param(
+        "sgdrm",
+        {"mixture_width": 4, "n_samples": 300, "coefficient_bound": 0.3},
+        id="sgdrm-clipped",
+    ),
+    pytest.param(
+        "sgdrm",
+        {"mixture_width": 4, "n_samples": 300, "coefficients": "gaussian"},
+        id="sgdrm-gaussian",
+    ),
+    pytest.param("local_perturbation", {}, id="local_perturbation"),
+    pytest.param(
+        "random_projection", {"projection_dim": 2, "spectral_norm": 1.5}, id="random_projection"
+    ),
+    pytest.param(
+        "dpcda",
+        {"mixture_degree": 4, "n_samples": 300, "min_class_size": 4},
+        id="dpcda",
+    ),
+    pytest.param(
+        "dpcda",
+        {
+            "mixture_degree": 4,
+            "n_samples": 300,
+            "min_class_size": 4,
+            "class_sizes": "dp",
+            "count_noise": 0.5,
+        },
+        id="dpcda-dp-class-sizes",
+    ),
+]
+
+
+def test_every_served_mechanism_is_traced() -> None:
+    """A mechanism added to the registry must join this test."""
+    traced = {p.values[0] for p in CASES}
+    assert {spec.name for spec in registry.served()} <= traced
+
+
+@pytest.mark.parametrize(("mechanism", "params"), CASES)
+def test_same_work_on_neighbouring_datasets(mechanism: str, params: dict[str, Any]) -> None:
+    data, data_prime = neighbours()
+    assert np.bincount(data.labels).tolist() != np.bincount(data_prime.labels).tolist()
+    trace = _trace(mechanism, params, data)
+    assert any(event[0] == "chunk" for event in trace)  # the job ran
+    assert trace == _trace(mechanism, params, data_prime)
+
+
+def test_the_trace_sees_work_sized_by_a_class() -> None:
+    """The comparison catches what it is for: a gather of one class's records, whose size is
+    a private count, differs between the neighbours though every output shape is public."""
+    data, data_prime = neighbours()
+
+    def class_means(data: ParsedDataset) -> list[tuple[Any, ...]]:
+        events: list[tuple[Any, ...]] = []
+        features, labels = torch.as_tensor(data.X), torch.as_tensor(data.labels)
+        with TorchWork(events):
+            for c in range(K):
+                features[torch.nonzero(labels == c).flatten()].mean(dim=0)
+        return events
+
+    assert class_means(data) != class_means(data_prime)
+
+
+def test_release_files_take_label_names_from_declared_classes_only() -> None:
+    """The worker's one source of label names: the declaration (absent classes included);
+    labels merely found in a file are refused."""
+    content = b"f0,label\n0.1,a\n0.2,HIV-positive\n0.3,a\n"
+    meta = {"name": "t", "label_column": "label", "feature_range": [0, 1]}
+    meta["budget"] = {"epsilon": 1.0, "delta": 1e-5}
+
+    def parsed(**extra: Any) -> ParsedDataset:
+        metadata = DatasetMetadata.model_validate({**meta, **extra})
+        return parse_dataset(content=content, filename="d.csv", metadata=metadata, max_bytes=1000)
+
+    with pytest.raises(ClassesUndeclared):
+        published_classes(parsed())
+    declared = ["a", "HIV-positive", "b"]
+    assert published_classes(parsed(classes=declared)) == declared
