@@ -89,7 +89,8 @@ Numerics (every choice below only moves the bound up)
    at T = 10⁶ its δ moves by ~1e-10 both ways between neighbouring σ (measured; ~1e-5 of ε
    at δ = 1e-6). Here c_k − s (s the finite mass) is computed by summation by parts and
    c_k^T = exp(T·(log s + log1p((c_k − s)/s))); it matches dp_accounting's ``self_compose``
-   run in long double to ~1e-12 (tests). ε at δ: dp_accounting's ``get_epsilon_for_delta``.
+   run in long double to ~1e-12 (tests). ε at δ: dp_accounting's ``get_epsilon_for_delta``,
+   vectorised (``epsilon_for_delta``).
    Floating-point rounding (relative ~1e-12 of a cell's split, ~1e-12 absolute in the
    composed δ) is not bounded formally, as in dp_accounting.
 
@@ -352,6 +353,42 @@ def composed_pld(
     return _composed(p, z, T, float(h), tail)
 
 
+def epsilon_for_delta(pld: PrivacyLossDistribution, delta: float) -> float:
+    """``pld.get_epsilon_for_delta(delta)``, vectorised: the same scan over losses from the
+    top, the same sums accumulated in the same order (``np.cumsum`` adds sequentially, as the
+    library's loop does), the same stopping rules. dp_accounting's loop is pure Python over
+    every grid point above ε — most of a DPMix calibration at n = T = 10⁶; this is ~100×
+    faster. Agrees with the library to ~1e-15 relative (``np.exp`` vs ``math.exp``; tests)."""
+    pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
+    return max(_epsilon_dense(p.to_dense_pmf(), float(delta)) for p in pmfs)
+
+
+def _epsilon_dense(pmf: Any, delta: float) -> float:
+    infinity = float(pmf._infinity_mass)
+    if infinity > delta:
+        return math.inf
+    probs = np.flip(np.asarray(pmf._probs, dtype=np.float64))
+    size, step = len(probs), float(pmf._discretization)
+    upper_loss = (pmf._lower_loss + size - 1) * step
+    # itertools.count(upper, −step) adds −step repeatedly; so does this cumsum.
+    losses = np.cumsum(np.concatenate(([upper_loss], np.full(size - 1, -step))))
+    # Masses before each step k (index k) and after the last (index size).
+    upper = np.cumsum(np.concatenate(([infinity], probs)))
+    lower = np.cumsum(np.concatenate(([0.0], np.exp(-losses) * probs)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log((upper[:-1] - delta) / lower[:-1])
+    stop = (upper[:-1] > delta) & (lower[:-1] > 0) & (ratio >= losses)
+    exhausted = (upper[1:] >= delta) & (lower[1:] == 0)
+    first_stop = int(np.argmax(stop)) if stop.any() else size
+    first_exhausted = int(np.argmax(exhausted)) if exhausted.any() else size
+    if first_exhausted < first_stop:
+        return max(0.0, float(losses[first_exhausted]))
+    mass_upper, mass_lower = float(upper[first_stop]), float(lower[first_stop])
+    if mass_upper <= mass_lower + delta:
+        return 0.0
+    return math.log((mass_upper - delta) / mass_lower)
+
+
 def epsilon_of(
     sampling_prob: float,
     noise_multiplier: float,
@@ -363,7 +400,7 @@ def epsilon_of(
     pld = composed_pld(
         sampling_prob, noise_multiplier, n_samples, delta, value_discretization_interval
     )
-    return float(pld.get_epsilon_for_delta(delta))
+    return epsilon_for_delta(pld, delta)
 
 
 def poisson_pmf(

@@ -46,7 +46,13 @@ from scipy import special
 
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.events import NoiseDescription, NoiseScale
-from dpcore.accounting.pld import compose, default_interval, mixture_pmf, tail_level
+from dpcore.accounting.pld import (
+    compose,
+    default_interval,
+    epsilon_for_delta,
+    mixture_pmf,
+    tail_level,
+)
 
 #: L2 sensitivity of the K counts under replace-one (one count −1, another +1).
 COUNT_SENSITIVITY = math.sqrt(2.0)
@@ -182,10 +188,10 @@ def _epsilon(event: DPCountsMixing, delta: float) -> float:
         # The Gaussian pair is the WOR pair at p = 1 (no atom): exact up to the grid.
         mixture_pmf(1.0, 1.0 / event.gaussian_mu, h, tail).pld()
     )
-    cap = float(composed.get_epsilon_for_delta(delta / 2))
+    cap = float(epsilon_for_delta(composed, delta / 2))
     if cap != cap:
         return math.inf  # extreme noise: no PLD bound (NaN)
     spent = (1 + math.exp(min(cap, 700.0))) * event.failure_prob
     if not spent <= delta / 2:
         return math.inf  # β is too large for this δ: no finite ε by this argument
-    return float(composed.get_epsilon_for_delta(delta - spent))
+    return float(epsilon_for_delta(composed, delta - spent))

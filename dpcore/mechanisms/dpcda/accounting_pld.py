@@ -47,6 +47,7 @@ from dpcore.accounting.pld import (
     composed_pld,
     convolve,
     default_interval,
+    epsilon_for_delta,
     mixture_pmf,
     poisson_pmf,
     reverse,
@@ -93,11 +94,11 @@ def epsilons(
 ) -> tuple[float, float]:
     """(ε_a, ε_b) at δ; ε_b is 0 when K = 1 (no class to move to)."""
     stay = stay_pld(sampling_prob, noise_multiplier, per_class, delta)
-    eps_a = float(stay.get_epsilon_for_delta(delta))
+    eps_a = float(epsilon_for_delta(stay, delta))
     if n_classes == 1:
         return eps_a, 0.0
     move = move_pld(sampling_prob, noise_multiplier, per_class, delta)
-    return eps_a, float(move.get_epsilon_for_delta(delta))
+    return eps_a, float(epsilon_for_delta(move, delta))
 
 
 def _degenerate(pld: PrivacyLossDistribution) -> bool:
@@ -125,8 +126,8 @@ def epsilons_after_gaussian(
     if _degenerate(stay_pld(sampling_prob, noise_multiplier, T, delta)):
         return math.inf, math.inf
     stay = stay_pld(sampling_prob, noise_multiplier, T, delta).compose(gauss)
-    eps_a = float(stay.get_epsilon_for_delta(delta))
+    eps_a = float(epsilon_for_delta(stay, delta))
     if n_classes == 1:
         return eps_a, 0.0
     move = move_pld(sampling_prob, noise_multiplier, T, delta).compose(gauss)
-    return eps_a, float(move.get_epsilon_for_delta(delta))
+    return eps_a, float(epsilon_for_delta(move, delta))
