@@ -375,7 +375,7 @@ def _epsilon_dense(pmf: Any, delta: float) -> float:
     # Masses before each step k (index k) and after the last (index size).
     upper = np.cumsum(np.concatenate(([infinity], probs)))
     lower = np.cumsum(np.concatenate(([0.0], np.exp(-losses) * probs)))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.log((upper[:-1] - delta) / lower[:-1])
     stop = (upper[:-1] > delta) & (lower[:-1] > 0) & (ratio >= losses)
     exhausted = (upper[1:] >= delta) & (lower[1:] == 0)

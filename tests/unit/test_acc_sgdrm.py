@@ -409,3 +409,16 @@ def test_proven_pair_dominates_the_real_conditional_pairs(q: float, d: float) ->
             ((c, 0.0), (0.0, r)),  # a zero-feature record (norm 1) against a unit one
         ]:
             assert _grid_delta(q, u, v, eps) <= bound * (1 + 2e-3) + 1e-9
+
+
+def test_proven_bound_survives_the_tiny_noise_calibration_probes() -> None:
+    # Calibration to ε = 10 probes σ far below the answer: e^{Δ²} overflows there. The proven
+    # RDP curve must stay a (large) bound, never raise (the MNIST sweet spot hit this).
+    from dpcore.mechanisms.sgdrm import accounting_pld as proven
+
+    curve = proven.rdp_curve(64 / 10_000, 40.0, 10_000)
+    assert all(v > 0 for v in curve)
+    event = registry.accountant("sgdrm", "tight").calibrate(
+        10.0, 1e-5, {"n": 10_000, "mixture_width": 64, "n_samples": 10_000}
+    )
+    assert event.epsilon(1e-5) <= 10.0

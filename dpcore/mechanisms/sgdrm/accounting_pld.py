@@ -101,8 +101,11 @@ def _integer_order_log_moment(alpha: int, q: float, d: float) -> float:
     log_q_part = k * math.log(q) + rest
     log_terms = log_binom + log_q_part + k * (k - 1) * d * d / 2 + special.log_ndtr(k * d - d / 2)
     a = float(special.ndtr(-d / 2))
-    i2 = q * q * (math.exp(d * d) * special.ndtr(1.5 * d) - 2 * special.ndtr(d / 2) + a)
-    i2 = max(i2, 0.0) + 4e-16 * q * q * (math.exp(d * d) + 3)
+    # e^{Δ²} overflows for the tiny σ calibration may probe: B's first bound is then +inf and
+    # its second, finite one decides.
+    exp_dd = math.exp(d * d) if d * d < 700 else math.inf
+    i2 = q * q * (exp_dd * special.ndtr(1.5 * d) - 2 * special.ndtr(d / 2) + a)
+    i2 = max(i2, 0.0) + 4e-16 * q * q * (exp_dd + 3)
     b = min(alpha * (alpha - 1) / 2 * i2, (alpha - 1) * q * (1 - 2 * a))
     top = float(np.max(log_terms))
     if top <= 30:  # only there does B matter against S
