@@ -219,6 +219,18 @@ class DiscretePLD:
         return PrivacyLossDistribution(pmf)
 
 
+def _grid(
+    sampling_prob: float, noise_multiplier: float, interval: float, tail: float
+) -> tuple[float, float, float, float, int]:
+    """(p, z, h, Δ = 1/z, K): checked inputs and the grid's top index K, K·h the first
+    multiple of h past ``loss_top`` (the mass sent to +∞ is then at most ``tail``)."""
+    p, z = _check(sampling_prob, noise_multiplier)
+    h = float(interval)
+    if not (math.isfinite(h) and h > 0):
+        raise ValueError(f"value_discretization_interval must be > 0, got {h!r}")
+    return p, z, h, 1.0 / z, max(math.ceil(loss_top(p, z, tail) / h), 1)
+
+
 def mixture_pmf(
     sampling_prob: float,
     noise_multiplier: float,
@@ -228,12 +240,7 @@ def mixture_pmf(
     """One mixture's dominating pair (P*, Q*), discretised by connect-the-dots (module
     docstring, 6). The grid ends at K·h = the first multiple of h past ``loss_top``, so the
     mass it sends to +∞, δ₊(K·h), is at most ``tail`` (or the loss is capped at MAX_LOSS)."""
-    p, z = _check(sampling_prob, noise_multiplier)
-    h = float(value_discretization_interval)
-    if not (math.isfinite(h) and h > 0):
-        raise ValueError(f"value_discretization_interval must be > 0, got {h!r}")
-    d = 1.0 / z
-    K = max(math.ceil(loss_top(p, z, tail) / h), 1)
+    p, z, h, d, K = _grid(sampling_prob, noise_multiplier, value_discretization_interval, tail)
     k = np.arange(K + 1, dtype=np.float64)
     x = (_log_ratio(k * h, p) + d * d / 2) / d  # L(x_k) = k·h, x_k ≥ Δ/2
     s0 = special.ndtr(-x)  # N(0, 1)(X > x_k)
@@ -415,12 +422,7 @@ def poisson_pmf(
     grid point at or below log(1 − p), the smallest loss, or at −K·h when that is lower
     (p near 1: the mass below is rounded up to −K·h; ``reverse`` sends the Q-mass that
     loses to +∞)."""
-    p, z = _check(sampling_prob, noise_multiplier)
-    h = float(value_discretization_interval)
-    if not (math.isfinite(h) and h > 0):
-        raise ValueError(f"value_discretization_interval must be > 0, got {h!r}")
-    d = 1.0 / z
-    K = max(math.ceil(loss_top(p, z, tail) / h), 1)
+    p, z, h, d, K = _grid(sampling_prob, noise_multiplier, value_discretization_interval, tail)
     floor_loss = math.log1p(-p) if p < 1 else -math.inf
     k_lo = max(math.floor(floor_loss / h), -K) if p < 1 else -K
     k = np.arange(k_lo, K + 1, dtype=np.float64)

@@ -113,6 +113,14 @@ def _check(params: DPCDAParams, facts: PublicFacts) -> None:
     facts.check_rows(k * (-(-params.n_samples // k)))
 
 
+_MNIST_SWEET = {
+    "n": 10_000,
+    "mixture_degree": 64,
+    "n_samples": 10_000,
+    "clip_norm": 1.0,
+    "n_classes": 10,
+}
+
 SPEC = MechanismSpec(
     name="dpcda",
     title="DPCDARequest",
@@ -168,33 +176,12 @@ SPEC = MechanismSpec(
                 },
             ),
             # The MNIST sweet spot (smallest class 892): PLD of both cases.
+            BenchCase("tight", 1.0, 1e-5, {**_MNIST_SWEET, "min_class_size": 892}),
             BenchCase(
                 "tight",
                 1.0,
                 1e-5,
-                {
-                    "n": 10_000,
-                    "mixture_degree": 64,
-                    "n_samples": 10_000,
-                    "clip_norm": 1.0,
-                    "n_classes": 10,
-                    "min_class_size": 892,
-                },
-            ),
-            BenchCase(
-                "tight",
-                1.0,
-                1e-5,
-                {
-                    "n": 10_000,
-                    "mixture_degree": 64,
-                    "n_samples": 10_000,
-                    "clip_norm": 1.0,
-                    "n_classes": 10,
-                    "min_class_size": 750,
-                    "class_sizes": "dp",
-                    "count_noise": 20.0,
-                },
+                {**_MNIST_SWEET, "min_class_size": 750, "class_sizes": "dp", "count_noise": 20.0},
             ),
         ),
     ),
