@@ -96,7 +96,12 @@ class Spend:
 
     @property
     def delta_left(self) -> float:
-        return max(0.0, self.budget_delta - self.delta)
+        """budget δ − spent δ, rounded down so that adding it back never passes the budget
+        (a Rényi group that takes it must still fit)."""
+        left = self.budget_delta - self.delta
+        if left > 0 and left + self.delta > self.budget_delta:
+            left = math.nextafter(left, 0.0)
+        return max(0.0, left)
 
     def within_budget(self, slack: float = 0.0) -> bool:
         """Whether the spend fits the budget; ``slack`` is the relative rounding the caller

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -113,3 +114,17 @@ def test_groups_that_disagree_are_counted_conservatively() -> None:
     )
     assert state.delta == pytest.approx(5e-6, rel=1e-12)
     assert state.group_delta == 2e-6
+
+
+def test_a_group_taking_the_delta_left_always_fits() -> None:
+    # budget − spent, added back in floating point, can land one ulp above the budget: the
+    # δ left is rounded down so the Rényi way is never lost to rounding.
+    curve = _gaussian_curve(0.01)
+    rng = random.Random(7)
+    for _ in range(2000):
+        spent = [rng.uniform(0, 3e-6) for _ in range(3)]
+        state = spend(100.0, DELTA, [Charge("basic", 0.1, d) for d in spent])
+        group = state.delta_left
+        assert group + state.delta <= DELTA
+        after = state.add(Charge("renyi", 0.0, 0.0, curve, group))
+        assert after.within_budget()
