@@ -104,9 +104,12 @@ class Spend:
         return max(0.0, left)
 
     def within_budget(self, slack: float = 0.0) -> bool:
-        """Whether the spend fits the budget; ``slack`` is the relative rounding the caller
-        adds to every ε before comparing (applied here to the ε, never to the budget)."""
-        epsilon = self.epsilon * (1 + slack)
+        """Whether the spend fits the budget. With a relative ``slack`` the ε is first rounded
+        up by it and one ulp more (the ledger's rounding against the user: admission, its
+        choice of way and the spend it shows agree); δ sums are never rounded down."""
+        epsilon = self.epsilon
+        if slack and epsilon > 0:
+            epsilon = math.nextafter(epsilon * (1 + slack), math.inf)
         return epsilon <= self.budget_epsilon and self.delta <= self.budget_delta
 
     def add(self, charge: Charge) -> Spend:

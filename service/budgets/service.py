@@ -70,15 +70,24 @@ def _spend(entries: Sequence[LedgerEntry], budget: DatasetBudget) -> Spend:
 
 
 def _fits(state: Spend) -> bool:
-    """Admission's test, rounded against the user: the ε spend is rounded up before it is
-    compared, δ sums are compared as they are (never rounded down)."""
-    return round_up(state.epsilon) <= state.budget_epsilon and state.delta <= state.budget_delta
+    """Admission's test, rounded against the user: the ε spend is rounded up (``round_up``)
+    before it is compared, δ sums are compared as they are (never rounded down)."""
+    return state.within_budget(ROUNDING_SLACK)
 
 
-def spend_of(session: Session, *, dataset_id: str) -> Spend:
+def spend_of(session: Session, *, budget: DatasetBudget) -> Spend:
     """The filter's state over a dataset's holding entries (for planning a release's δ)."""
-    budget = _budget(session, dataset_id)
-    return _spend(repository.entries(session, dataset_id=dataset_id, states=HOLDING), budget)
+    holding = repository.entries(session, dataset_id=budget.dataset_id, states=HOLDING)
+    return _spend(holding, budget)
+
+
+def consumed_of(entry: LedgerEntry) -> tuple[float, float]:
+    """What an entry's admission added to the filter's spent (ε, δ); entries from before the
+    filter (migration 0013) show their own (ε, δ)."""
+    return (
+        entry.epsilon if entry.consumed_epsilon is None else entry.consumed_epsilon,
+        entry.delta if entry.consumed_delta is None else entry.consumed_delta,
+    )
 
 
 def _status(budget: DatasetBudget, holding: Sequence[LedgerEntry]) -> BudgetStatus:
@@ -267,6 +276,7 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
         if entry.state in HOLDING:
             holding.append(entry)
         state = _spend(holding, budget)
+        consumed_epsilon, consumed_delta = consumed_of(entry)
         out.append(
             LedgerEntryOut(
                 release_id=entry.release_id,
@@ -276,8 +286,8 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
                 epsilon=entry.epsilon,
                 delta=entry.delta,
                 charged_as=entry.charged_as,
-                consumed_epsilon=_or(entry.consumed_epsilon, entry.epsilon),
-                consumed_delta=_or(entry.consumed_delta, entry.delta),
+                consumed_epsilon=consumed_epsilon,
+                consumed_delta=consumed_delta,
                 state=entry.state,
                 created_at=entry.created_at,
                 settled_at=entry.settled_at,
@@ -286,7 +296,3 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
             )
         )
     return Ledger(dataset_id=dataset_id, entries=out, **_status(budget, holding).model_dump())
-
-
-def _or(value: float | None, fallback: float) -> float:
-    return fallback if value is None else value

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from service.models import Release
 from service.releases.status import UNFINISHED, ReleaseStatus
@@ -14,7 +14,12 @@ def add(session: Session, release: Release) -> Release:
 
 
 def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release]:
-    stmt = select(Release).order_by(Release.created_at, Release.id)
+    # Each listed release shows its ledger entry's charge: one query for all, not one each.
+    stmt = (
+        select(Release)
+        .options(selectinload(Release.ledger_entry))
+        .order_by(Release.created_at, Release.id)
+    )
     if dataset_ids is not None:
         stmt = stmt.where(Release.dataset_id.in_(dataset_ids))
     return list(session.scalars(stmt))

@@ -114,7 +114,7 @@ def plan(
         raise InvalidInput(
             f"delta {request.delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
-    delta_left = ledger.spend_of(session, dataset_id=dataset.id).delta_left
+    delta_left = ledger.spend_of(session, budget=budget).delta_left
     spec = registry.get(request.mechanism)
     try:
         spec.check(request.params, facts(dataset, settings))
@@ -350,14 +350,13 @@ def _charge(release: Release) -> Charge:
     entry = release.ledger_entry
     if entry is None:
         return Charge(epsilon=release.epsilon, delta=release.delta)
+    consumed_epsilon, consumed_delta = ledger.consumed_of(entry)
     return Charge(
         epsilon=release.epsilon,
         delta=release.delta,
         charged_as=entry.charged_as,
-        consumed_epsilon=entry.epsilon
-        if entry.consumed_epsilon is None
-        else entry.consumed_epsilon,
-        consumed_delta=entry.delta if entry.consumed_delta is None else entry.consumed_delta,
+        consumed_epsilon=consumed_epsilon,
+        consumed_delta=consumed_delta,
     )
 
 

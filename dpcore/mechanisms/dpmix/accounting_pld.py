@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 from dpcore.accounting import gdp
-from dpcore.accounting.accountant import Accountant, Event, sigma_y_of
+from dpcore.accounting.accountant import Event, sigma_y_of
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.events import NoiseDescription
 
@@ -57,8 +56,6 @@ from dpcore.accounting.pld import (  # noqa: F401
     tail_level,
 )
 from dpcore.mechanisms.dpmix.accounting import (
-    FEATURE_SENSITIVITY,
-    LABEL_SENSITIVITY,
     DPMixEvent,
     DPMixRecordEvent,
     _mixing_noise,
@@ -78,24 +75,13 @@ class DPMixPLDEvent:
     sigma_y: float
 
     def __post_init__(self) -> None:
-        for name in ("n", "mixture_degree", "n_samples"):
-            try:
-                object.__setattr__(self, name, operator.index(getattr(self, name)))
-            except TypeError as exc:
-                raise ValueError(f"{name} must be an integer, got {getattr(self, name)!r}") from exc
-        for name in ("sigma_x", "sigma_y"):
-            value = float(getattr(self, name))
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value}")
-            object.__setattr__(self, name, value)
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if not 1 <= self.mixture_degree <= self.n:
-            raise ValueError(
-                f"mixture_degree must be between 1 and n={self.n}, got {self.mixture_degree}"
-            )
-        if self.n_samples < 1:
-            raise ValueError(f"n_samples must be >= 1, got {self.n_samples}")
+        # The same release as ``DPMixEvent`` (its RDP view): one validation, its normalised
+        # fields kept here.
+        checked = DPMixEvent(
+            self.n, self.mixture_degree, self.n_samples, self.sigma_x, self.sigma_y
+        )
+        for name in ("n", "mixture_degree", "n_samples", "sigma_x", "sigma_y"):
+            object.__setattr__(self, name, getattr(checked, name))
 
     @property
     def sampling_prob(self) -> float:
@@ -103,10 +89,8 @@ class DPMixPLDEvent:
 
     @property
     def noise_multiplier(self) -> float:
-        """Noise multiplier of the joint Gaussian on one ℓ-subset (as ``DPMixEvent``)."""
-        z_x = self.sigma_x * self.mixture_degree / FEATURE_SENSITIVITY
-        z_y = self.sigma_y * self.mixture_degree / LABEL_SENSITIVITY
-        return 1.0 / math.sqrt(1.0 / z_x**2 + 1.0 / z_y**2)
+        """Noise multiplier of the joint Gaussian on one ℓ-subset (``DPMixEvent``'s)."""
+        return self._rdp_event().noise_multiplier
 
     def value_discretization_interval(self, delta: float) -> float:
         """The interval of the PLD read at ``delta``."""
@@ -172,12 +156,6 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     return math.sqrt(2 * (1 + 1 / ratio**2) / d_squared) / keys["mixture_degree"]
 
 
-def _pld_accountant() -> Accountant:
-    from dpcore.mechanisms.dpmix import TIGHT
-
-    return TIGHT
-
-
 def calibrate(
     *,
     n: int,
@@ -188,8 +166,10 @@ def calibrate(
     noise_ratio: float = 1.0,
 ) -> DPMixPLDEvent:
     """The PLD event with the smallest σ_x (σ_y = ratio·σ_x) whose ε at δ is ≤ epsilon."""
+    from dpcore.mechanisms.dpmix import TIGHT
+
     event = calibrate_with(
-        _pld_accountant(),
+        TIGHT,
         n=n,
         mixture_degree=mixture_degree,
         n_samples=n_samples,
