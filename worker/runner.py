@@ -25,7 +25,7 @@ import math
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -98,6 +98,10 @@ class Job:
     @property
     def artifact_key(self) -> str:
         return keys.artifact(self.release_id, self.fmt)
+
+    @property
+    def raw_key(self) -> str:
+        return keys.raw(self.release_id, self.fmt)
 
     @property
     def report_key(self) -> str:
@@ -225,6 +229,7 @@ class Written:
 
     meta: dict[str, Any]
     extras: tuple[ExtraFile, ...] = ()
+    raw: Path | None = None  # the rows as drawn, when the release was post-processed
 
 
 def _produce(runtime: Runtime, job: Job) -> None:
@@ -234,7 +239,9 @@ def _produce(runtime: Runtime, job: Job) -> None:
         # stored objects instead of drawing new noise (a second, different release).
         _finish_from_store(runtime, job)
         return
-    if any(store.exists(keys.extra_artifact(job.release_id, a.name)) for a in job.declared):
+    if store.exists(job.raw_key) or any(
+        store.exists(keys.extra_artifact(job.release_id, a.name)) for a in job.declared
+    ):
         # Further files are stored before the artifact: another attempt is publishing now, or
         # died doing it. Drawing again would only be refused at the first file; retry later
         # (it finishes from the store), and bounded attempts end it failed, still charged.
@@ -276,6 +283,8 @@ def _produce(runtime: Runtime, job: Job) -> None:
         # the whole release is (what a redelivery relies on), and the first further file acts
         # as the lock between two attempts publishing at once.
         extras = [_put_extra(store, job, extra) for extra in written.extras]
+        if written.raw is not None:
+            _put_raw(store, job, written.raw)
         try:
             store.put_file(job.artifact_key, path)
             size, digest = path.stat().st_size, sha256_file(path)
@@ -302,6 +311,15 @@ def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.Arti
             f"another attempt stored {extra.record.name} first; not publishing this draw"
         ) from exc
     return replace(extra.record, bytes=extra.path.stat().st_size, sha256=sha256_file(extra.path))
+
+
+def _put_raw(store: ObjectStore, job: Job, path: Path) -> None:
+    """The owner's copy of the rows as drawn: stored before the artifact, create-only, like a
+    further file (another attempt's copy there means another draw is being published)."""
+    try:
+        store.put_file(job.raw_key, path)
+    except ObjectExists as exc:
+        raise TransientError("another attempt stored its raw rows first; not publishing") from exc
 
 
 def _finish_from_store(runtime: Runtime, job: Job) -> None:
@@ -387,23 +405,44 @@ def _write_release(
         progress.report(0, output.rows, ROWS_PHASE)
     _check_artifacts(output.artifacts)
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
+    post = output.postprocess
+    writer_args: dict[str, Any] = {
+        "rows": output.rows,
+        "feature_names": output.feature_names,
+        "classes": classes,
+        "extra": output.extra,
+    }
     done = 0
-    with ArtifactWriter(
-        job.fmt,
-        path,
-        rows=output.rows,
-        feature_names=output.feature_names,
-        classes=classes,
-        metadata=meta,
-        extra=output.extra,
-    ) as writer:
+    # Post-processed: the drawn rows go to the owner's raw file and to a scratch copy the
+    # post-processing reads twice (fit, transform); the release file is written from it.
+    raw_path = path.parent / f"raw.{job.fmt}" if post is not None else None
+    raw_meta = {
+        **meta,
+        "preprocessing": {**meta["preprocessing"], "postprocess": "none: the rows as drawn"},
+        "raw": "the owner's copy of the rows as drawn, before the release's post-processing",
+    }
+    with (
+        ArtifactWriter(
+            job.fmt, raw_path or path, metadata=raw_meta if post else meta, **writer_args
+        ) as writer,
+        _Scratch(path.parent, output.rows, enabled=post is not None) as scratch,
+    ):
         for mixed_x, mixed_y in output.chunks:
-            writer.write(mixed_x.cpu().numpy(), mixed_y.cpu().numpy())
+            x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
+            writer.write(x, y)
+            if post is not None:
+                post.fit(x, y)
+                scratch.write(x, y)
             done += mixed_x.shape[0]
             if counts_rows:
                 progress.report(done, output.rows, ROWS_PHASE)
             else:
                 progress.tick()  # the generator's own figures; a cancel is still noticed
+        if post is not None:
+            with ArtifactWriter(job.fmt, path, metadata=meta, **writer_args) as processed:
+                for x, y in scratch.chunks():
+                    processed.write(*post.transform(x, y))
+                    progress.tick()
     extras = []
     for artifact in output.artifacts:
         # After the chunks: a generator's further files (trained weights) are complete then.
@@ -417,7 +456,47 @@ def _write_release(
     if isinstance(noise, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
-    return Written(meta, tuple(extras))
+    return Written(meta, tuple(extras), raw_path)
+
+
+class _Scratch:
+    """A disk copy of the drawn rows (float32 memory maps), read back in chunks."""
+
+    CHUNK = 8192
+
+    def __init__(self, where: Path, rows: int, *, enabled: bool) -> None:
+        self.enabled, self.rows, self.written = enabled, rows, 0
+        self._dir = tempfile.TemporaryDirectory(dir=where, prefix=".post-") if enabled else None
+        self._x: np.ndarray | None = None
+        self._y: np.ndarray | None = None
+
+    def write(self, X: np.ndarray, Y: np.ndarray) -> None:
+        assert self._dir is not None
+        if self._x is None or self._y is None:
+            base = Path(self._dir.name)
+            self._x = np.lib.format.open_memmap(
+                base / "X.npy", mode="w+", dtype=np.float32, shape=(self.rows, X.shape[1])
+            )
+            self._y = np.lib.format.open_memmap(
+                base / "y.npy", mode="w+", dtype=np.float32, shape=(self.rows, Y.shape[1])
+            )
+        self._x[self.written : self.written + len(X)] = X
+        self._y[self.written : self.written + len(Y)] = Y
+        self.written += len(X)
+
+    def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        assert self._x is not None and self._y is not None
+        for start in range(0, self.written, self.CHUNK):
+            stop = start + self.CHUNK
+            yield np.asarray(self._x[start:stop]), np.asarray(self._y[start:stop])
+
+    def __enter__(self) -> _Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._x = self._y = None
+        if self._dir is not None:
+            self._dir.cleanup()
 
 
 def published_classes(parsed: ParsedDataset) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import BaseModel
 
@@ -108,3 +109,16 @@ def build(
     if report is not None:
         context.report = report
     return spec.release(params_of(spec, params), data, context)
+
+
+def materialise(output: ReleaseOutput) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All of a release in memory (benches, tests): (X, Y) as released — post-processed when
+    the output says so — and (X_raw, Y_raw) as drawn. The worker streams instead."""
+    chunks = [(x.cpu().numpy(), y.cpu().numpy()) for x, y in output.chunks]
+    X_raw = np.concatenate([c[0] for c in chunks]).astype(np.float32)
+    Y_raw = np.concatenate([c[1] for c in chunks]).astype(np.float32)
+    if output.postprocess is None:
+        return X_raw, Y_raw, X_raw, Y_raw
+    output.postprocess.fit(X_raw, Y_raw)
+    X, Y = output.postprocess.transform(X_raw, Y_raw)
+    return X, Y, X_raw, Y_raw

@@ -140,6 +140,17 @@ UNIT_SCALE: dict[str, Any] = {
 }
 
 
+class Postprocessor(Protocol):
+    """Free post-processing of a release's rows (``dpcore.mechanisms.postprocess``): it may
+    read the released rows and public facts only. ``fit`` sees every chunk, then
+    ``transform`` maps every chunk; ``description`` goes into the release's metadata."""
+
+    description: str
+
+    def fit(self, X: np.ndarray, Y: np.ndarray) -> None: ...
+    def transform(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 @dataclass
 class ReleaseOutput:
     """A generator's answer: ``rows`` (a public number) rows of (features, labels) in chunks,
@@ -147,7 +158,10 @@ class ReleaseOutput:
     matrix), the preprocessing the metadata states, and further artifacts.
 
     ``progress``: "rows" — the runner counts rows as chunks arrive; "own" — the generator
-    reports through ``RunContext.report`` (training jobs: iterations, epochs)."""
+    reports through ``RunContext.report`` (training jobs: iterations, epochs).
+
+    ``postprocess``: applied by the runner to the whole release (two passes over the drawn
+    rows); the rows as drawn are kept as the owner's raw release."""
 
     rows: int
     feature_names: list[str]
@@ -156,6 +170,7 @@ class ReleaseOutput:
     preprocessing: dict[str, Any] = field(default_factory=lambda: dict(UNIT_SCALE))
     artifacts: tuple[ExtraArtifact, ...] = ()
     progress: Literal["rows", "own"] = "rows"
+    postprocess: Postprocessor | None = None
 
 
 Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]

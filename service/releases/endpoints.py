@@ -145,6 +145,21 @@ def download_release_artifact(
     return _serve(runtime, key, f"release-{release.id}-{name}", record["media_type"])
 
 
+def download_raw_release(
+    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> Response:
+    release = service.get(session, principal=principal, release_id=release_id)
+    # As DP as the release itself, but not what analysts were meant to get: the owner only.
+    if not service.is_owner(release, principal):
+        raise NotFound(f"release {release_id} has no raw rows for you")
+    _require_succeeded(release)
+    key = keys.raw(release.id, release.format)
+    if not runtime.store.exists(key):
+        raise NotFound(f"release {release_id} was not post-processed: its download is the raw rows")
+    filename = f"release-{release.id}-raw.{release.format}"
+    return _serve(runtime, key, filename, _MEDIA[release.format])
+
+
 def _serve(runtime: Runtime, key: str, filename: str, media_type: str) -> Response:
     """A stored object: a redirect to a presigned URL (S3), else the local file."""
     url = runtime.store.presigned_url(key, filename=filename)
@@ -314,6 +329,24 @@ def make_router() -> APIRouter:
         response_class=Response,
         summary="Download a further file of a succeeded release (listed in its `artifacts`)",
         openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/raw",
+        download_raw_release,
+        methods=["GET"],
+        responses={
+            **responses(
+                401,
+                404,
+                409,
+                e404="Not found (or not yours), or the release was not post-processed",
+            ),
+            200: {"description": "The rows as drawn, before post-processing (embedded mode)"},
+            307: {"description": "Redirect to a presigned URL of the object store"},
+        },
+        response_class=Response,
+        summary="Download the raw noisy rows of a post-processed release (owner only)",
+        openapi_extra=objects(_MANAGERS),
     )
     router.add_api_route(
         "/{release_id}/report",

@@ -22,6 +22,12 @@ def artifact(release_id: str, fmt: str) -> str:
     return f"{prefix(release_id)}release.{fmt}"
 
 
+def raw(release_id: str, fmt: str) -> str:
+    """The rows as drawn, before the release's free post-processing (owner only), served by
+    GET /releases/{id}/raw; absent when the release asked for no post-processing."""
+    return f"{prefix(release_id)}raw.{fmt}"
+
+
 def metadata(release_id: str) -> str:
     """The owner-side provenance file (holds the raw data's hash: never served)."""
     return f"{prefix(release_id)}metadata.json"

@@ -230,3 +230,63 @@ def test_dpcda_checks_declared_facts(embedded: Harness) -> None:
         r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
         assert r.status_code == 422, r.text
         assert phrase in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet"])
+def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
+    harness: Harness, fmt: str
+) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    analyst, analyst_id = h.new_key("analyst")
+    ds = _dataset(h, owner)
+    grant = h.client.post(
+        f"/datasets/{ds['id']}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
+    )
+    assert grant.status_code == 201, grant.text
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": "dpmix",
+        "params": {"mixture_degree": 4, "n_samples": 300, "basis": "dct", "basis_dim": 3},
+        "epsilon": 2.0,
+        "format": fmt,
+    }
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    done = h.wait(owner, r.json()["id"])
+    assert done["status"] == "succeeded", done
+    rid = done["id"]
+
+    def rows(content: bytes) -> tuple[np.ndarray, np.ndarray, dict]:  # type: ignore[type-arg]
+        if fmt == "npz":
+            npz = np.load(io.BytesIO(content))
+            return npz["X"], npz["y"], json.loads(str(npz["metadata"]))
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(io.BytesIO(content))
+        data = np.column_stack([c.to_numpy() for c in table.columns])
+        return data[:, :6], data[:, 6:], json.loads(table.schema.metadata[b"dprelease"])
+
+    X, Y, meta = rows(h.download(analyst, rid))
+    X_raw, Y_raw, raw_meta = rows(h.download(owner, rid, "raw"))
+    assert X.shape == X_raw.shape == (300, 6) and Y.shape == Y_raw.shape == (300, 3)
+    # Released: denoised into the public domain, labels class probabilities.
+    assert meta["params"]["postprocess"] == "denoise"
+    assert meta["preprocessing"]["postprocess"].startswith("Free post-processing")
+    assert meta["preprocessing"]["basis"].startswith("dct: rows projected on the first 3")
+    assert X.min() >= 0 and X.max() <= 1
+    assert np.linalg.norm(X, axis=1).max() <= 1 + 1e-6
+    assert np.allclose(Y.sum(axis=1), 1, atol=1e-5) and Y.min() >= 0
+    # Raw: the noisy rows as drawn (outside the domain), which the release was made from.
+    assert raw_meta["preprocessing"]["postprocess"].startswith("none")
+    assert X_raw.min() < 0 and not np.allclose(X, X_raw)
+    # The owner only: the analyst, granted the release, does not see the raw rows.
+    denied = h.client.get(f"/releases/{rid}/raw", headers=h.headers(analyst))
+    assert denied.status_code == 404
+    # A release asked without post-processing has no separate raw copy.
+    body["params"] = {"mixture_degree": 4, "n_samples": 30, "postprocess": "none"}
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    plain = h.wait(owner, r.json()["id"])
+    assert plain["status"] == "succeeded", plain
+    none = h.client.get(f"/releases/{plain['id']}/raw", headers=h.headers(owner))
+    assert none.status_code == 404 and "not post-processed" in none.text

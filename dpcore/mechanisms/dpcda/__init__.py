@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms import basis
 from dpcore.mechanisms.dpcda.params import DPCDAParams
+from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
@@ -91,6 +93,7 @@ TIGHT = Accountant(
 
 
 def _check(params: DPCDAParams, facts: PublicFacts) -> None:
+    basis.check(params, facts)
     if params.mixture_degree > params.min_class_size:
         raise InvalidParams(
             f"min_class_size {params.min_class_size} must be at least mixture_degree "
@@ -130,7 +133,7 @@ SPEC = MechanismSpec(
     "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,
     accountants=(TIGHT, PAPER),
-    release_only=frozenset({"feature_mean", "feature_std"}),
+    release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

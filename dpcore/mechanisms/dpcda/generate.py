@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error
+from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import chunk_size, floyd_indices
@@ -37,8 +38,11 @@ def generate(
     nonnegative: bool,
     generator: SecureRandom,
     noise: NoiseSampler | None = None,
+    basis: Basis | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``labels`` are class indices (n,); yields (X', one-hot Y) chunks, class by class.
+    With a ``basis`` (``dpcore.mechanisms.basis``) the rows are projected after the premise
+    checks, mixed and noised in its k coordinates, and mapped back.
 
     Rows of ``features`` must have L2 norm ≤ ``clip_norm`` (and, with ``nonnegative``, no
     negative entry): a mixture mean then moves by at most √2·C/ℓ (non-negative) or 2C/ℓ when
@@ -56,6 +60,10 @@ def generate(
     if nonnegative and bool((features < 0).any()):
         raise ValueError("non-negative features were promised, a negative one was found")
     device, dtype = features.device, features.dtype
+    if basis is not None:
+        # A contraction: the sensitivity above bounds the projected rows too (plus rounding).
+        error += basis.excess(sensitivity, clip_norm * (1.0 + float_error.INPUT_RELATIVE))
+        features = basis.project(features)
     rows = per_class(n_samples, n_classes)
     # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
     # never on a class's size: the class sizes and member offsets stay in numpy (one stable
@@ -78,4 +86,4 @@ def generate(
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
             noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)
-            yield noisy.to(dtype), onehot
+            yield (basis.lift(noisy, dtype) if basis is not None else noisy.to(dtype)), onehot

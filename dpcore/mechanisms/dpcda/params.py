@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from dpcore.mechanisms.basis import BasisParams
+from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
 
 
 def _null_or_empty() -> dict[str, Any]:
@@ -55,7 +58,7 @@ _DPCDA_RULES: dict[str, Any] = {
 }
 
 
-class DPCDAParams(BaseModel):
+class DPCDAParams(BasisParams):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_DPCDA_RULES)
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
@@ -102,6 +105,7 @@ class DPCDAParams(BaseModel):
         "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
     feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
+    postprocess: Postprocess = Field(default="denoise", description=POSTPROCESS_HELP)
     feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
         default=None, description="Public, per feature"
     )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.dpcda.accounting import (
     mixture_sensitivity,
     nonnegative_features,
@@ -18,6 +19,7 @@ from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_b
 from dpcore.mechanisms.dpcda.generate import generate, per_class
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import clip_rows_l2, scale_to_unit, standardise
@@ -52,6 +54,10 @@ def dp_statistics(
     # A floor keeps the z-score finite for constant (or noise-dominated) features.
     std = np.sqrt(np.clip(var, 1e-4, 0.25))
     return mean, std
+
+
+# k of the default basis on image-shaped data: the MNIST sweet-spot study (docs/results).
+BASIS_DIM = 256
 
 
 def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
@@ -89,6 +95,16 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
     nonnegative = nonnegative_features(mode)
     rows = per_class(params.n_samples, k)
     sigma = ctx.sigma("features")
+    basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
+    post = postprocessor(
+        params.postprocess,
+        sigma=sigma,
+        basis=basis,
+        grouped=True,  # exact labels: each class's rows are denoised together
+        unit_box=mode == "unit_range",
+        max_norm=params.clip_norm,
+        noisy_labels=False,
+    )
     chunks = (
         generate(
             features,
@@ -101,9 +117,10 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
             nonnegative=nonnegative,
             generator=ctx.generator,
             noise=ctx.sampler,
+            basis=None if basis.identity else basis,
         )
         if mix
-        else _noise_only(features, k, rows, sigma, params, nonnegative, ctx)
+        else _noise_only(features, k, rows, sigma, params, nonnegative, ctx, basis)
     )
     return ReleaseOutput(
         preprocessing={
@@ -112,7 +129,10 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
             "statistics": _STATISTICS[mode],
             **({"dp_statistics": published} if published else {}),
             **class_sizes,
+            "basis": basis.description,
+            "postprocess": post.description if post is not None else "none",
         },
+        postprocess=post,
         rows=k * rows,
         feature_names=list(data.feature_names),
         chunks=chunks,
@@ -157,20 +177,24 @@ def _noise_only(
     params: DPCDAParams,
     nonnegative: bool,
     ctx: RunContext,
+    basis: Basis,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """⊥: the release's shapes and noise with no record in them (a DP lower bound fell
     below min_class_size)."""
     sensitivity = mixture_sensitivity(
         clip_norm=params.clip_norm, mixture_degree=params.mixture_degree, nonnegative=nonnegative
     )
-    step = chunk_size(mixture_degree=1, dim=features.shape[1], n=features.shape[0])
+    # Noise in the basis's coordinates, as a mixed release would have it.
+    dim = features.shape[1] if basis.matrix is None else basis.matrix.shape[1]
+    step = chunk_size(mixture_degree=1, dim=dim, n=features.shape[0])
     for c in range(k):
         for start in range(0, rows, step):
             count = min(step, rows - start)
-            zeros = torch.zeros((count, features.shape[1]), device=ctx.device, dtype=features.dtype)
+            zeros = torch.zeros((count, dim), device=ctx.device, dtype=torch.float64)
             onehot = torch.zeros((count, k), device=ctx.device, dtype=features.dtype)
             onehot[:, c] = 1
-            yield ctx.sampler(zeros, sigma=sigma, sensitivity=sensitivity), onehot
+            noisy = ctx.sampler(zeros, sigma=sigma, sensitivity=sensitivity)
+            yield basis.lift(noisy, features.dtype), onehot
 
 
 def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms import basis
 from dpcore.mechanisms.dpmix.params import DPMixParams
+from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
@@ -71,6 +73,7 @@ PAPER = Accountant(
 
 
 def _check(params: DPMixParams, facts: PublicFacts) -> None:
+    basis.check(params, facts)
     if params.mixture_degree > facts.n:
         raise InvalidParams(
             f"mixture_degree {params.mixture_degree} exceeds the dataset's {facts.n} rows"
@@ -88,6 +91,7 @@ SPEC = MechanismSpec(
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
     accountants=(TIGHT, PAPER),
+    release_only=RELEASE_ONLY,
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

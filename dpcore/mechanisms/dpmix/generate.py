@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from dpcore.mechanisms import float_error, sampling
+from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
@@ -34,6 +35,7 @@ def generate(
     sigma_y: float,
     generator: SecureRandom,
     noise: NoiseSampler | None = None,
+    basis: Basis | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of noisy mixtures until ``n_samples`` rows were produced.
 
@@ -49,7 +51,10 @@ def generate(
         sigma_y,
         terms=mixture_degree,
         dtype=features.dtype,
+        basis=basis,
     )
+    if basis is not None:
+        features = basis.project(features)
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -72,20 +77,27 @@ def _noiser(
     *,
     terms: int,
     dtype: torch.dtype,
+    basis: Basis | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """Noise for one mixture's mean: one record moves it by at most (its norm bound)/ℓ.
 
     Rows arrive as float64 sums of at most ``terms`` unit-norm records over ℓ; the sampler
-    covers their rounding (``float_error``) and the result goes back to ``dtype``."""
+    covers their rounding (``float_error``) and the result goes back to ``dtype``. With a
+    ``basis`` the features arrive projected (a contraction: the same sensitivity, plus the
+    projection's rounding) and noisy rows are mapped back."""
     sampler = noise if noise is not None else FastNoise(generator)
     dx, dy = FEATURE_SENSITIVITY / mixture_degree, LABEL_SENSITIVITY / mixture_degree
     magnitude = terms / mixture_degree
     ex = float_error.scaled_sum(dx, terms=terms, magnitude=magnitude)
     ey = float_error.scaled_sum(dy, terms=terms, magnitude=magnitude)
+    if basis is not None:
+        # Per record (norm ≤ 1 as stored): conservative, the mixture divides it by ℓ.
+        ex += basis.excess(dx, 1.0 + float_error.INPUT_RELATIVE)
 
     def add(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        noisy = sampler(x, sigma=sigma_x, sensitivity=dx, error=ex)
         return (
-            sampler(x, sigma=sigma_x, sensitivity=dx, error=ex).to(dtype),
+            basis.lift(noisy, dtype) if basis is not None else noisy.to(dtype),
             sampler(y, sigma=sigma_y, sensitivity=dy, error=ey).to(dtype),
         )
 
@@ -107,6 +119,7 @@ def generate_by_record(
     sigma_y: float,
     generator: SecureRandom,
     noise: NoiseSampler | None = None,
+    basis: Basis | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield chunks ``(X', Y')`` of the record-assignment variant (T rows in all)."""
     # A mixture sums at most n records (sizes vary): the rounding bound takes all n.
@@ -118,7 +131,10 @@ def generate_by_record(
         sigma_y,
         terms=features.shape[0],
         dtype=features.dtype,
+        basis=basis,
     )
+    if basis is not None:
+        features = basis.project(features)
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from dpcore.mechanisms.basis import BasisParams
+from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
 
 
-class DPMixParams(BaseModel):
+class DPMixParams(BasisParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")
@@ -18,3 +21,4 @@ class DPMixParams(BaseModel):
         description="mixture: every mixture draws ℓ distinct records (Thm 1); record: every "
         "record joins ⌈Tℓ/n⌉ distinct mixtures (Appendix B, Thm 3)",
     )
+    postprocess: Postprocess = Field(default="denoise", description=POSTPROCESS_HELP)

@@ -1,0 +1,191 @@
+"""The public basis (a contraction with a rounding bound) and the free post-processing (a
+function of the released rows and public facts that removes noise)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+
+from dpcore.mechanisms.basis import Basis, BasisParams, basis_for, check, dct_basis
+from dpcore.mechanisms.postprocess import Denoiser, postprocessor, simplex
+from dpcore.mechanisms.spec import InvalidParams, PublicFacts
+
+
+@pytest.mark.parametrize(("shape", "k"), [((28, 28), 64), ((5, 7), 35), ((10,), 4)])
+def test_dct_basis_has_orthonormal_columns_lowest_frequency_first(
+    shape: tuple[int, ...], k: int
+) -> None:
+    B = dct_basis(shape, k)
+    d = int(np.prod(shape))
+    assert B.shape == (d, k)
+    assert np.abs(B.T @ B - np.eye(k)).max() < 1e-12
+    # The first function is the constant (the row's mean direction).
+    assert np.allclose(B[:, 0], 1 / np.sqrt(d))
+    if len(shape) == 2:
+        # Zig-zag: the next two are the lowest horizontal and vertical frequencies.
+        image = B[:, 1].reshape(shape)
+        assert np.allclose(image, image[:1, :])  # every row alike: a horizontal wave
+        assert not np.allclose(image, image[:, :1])
+        image = B[:, 2].reshape(shape)
+        assert np.allclose(image, image[:, :1])  # constant along each row: a vertical wave
+
+
+def test_projection_never_moves_neighbours_apart() -> None:
+    rng = np.random.default_rng(0)
+    B = dct_basis((6, 6), 10)
+    basis = Basis(B, "test")
+    x = rng.random((500, 36))
+    y = rng.random((500, 36))
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0)
+    y /= np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1.0)
+    zx = basis.project(torch.tensor(x)).numpy()
+    zy = basis.project(torch.tensor(y)).numpy()
+    moved = np.linalg.norm(zx - zy, axis=1)
+    assert (moved <= np.linalg.norm(x - y, axis=1) + basis.excess(np.sqrt(2), 1.0)).all()
+    # The rounding cover is tiny but not zero (B is only orthonormal up to rounding).
+    assert 0 < basis.excess(np.sqrt(2), 1.0) < 1e-10
+    assert Basis(None, "identity").excess(1.0, 1.0) == 0.0
+
+
+def test_lift_inverts_project_on_the_span() -> None:
+    basis = Basis(dct_basis((4, 4), 16), "rotation")
+    x = torch.rand(20, 16, dtype=torch.float64)
+    assert torch.allclose(basis.lift(basis.project(x), torch.float64), x, atol=1e-12)
+
+
+def test_auto_basis_is_dct_on_images_identity_on_flat_or_small_data() -> None:
+    auto = BasisParams()
+    assert basis_for(auto, (28, 28), 784, 64).matrix.shape == (784, 64)  # type: ignore[union-attr]
+    assert basis_for(auto, (784,), 784, 64).identity
+    assert basis_for(auto, (8, 8), 64, 64).identity  # nothing to drop
+    assert basis_for(BasisParams(basis="identity"), (28, 28), 784, 64).identity
+    flat = basis_for(BasisParams(basis="dct", basis_dim=5), (12,), 12, 64)
+    assert flat.matrix is not None and flat.matrix.shape == (12, 5)
+
+
+def test_basis_params_are_validated_and_checked_against_public_facts() -> None:
+    with pytest.raises(ValidationError):
+        BasisParams(basis="identity", basis_dim=4)
+    with pytest.raises(ValidationError):
+        BasisParams(basis="dct", basis_dim=0)
+    facts = PublicFacts(n=100, n_features=10, n_classes=2)
+    check(BasisParams(basis="dct", basis_dim=10), facts)
+    with pytest.raises(InvalidParams, match="basis_dim 11 exceeds"):
+        check(BasisParams(basis="dct", basis_dim=11), facts)
+
+
+def test_simplex_projection_is_the_nearest_distribution() -> None:
+    rng = np.random.default_rng(1)
+    Y = rng.normal(0.2, 0.5, size=(200, 3))
+    P = simplex(Y)
+    assert np.allclose(P.sum(axis=1), 1.0)
+    assert (P >= 0).all()
+    # Brute force over a fine grid of the 2-simplex: nothing is nearer.
+    grid = np.array(
+        [(a, b, 1 - a - b) for a, b in itertools.product(np.linspace(0, 1, 101), repeat=2)]
+    )
+    grid = grid[grid[:, 2] >= -1e-12]
+    for y, p in zip(Y[:20], P[:20], strict=True):
+        assert np.linalg.norm(y - p) <= np.linalg.norm(grid - y, axis=1).min() + 1e-9
+    # Points already on the simplex stay.
+    assert np.allclose(simplex(P), P)
+
+
+def _low_rank_release(
+    sigma: float, *, classes: int = 1, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signals on a class-dependent 3-dimensional subspace of R^40 in [0, 1], plus noise."""
+    rows, d = 3000, 40
+    labels = rng.integers(0, classes, size=rows)
+    means = rng.uniform(0.3, 0.5, size=(classes, d))
+    directions = rng.normal(size=(classes, 3, d)) * 0.05
+    coef = rng.normal(size=(rows, 3))
+    signal = means[labels] + np.einsum("rk,rkd->rd", coef, directions[labels])
+    signal = np.clip(signal, 0, 1)
+    Y = np.eye(classes)[labels]
+    return signal, signal + rng.normal(0, sigma, size=signal.shape), Y
+
+
+@pytest.mark.parametrize("classes", [1, 3])
+def test_denoising_brings_rows_nearer_their_signal(classes: int) -> None:
+    rng = np.random.default_rng(2)
+    signal, noisy, Y = _low_rank_release(0.3, classes=classes, rng=rng)
+    post = Denoiser(
+        sigma=0.3,
+        basis=Basis(None, "identity"),
+        grouped=classes > 1,
+        unit_box=True,
+        max_norm=10.0,
+        noisy_labels=False,
+    )
+    for start in range(0, len(noisy), 700):  # any chunking
+        post.fit(noisy[start : start + 700], Y[start : start + 700])
+    X, Y_out = post.transform(noisy, Y)
+    before = np.linalg.norm(noisy - signal, axis=1).mean()
+    after = np.linalg.norm(X - signal, axis=1).mean()
+    assert after < 0.25 * before, (before, after)
+    assert np.array_equal(Y_out, Y.astype(np.float32))  # exact labels are kept
+    assert X.min() >= 0 and X.max() <= 1
+
+
+def test_denoising_at_a_wrong_noise_level_removes_less() -> None:
+    """The public σ is what drives the shrinkage: told there is no noise, it changes nothing
+    but the domain clip."""
+    rng = np.random.default_rng(3)
+    _, noisy, Y = _low_rank_release(0.3, rng=rng)
+    post = Denoiser(
+        sigma=0.0,
+        basis=Basis(None, "identity"),
+        grouped=False,
+        unit_box=False,
+        max_norm=1e9,
+        noisy_labels=False,
+    )
+    post.fit(noisy, Y)
+    X, _ = post.transform(noisy, Y)
+    assert np.allclose(X, noisy, atol=1e-5)
+
+
+def test_denoising_in_a_basis_clips_to_the_domain_and_projects_noisy_labels() -> None:
+    rng = np.random.default_rng(4)
+    basis = Basis(dct_basis((5, 8), 6), "dct")
+    Z = rng.normal(0.5, 1.0, size=(400, 6))
+    X_raw = basis.lift(torch.tensor(Z), torch.float64).numpy()
+    Y_raw = rng.normal(0.1, 0.4, size=(400, 4))
+    post = postprocessor(
+        "denoise",
+        sigma=1.0,
+        basis=basis,
+        grouped=False,
+        unit_box=True,
+        max_norm=1.0,
+        noisy_labels=True,
+    )
+    assert post is not None
+    post.fit(X_raw, Y_raw)
+    X, Y = post.transform(X_raw, Y_raw)
+    assert X.min() >= 0 and X.max() <= 1
+    assert (np.linalg.norm(X, axis=1) <= 1 + 1e-6).all()
+    assert np.allclose(Y.sum(axis=1), 1, atol=1e-6) and Y.min() >= 0
+    assert (
+        postprocessor(
+            "none",
+            sigma=1.0,
+            basis=basis,
+            grouped=False,
+            unit_box=True,
+            max_norm=1.0,
+            noisy_labels=True,
+        )
+        is None
+    )
+
+
+def test_transform_needs_fit() -> None:
+    post = Denoiser(1.0, Basis(None, "i"), False, True, 1.0, False)
+    with pytest.raises(ValueError, match="fit before transform"):
+        post.transform(np.zeros((2, 3)), np.zeros((2, 2)))
