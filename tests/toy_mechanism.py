@@ -33,8 +33,10 @@ from dpcore.accounting.events import ComposedEvent, GaussianQuery, NoiseDescript
 from dpcore.audit import keys as audit_keys
 from dpcore.audit.case import AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, collect, each
+from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
+from dpcore.mechanisms.postprocess import Postprocess, postprocessor
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import (
     AuditSpec,
@@ -67,6 +69,9 @@ class ToyParams(BaseModel):
     with_weights: bool = Field(
         default=False,
         description="Also release the noisy totals as a further file, weights.json",
+    )
+    postprocess: Postprocess = Field(
+        default="none", description="denoise: the shared free post-processing (raw kept)"
     )
     own_progress: bool = Field(
         default=False,
@@ -162,6 +167,15 @@ def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
         extra={"totals": totals.cpu().numpy()},
         artifacts=(weights(totals),) if params.with_weights else (),
         progress="own" if params.own_progress else "rows",
+        postprocess=postprocessor(
+            params.postprocess,
+            sigma=ctx.sigma("features"),
+            basis=Basis(None, "identity"),
+            grouped=False,
+            unit_box=True,
+            max_norm=1.0,
+            noisy_labels=True,
+        ),
     )
 
 
@@ -242,7 +256,7 @@ SPEC = MechanismSpec(
     params=ToyParams,
     accountants=(TIGHT,),
     # How the job reports progress, and shipping a copy of released totals, change no cost.
-    release_only=frozenset({"own_progress", "with_weights"}),
+    release_only=frozenset({"own_progress", "with_weights", "postprocess"}),
     check=check,
     release=release,
     audit=AuditSpec(

@@ -22,21 +22,30 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.spec import InvalidParams, PublicFacts
 
 Kind = Literal["auto", "identity", "dct"]
 
+# The validator below, for clients and schema-driven tests (a mechanism whose parameters
+# carry their own rules lists this one among them).
+BASIS_RULE: dict[str, Any] = {
+    "if": {"properties": {"basis": {"const": "identity"}}, "required": ["basis"]},
+    "then": {"properties": {"basis_dim": {"type": "null"}}},
+}
+
 
 class BasisParams(BaseModel):
     """The basis fields a mixing mechanism's parameters take (release-only: they change what
     is released, not what is charged)."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [BASIS_RULE]})
 
     basis: Kind = Field(
         default="auto",

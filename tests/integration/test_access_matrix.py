@@ -57,6 +57,8 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
         UNGRANTED: 404,
         ADMIN: DOWNLOAD,
     },
+    # The rows as drawn before post-processing: the requesting owner only.
+    "download_raw_release": {OWNER: DOWNLOAD, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
     "get_report": {OWNER: 200, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
     # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
@@ -143,7 +145,12 @@ def build_world(h: Harness) -> World:
     # The test-only mechanism, for a release with a further file (weights.json).
     toy_body = {
         "mechanism": toy.NAME,
-        "params": {"rows": 20, "totals_noise": 20.0, "with_weights": True},
+        "params": {
+            "rows": 20,
+            "totals_noise": 20.0,
+            "with_weights": True,
+            "postprocess": "denoise",
+        },
     }
     rel = _release(h, owner, ds, report_test_dataset_id=held_out, **toy_body)
     their_rel = _release(h, other, theirs, **toy_body)

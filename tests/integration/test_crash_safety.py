@@ -167,6 +167,10 @@ def crash(
             runtime.engine.dispose()
 
 
+# What a succeeded DPMix release stores (post-processed by default: the owner's raw rows too).
+STORED = {"release.npz", "raw.npz", "metadata.json"}
+
+
 def _releases(crash: Crash, queue: str, plans: list[tuple[str, int]]) -> list[str]:
     """One small DPMix release per (phase, times), queued on ``queue``, with its crash plan."""
     h = crash.harness
@@ -210,7 +214,7 @@ def test_worker_killed_at_each_phase(crash: Crash) -> None:
         if phase in ("before_noise", "after_noise", "after_claim"):
             assert stored == {}, phase
         else:
-            assert set(stored) == {"release.npz", "metadata.json"}, phase
+            assert set(stored) == STORED, phase
             first_sha[phase] = sha256_hex(stored["release.npz"])
         assert (release.artifact_key is not None) == (phase not in PHASES[:2])  # the claim
 
@@ -233,7 +237,7 @@ def test_worker_killed_at_each_phase(crash: Crash) -> None:
         )
         assert release.status == "succeeded", (phase, release.error)
         assert [e.state for e in entries] == ["committed"]
-        assert set(stored) == {"release.npz", "metadata.json"}
+        assert set(stored) == STORED
         sha = sha256_hex(stored["release.npz"])
         assert release.artifact_sha256 == sha
         assert sha256_hex(crash.harness.download(ADMIN_KEY, rid)) == sha  # what is served
@@ -275,7 +279,7 @@ def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
     release, entries = crash.row(after_upload)
     assert release.status == "failed" and release.attempts == attempts
     assert [e.state for e in entries] == ["committed"]  # its output exists: it stays charged
-    assert set(crash.objects(after_upload)) == {"release.npz", "metadata.json"}
+    assert set(crash.objects(after_upload)) == STORED
     assert crash.events(after_upload)["after_noise"] == 1  # retries finished from the store
     assert crash.events(after_upload)["crash:after_upload"] == attempts
     print(

@@ -40,6 +40,7 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
         "totals_noise",
         "own_progress",
         "with_weights",
+        "postprocess",
     }
     assert [a["name"] for a in mine["accountants"]] == ["tight"]
     schema = h.client.get("/openapi.json").json()["components"]["schemas"]

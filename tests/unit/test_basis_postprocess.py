@@ -189,3 +189,21 @@ def test_transform_needs_fit() -> None:
     post = Denoiser(1.0, Basis(None, "i"), False, True, 1.0, False)
     with pytest.raises(ValueError, match="fit before transform"):
         post.transform(np.zeros((2, 3)), np.zeros((2, 2)))
+
+
+def test_shrinkage_drops_pure_noise_and_tends_to_wiener_for_many_rows() -> None:
+    from dpcore.mechanisms.postprocess import shrinkage_gain
+
+    rng = np.random.default_rng(5)
+    noise = rng.normal(0, 0.3, size=(1000, 256))
+    centred = noise - noise.mean(axis=0)
+    squares = np.linalg.eigvalsh(centred.T @ centred)
+    # Pure noise: every eigenvalue is inside the bulk, nothing is kept (the Wiener gain
+    # (λ − σ²)/λ would keep the top ones at up to ~0.55).
+    assert shrinkage_gain(squares, rows=1000, dims=256, sigma=0.3).max() == 0.0
+    wiener_top = 1 - 0.09 / (squares.max() / 999)
+    assert wiener_top > 0.4
+    # Many rows, few dimensions: the gain is (λ − σ²)/λ.
+    squares = np.array([4.0, 2.0, 1.0]) * 1e6
+    gain = shrinkage_gain(squares, rows=10**6, dims=3, sigma=1.0)
+    assert np.allclose(gain, [0.75, 0.5, 0.0], atol=3e-3)

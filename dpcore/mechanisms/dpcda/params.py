@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from dpcore.mechanisms.basis import BasisParams
+from dpcore.mechanisms.basis import BASIS_RULE, BasisParams
 from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
 
 
@@ -19,6 +19,7 @@ def _null_or_empty() -> dict[str, Any]:
 # with (and only with) 'declared', stats_noise with (and only with) 'dp'.
 _DPCDA_RULES: dict[str, Any] = {
     "allOf": [
+        BASIS_RULE,
         {
             "if": {
                 "properties": {"standardization": {"const": "declared"}},

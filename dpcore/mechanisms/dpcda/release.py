@@ -3,6 +3,7 @@ mixtures."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,6 +105,10 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
         unit_box=mode == "unit_range",
         max_norm=params.clip_norm,
         noisy_labels=False,
+        # Rows are means of ℓ records of a class: record-level spread, along the axes the
+        # bulk-aware shrinker keeps (the Wiener gain would scale noise axes up).
+        spread=math.sqrt(params.mixture_degree),
+        shrinker="optimal",
     )
     chunks = (
         generate(
