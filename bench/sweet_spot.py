@@ -18,12 +18,12 @@ merges a parameter into every request's params (``request_params``: the one plac
 built), e.g. ``--param postprocess='"denoise"'``.
 
 Rows are appended to OUT/sweet_spot.csv as they finish; the markdown table and the PNG plot
-(one panel per family and ε) are written at the end. OUT/references.csv (bench/references.py:
-DP-SGD trained directly, the MST synthesizer), when present, is drawn as horizontal lines per ε
-(DP-SGD in every panel, MST in its family's panel) and listed in the table. When
-OUT/sweet_spot_before.csv exists (an earlier run kept for comparison: the study before issue
-10's PLD accountants), the table shows its σ_x and best accuracy beside each row and the plot
-draws it dashed.
+(one panel per family and ε) are written at the end. docs/results/references.csv
+(--references; bench/references.py: DP-SGD trained directly, the MST synthesizer), when
+present, is drawn as horizontal lines per ε (DP-SGD in every panel, MST in its family's panel)
+and listed in the table. When OUT/sweet_spot_before.csv exists (an earlier run kept for
+comparison: the study before issue 10's PLD accountants), the table shows its σ_x and best
+accuracy beside each row and the plot draws it dashed.
 """
 
 from __future__ import annotations
@@ -164,8 +164,7 @@ def _best(row: Mapping[str, Any]) -> float:
     return max((a for f in CLASSIFIERS if (a := _accuracy(row, f)) is not None), default=0.0)
 
 
-def load_references(out: Path) -> list[dict[str, Any]]:
-    path = out / "references.csv"
+def load_references(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     with path.open() as handle:
@@ -184,14 +183,20 @@ def _cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def write_outputs(out: Path, rows: list[dict[str, Any]], command: str, families: list[str]) -> None:
+def write_outputs(
+    out: Path,
+    rows: list[dict[str, Any]],
+    command: str,
+    families: list[str],
+    references_csv: Path,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     before = load_before(out)
-    references = load_references(out)
+    references = load_references(references_csv)
     epsilons = sorted({float(r["epsilon"]) for r in rows})
     names = list(dict.fromkeys(r["mechanism"] for r in rows))
     extras = sorted({r.get("params") or "" for r in rows} - {""})
@@ -324,7 +329,7 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], command: str, families:
                 ]
                 if accs:
                     ax.axhline(max(accs), linestyle=style, color="grey", label=mechanism)
-            colours = ("black", "tab:red", "tab:purple")
+            colours = ("tab:red", "tab:purple", "tab:brown")
             for name, colour in zip(reference_names, colours * len(reference_names), strict=False):
                 value = reference(name, e, family)
                 if value is not None:
@@ -375,6 +380,12 @@ def main() -> None:
         default=[],
         metavar="KEY=JSON",
         help="merged into every request's params, repeatable (e.g. postprocess='\"denoise\"')",
+    )
+    parser.add_argument(
+        "--references",
+        type=Path,
+        default=ROOT / "docs" / "results" / "references.csv",
+        help="bench/references.py's CSV, drawn and listed when present",
     )
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
@@ -443,7 +454,7 @@ def main() -> None:
                     handle.flush()
                     rows.append(row)
     command = "python bench/sweet_spot.py " + " ".join(sys.argv[1:])
-    write_outputs(args.out, rows, command.strip(), args.families)
+    write_outputs(args.out, rows, command.strip(), args.families, args.references)
 
 
 if __name__ == "__main__":
