@@ -28,7 +28,8 @@ These are benchmarks, not the product: their noise is float Gaussian (numpy / to
 seeded from the OS CSPRNG through ``secrets``), not the service's hardened sampler.
 
 Writes OUT/references.csv (--quick: OUT/references_quick.csv; columns reference, epsilon,
-family, accuracy, seconds, notes) and prints it. ``seconds``: wall time to the trained model
+family, accuracy, seconds, notes) and prints it; rows of the CSV this run does not redo (other
+ε's, references or families) are kept. ``seconds``: wall time to the trained model
 (DP-SGD: calibration + training; MST: synthesis + that family's training).
 """
 
@@ -434,11 +435,30 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     # A smoke test never overwrites the study's results.
     path = args.out / ("references_quick.csv" if args.quick else "references.csv")
+    write_merged(path, rows)
+    print(path.read_text())
+
+
+def write_merged(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` into the CSV at ``path``, keeping its rows that this run did not redo
+    (another ε, reference or family), so runs at different ε's add up to one table."""
+
+    def key(row: dict[str, Any]) -> tuple[str, float, str]:
+        return (str(row["reference"]), float(row["epsilon"]), str(row["family"]))
+
+    kept: list[dict[str, Any]] = []
+    if path.exists():
+        redone = {key(r) for r in rows}
+        with path.open() as handle:
+            kept = [r for r in csv.DictReader(handle) if key(r) not in redone]
+    order = {"dpsgd": 0, "mst": 1}
+    merged = sorted(
+        kept + rows, key=lambda r: (float(r["epsilon"]), order.get(str(r["reference"]), 2))
+    )
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(rows)
-    print(path.read_text())
+        writer.writerows(merged)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ distribution when its noise is negligible."""
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,3 +80,23 @@ def test_mst_at_small_epsilon_loses_the_dependence() -> None:
         for s in (ref.mst(data, sizes, 0.05, np.random.default_rng(k))[0] for k in range(5))
     ]
     assert np.mean(copies) < 0.8
+
+
+def test_runs_at_other_epsilons_add_up(tmp_path: Path) -> None:
+    path = tmp_path / "references.csv"
+    first = [
+        {"reference": r, "epsilon": e, "family": "mlp", "accuracy": 0.5, "seconds": 1, "notes": ""}
+        for r in ("dpsgd", "mst")
+        for e in (1.0, 10.0)
+    ]
+    ref.write_merged(path, first)
+    again = [{**first[0], "accuracy": 0.7}]  # dpsgd at ε = 1 redone
+    ref.write_merged(path, again)
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["reference"], float(r["epsilon"]), r["accuracy"]) for r in rows] == [
+        ("dpsgd", 1.0, "0.7"),
+        ("mst", 1.0, "0.5"),
+        ("dpsgd", 10.0, "0.5"),
+        ("mst", 10.0, "0.5"),
+    ]
