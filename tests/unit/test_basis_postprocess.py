@@ -207,3 +207,61 @@ def test_shrinkage_drops_pure_noise_and_tends_to_wiener_for_many_rows() -> None:
     squares = np.array([4.0, 2.0, 1.0]) * 1e6
     gain = shrinkage_gain(squares, rows=10**6, dims=3, sigma=1.0)
     assert np.allclose(gain, [0.75, 0.5, 0.0], atol=3e-3)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "params"),
+    [
+        ("dpmix", {"mixture_degree": 4, "n_samples": 200}),
+        # Its default k (256) is ≥ d here, where auto keeps the identity: ask for 36.
+        ("dpcda", {"mixture_degree": 4, "n_samples": 200, "min_class_size": 4, "basis_dim": 36}),
+        ("sgdrm", {"mixture_width": 4, "n_samples": 200, "postprocess": "denoise"}),
+    ],
+)
+def test_mechanisms_release_in_the_auto_basis_and_post_process(
+    mechanism: str, params: dict[str, object]
+) -> None:
+    """Image-shaped data: the default basis is a DCT (rows lie in its k-dimensional span);
+    the post-processing maps the drawn rows and keeps what it must keep."""
+    from dpcore.mechanisms.noise import FastNoise
+    from dpcore.mechanisms.run import build, facts_of, materialise, noise_for
+    from dpcore.mechanisms.secure_random import SecureRandom
+    from service.datasets.parsing import ParsedDataset
+
+    rng = np.random.default_rng(6)
+    X = rng.random((120, 100))
+    data = ParsedDataset(
+        X=X,
+        feature_shape=(10, 10),
+        feature_names=[f"p{i}" for i in range(100)],
+        labels=rng.integers(0, 2, size=120),
+        classes=[0, 1],
+        classes_declared=True,
+        lo=np.zeros(100),
+        hi=np.ones(100),
+        clipped_values=0,
+    )
+    sigma_y = 0.5 if mechanism == "dpmix" else None  # the one with a label scale
+    noise = noise_for(mechanism, params, facts_of(data), sigma=0.5, sigma_y=sigma_y)
+    out = build(
+        mechanism,
+        params,
+        data,
+        noise=noise,
+        sampler=FastNoise(SecureRandom.from_seed(1)),
+        generator=SecureRandom.from_seed(2),
+        device=torch.device("cpu"),
+    )
+    assert out.preprocessing["basis"].startswith("dct: rows projected on the first")
+    assert out.postprocess is not None
+    X_out, Y_out, X_raw, Y_raw = materialise(out)
+    B = dct_basis((10, 10), int(params.get("basis_dim", 64)))  # type: ignore[call-overload]
+    # Drawn rows lie in the basis's span (k < d for dpmix and sgdrm).
+    assert np.abs(X_raw - (X_raw @ B) @ B.T).max() < 1e-4
+    assert not np.allclose(X_out, X_raw)
+    if mechanism == "sgdrm":  # signed combinations: labels as drawn, no domain clip
+        assert np.array_equal(Y_out, Y_raw) and X_out.min() < 0
+    elif mechanism == "dpcda":  # exact labels kept
+        assert np.array_equal(Y_out, Y_raw) and X_out.min() >= 0
+    else:
+        assert np.allclose(Y_out.sum(axis=1), 1, atol=1e-5) and X_out.min() >= 0

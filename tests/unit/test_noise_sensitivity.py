@@ -117,6 +117,28 @@ CASES = [
         True,
     ),
     # A public basis (a rotation at k = d, a projection below): the same sensitivity holds.
+    (
+        "sgdrm",
+        {
+            "mixture_width": 4,
+            "n_samples": 300,
+            "coefficient_bound": 0.3,
+            "basis": "dct",
+            "basis_dim": 3,
+        },
+        False,
+    ),
+    (
+        "sgdrm",
+        {
+            "mixture_width": 4,
+            "n_samples": 300,
+            "coefficient_bound": 0.3,
+            "basis": "dct",
+            "basis_dim": 2,
+        },
+        False,
+    ),
     ("dpmix", {"mixture_degree": 4, "n_samples": 300, "basis": "dct", "basis_dim": 3}, False),
     ("dpmix", {"mixture_degree": 4, "n_samples": 300, "basis": "dct", "basis_dim": 2}, False),
     (
@@ -194,6 +216,7 @@ def test_rows_move_by_at_most_the_declared_sensitivity(
 def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:
     """sgdrm with record 0's contribution removed: same randomness, coefficient of record 0
     multiplied by a zero record."""
+    from dpcore.mechanisms.basis import BasisParams, basis_for
     from dpcore.mechanisms.sgdrm import generate as sgdrm
     from dpcore.preprocessing import one_hot, unit_features
 
@@ -201,6 +224,10 @@ def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray
     onehot = torch.as_tensor(one_hot(labels, 2), dtype=torch.float32)
     features[0] = 0
     onehot[0] = 0
+    chosen = BasisParams.model_validate(
+        {k: v for k, v in params.items() if k in ("basis", "basis_dim")}
+    )
+    basis = basis_for(chosen, (3,), 3, 64)
     recorder = Recorder()
     for _ in sgdrm.generate(
         features,
@@ -211,6 +238,7 @@ def _zeroed_record_run(params: dict[str, Any], X: np.ndarray, labels: np.ndarray
         sigma=0.5,
         generator=SecureRandom.from_seed(3),
         noise=recorder,
+        basis=basis if not basis.identity else None,
     ):
         pass
     return recorder

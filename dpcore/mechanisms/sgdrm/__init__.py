@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms import basis
+from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
 from dpcore.mechanisms.spec import (
     AuditSpec,
@@ -76,6 +78,7 @@ TIGHT = Accountant(
 
 
 def _check(params: SGDRMParams, facts: PublicFacts) -> None:
+    basis.check(params, facts)
     if params.mixture_width > facts.n:
         raise InvalidParams(
             f"mixture_width {params.mixture_width} exceeds the dataset's {facts.n} rows"
@@ -96,6 +99,7 @@ SPEC = MechanismSpec(
     "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
     accountants=(TIGHT, PAPER),
+    release_only=RELEASE_ONLY,
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import torch
 
 from dpcore.mechanisms import float_error
+from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
@@ -37,7 +38,10 @@ def generate(
     generator: SecureRandom,
     noise: NoiseSampler | None = None,
     clip: bool = True,
+    basis: Basis | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """With a ``basis`` the features are projected (a contraction: a record's contribution
+    keeps its radius, plus the projection's rounding) and the noisy rows mapped back."""
     sampler = noise if noise is not None else FastNoise(generator)
     # One Gaussian on the joint (x, y) row: one record's contribution has norm ≤ c·√2.
     radius = coefficient_bound * RECORD_NORM
@@ -49,7 +53,12 @@ def generate(
     scale = 1.0 / math.sqrt(mixture_width)
     device, dtype = features.device, features.dtype
     error = float_error.scaled_sum(radius, terms=n, magnitude=n * radius)
-    records = torch.cat((features, labels), dim=1).double()
+    if basis is not None:
+        # Per record: its projected features (norm ≤ 1 as stored) times a coefficient ≤ c.
+        error += basis.excess(radius, coefficient_bound * (1.0 + float_error.INPUT_RELATIVE))
+        features = basis.project(features)
+    width = features.shape[1]
+    records = torch.cat((features.double(), labels.double()), dim=1)
     step = max(1, min(4096, _MATRIX_BUDGET // n))
     for start in range(0, n_samples, step):
         count = min(step, n_samples - start)
@@ -60,5 +69,5 @@ def generate(
         coefficients = torch.zeros((count, n), dtype=torch.float64, device=device)
         coefficients[included] = g
         noisy = sampler(coefficients @ records, sigma=sigma, sensitivity=radius, error=error)
-        noisy = noisy.to(dtype)
-        yield noisy[:, : features.shape[1]], noisy[:, features.shape[1] :]
+        x, y = noisy[:, :width], noisy[:, width:]
+        yield (basis.lift(x, dtype) if basis is not None else x.to(dtype)), y.to(dtype)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from dpcore.mechanisms.basis import BasisParams
+from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
 
 
-class SGDRMParams(BaseModel):
+class SGDRMParams(BasisParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_width: int = Field(ge=1, description="ℓ: each record enters a mixture w.p. ℓ/n")
@@ -25,3 +28,6 @@ class SGDRMParams(BaseModel):
         description="c: the clip (clipped; default 3/√mixture_width) or the coupling's "
         "analysis bound (gaussian; default chosen for the target ε, at least 3/√mixture_width)",
     )
+    # Signed combinations: denoise reshapes features only (no domain clip, labels as drawn);
+    # not the default — SGDRM's learner (bias-corrected SGD) expects the rows as drawn.
+    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
