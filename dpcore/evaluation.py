@@ -22,7 +22,9 @@ from dpcore.preprocessing import unit_features
 if TYPE_CHECKING:
     import torch
 
-POSTPROCESSING = ("none", "denoise", "pca")
+# Analyst-side extras on top of what the release already is (its own `postprocess` ran in the
+# worker): a Gaussian blur of image rows, or projection on the release's top 50 components.
+POSTPROCESSING = ("none", "blur", "pca")
 
 
 @dataclass
@@ -107,10 +109,10 @@ def postprocess(release: Release, how: str) -> np.ndarray:
     X = release.X
     if how == "none":
         return X
-    if how == "denoise":
+    if how == "blur":
         shape = release.image_shape
         if shape is None:
-            raise ValueError("denoise applies to image-shaped releases")
+            raise ValueError("blur applies to image-shaped releases")
         from scipy import ndimage
 
         images = X.reshape(len(X), *shape)
