@@ -46,7 +46,13 @@ sys.path.insert(0, str(ROOT))
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
-from dpcore.mechanisms.run import build, facts_of, params_of, randomness  # noqa: E402
+from dpcore.mechanisms.run import (  # noqa: E402
+    build,
+    facts_of,
+    materialise,
+    params_of,
+    randomness,
+)
 from dpcore.mechanisms.spec import MechanismSpec  # noqa: E402
 
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
@@ -116,9 +122,9 @@ def run_one(
         generator=generator,
         device=torch.device("cpu"),
     )
-    chunks = list(output.chunks)
-    X = torch.cat([c[0] for c in chunks]).numpy().astype(np.float64)
-    Y = torch.cat([c[1] for c in chunks]).numpy().astype(np.float64)
+    # As released: post-processed when the request asks for it (the default), like the worker.
+    X32, Y32, _, _ = materialise(output)
+    X, Y = X32.astype(np.float64), Y32.astype(np.float64)
     metadata = {
         "mechanism": mechanism,
         "params": params.model_dump(),
