@@ -217,7 +217,9 @@ def write_outputs(
         "the release (`dprelease evaluate`: ridge `linear`; scikit-learn `logistic`,",
         "`sklearn_mlp`, `hgb` with default settings on hard labels; torch `mlp`, `cnn`), tested",
         "on the test set. Baselines have no ℓ. — : the family does not apply (cnn on a release",
-        "that is not image-shaped).",
+        "that is not image-shaped). Each release is evaluated as the service serves it: with",
+        "its request's post-processing (the mechanism's default `postprocess` unless `--param`",
+        "sets one), not as the raw noisy rows kept for the owner.",
         "",
     ]
     if extras:

@@ -63,7 +63,9 @@ POSTPROCESS_HELP = (
     "downloadable to the dataset's owner): none — the noisy rows as drawn; denoise — "
     "shrink each row towards its group's mean along the directions the public noise level "
     "does not dominate (Wiener filter from the release's own covariance), clip features to "
-    "the public domain and rows to the norm bound, labels to class probabilities"
+    "the public domain and rows to the norm bound, labels to class probabilities. Default "
+    "none: on MNIST denoise helped ridge (DPMix) and scikit-learn's MLP (DP-CDA) but cost "
+    "gradient-boosted trees, logistic regression and CNNs much (docs/results/sweet_spot.md)"
 )
 
 

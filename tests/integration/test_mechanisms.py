@@ -247,7 +247,13 @@ def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
     body = {
         "dataset_id": ds["id"],
         "mechanism": "dpmix",
-        "params": {"mixture_degree": 4, "n_samples": 300, "basis": "dct", "basis_dim": 3},
+        "params": {
+            "mixture_degree": 4,
+            "n_samples": 300,
+            "basis": "dct",
+            "basis_dim": 3,
+            "postprocess": "denoise",
+        },
         "epsilon": 2.0,
         "format": fmt,
     }

@@ -212,9 +212,18 @@ def test_shrinkage_drops_pure_noise_and_tends_to_wiener_for_many_rows() -> None:
 @pytest.mark.parametrize(
     ("mechanism", "params"),
     [
-        ("dpmix", {"mixture_degree": 4, "n_samples": 200}),
+        ("dpmix", {"mixture_degree": 4, "n_samples": 200, "postprocess": "denoise"}),
         # Its default k (256) is ≥ d here, where auto keeps the identity: ask for 36.
-        ("dpcda", {"mixture_degree": 4, "n_samples": 200, "min_class_size": 4, "basis_dim": 36}),
+        (
+            "dpcda",
+            {
+                "mixture_degree": 4,
+                "n_samples": 200,
+                "min_class_size": 4,
+                "basis_dim": 36,
+                "postprocess": "denoise",
+            },
+        ),
         ("sgdrm", {"mixture_width": 4, "n_samples": 200, "postprocess": "denoise"}),
     ],
 )
@@ -222,7 +231,7 @@ def test_mechanisms_release_in_the_auto_basis_and_post_process(
     mechanism: str, params: dict[str, object]
 ) -> None:
     """Image-shaped data: the default basis is a DCT (rows lie in its k-dimensional span);
-    the post-processing maps the drawn rows and keeps what it must keep."""
+    the post-processing (opt-in) maps the drawn rows and keeps what it must keep."""
     from dpcore.mechanisms.noise import FastNoise
     from dpcore.mechanisms.run import build, facts_of, materialise, noise_for
     from dpcore.mechanisms.secure_random import SecureRandom
@@ -265,3 +274,13 @@ def test_mechanisms_release_in_the_auto_basis_and_post_process(
         assert np.array_equal(Y_out, Y_raw) and X_out.min() >= 0
     else:
         assert np.allclose(Y_out.sum(axis=1), 1, atol=1e-5) and X_out.min() >= 0
+
+
+@pytest.mark.parametrize("mechanism", ["dpmix", "dpcda", "sgdrm"])
+def test_post_processing_is_opt_in(mechanism: str) -> None:
+    """By default a mixing mechanism releases its rows as drawn (the measured default: denoise
+    helps some model families and ruins others, docs/results/sweet_spot.md)."""
+    from dpcore.mechanisms import registry
+
+    spec = registry.get(mechanism)
+    assert spec.params.model_fields["postprocess"].default == "none"

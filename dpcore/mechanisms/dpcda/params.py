@@ -106,7 +106,9 @@ class DPCDAParams(BasisParams):
         "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
     feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
-    postprocess: Postprocess = Field(default="denoise", description=POSTPROCESS_HELP)
+    # Default none, by measurement (docs/results/sweet_spot.md: every model family with and
+    # without denoise): the raw rows keep every family usable; denoise is the opt-in.
+    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
     feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
         default=None, description="Public, per feature"
     )

@@ -21,4 +21,6 @@ class DPMixParams(BasisParams):
         description="mixture: every mixture draws ℓ distinct records (Thm 1); record: every "
         "record joins ⌈Tℓ/n⌉ distinct mixtures (Appendix B, Thm 3)",
     )
-    postprocess: Postprocess = Field(default="denoise", description=POSTPROCESS_HELP)
+    # Default none, by measurement (docs/results/sweet_spot.md: every model family with and
+    # without denoise): the raw rows keep every family usable; denoise is the opt-in.
+    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
