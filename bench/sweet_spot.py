@@ -155,6 +155,20 @@ def run_one(
     return row
 
 
+def _series(row: Mapping[str, Any]) -> str:
+    """A row's series: its mechanism, with the extra request params it ran with (so a study
+    of one mechanism with and without post-processing shows both)."""
+    extra = json.loads(row.get("params") or "{}")
+    if not extra:
+        return str(row["mechanism"])
+    return f"{row['mechanism']} ({', '.join(f'{k}={v}' for k, v in sorted(extra.items()))})"
+
+
+def _raw(row: Mapping[str, Any]) -> bool:
+    """The rows as drawn (what the before-study measured): no post-processing asked for."""
+    return json.loads(row.get("params") or "{}").get("postprocess", "none") == "none"
+
+
 def _key(row: dict[str, Any]) -> tuple[str, float, str]:
     return (str(row["mechanism"]), float(row["epsilon"]), str(row["ell"]))
 
@@ -204,7 +218,8 @@ def write_outputs(
     before = load_before(out)
     references = load_references(references_csv)
     epsilons = sorted({float(r["epsilon"]) for r in rows})
-    names = list(dict.fromkeys(r["mechanism"] for r in rows))
+    names = list(dict.fromkeys(_series(r) for r in rows))
+    mechanism_of = {_series(r): str(r["mechanism"]) for r in rows}
     extras = sorted({r.get("params") or "" for r in rows} - {""})
     lines = [
         "# Sweet-spot study: MNIST accuracy vs mixture degree ℓ, every model family",
@@ -239,7 +254,7 @@ def write_outputs(
         then = f"{float(earlier['sigma_x']):.4g} | {_best(earlier):.3f}" if earlier else "— | —"
         accuracies = " | ".join(_cell(_accuracy(r, f)) for f in families)
         lines.append(
-            f"| {r['mechanism']} | {float(r['epsilon']):g} | {r['ell'] or '—'} | "
+            f"| {_series(r)} | {float(r['epsilon']):g} | {r['ell'] or '—'} | "
             f"{float(r['sigma_x']):.4g} | {float(r['charge']):.4f} | {accuracies} | "
             f"{float(r['seconds']):.1f} | {then} |"
         )
@@ -259,7 +274,7 @@ def write_outputs(
         mine = [
             (a, str(r["ell"]))
             for r in rows
-            if r["mechanism"] == mechanism
+            if _series(r) == mechanism
             and float(r["epsilon"]) == e
             and (a := _accuracy(r, family)) is not None
         ]
@@ -295,12 +310,12 @@ def write_outputs(
     styles = ("--", ":", "-.")
     for i, family in enumerate(families):
         for ax, e in zip(axes[i], epsilons, strict=True):
-            for mechanism in [m for m in names if swept(m)]:
+            for mechanism in [m for m in names if swept(mechanism_of[m])]:
                 mine = sorted(
                     (
                         r
                         for r in rows
-                        if r["mechanism"] == mechanism
+                        if _series(r) == mechanism
                         and float(r["epsilon"]) == e
                         and _accuracy(r, family) is not None
                     ),
@@ -314,7 +329,7 @@ def write_outputs(
                     marker="o",
                     label=mechanism,
                 )[0]
-                kept = [before[_key(r)] for r in mine if _key(r) in before]
+                kept = [before[_key(r)] for r in mine if _key(r) in before and _raw(r)]
                 past = [(int(r["ell"]), a) for r in kept if (a := _accuracy(r, family)) is not None]
                 if past:
                     ax.plot(
@@ -326,18 +341,18 @@ def write_outputs(
                         alpha=0.5,
                         label=f"{mechanism} (before)",
                     )
-            fixed = [m for m in names if not swept(m)]
+            fixed = [m for m in names if not swept(mechanism_of[m])]
             for mechanism, style in zip(fixed, styles * len(fixed), strict=False):
                 accs = [
                     a
                     for r in rows
-                    if r["mechanism"] == mechanism
+                    if _series(r) == mechanism
                     and float(r["epsilon"]) == e
                     and (a := _accuracy(r, family)) is not None
                 ]
                 if accs:
                     ax.axhline(max(accs), linestyle=style, color="grey", label=mechanism)
-            colours = ("tab:red", "tab:purple", "tab:brown")
+            colours = ("tab:purple", "tab:brown", "tab:olive")  # not the series cycle's first four
             for name, colour in zip(reference_names, colours * len(reference_names), strict=False):
                 value = reference(name, e, family)
                 if value is not None:

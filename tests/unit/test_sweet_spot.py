@@ -55,3 +55,27 @@ def test_the_study_evaluates_the_rows_as_released(
     X = seen["X"]
     # Denoised rows are clipped to the public [0, 1] domain; raw noisy rows at ε = 1 are not.
     assert bool(((X >= 0) & (X <= 1)).all()) is in_box
+
+
+def test_rows_with_other_request_params_are_their_own_series(tmp_path: Any) -> None:
+    """One mechanism run with and without a --param (post-processing, say): the table and the
+    best-of table keep the two apart instead of mixing them into one series."""
+    families = ["linear"]
+    base = {"mechanism": "dpcda", "epsilon": 1.0, "sigma_x": 0.3, "charge": 1.0, "seconds": 1}
+    rows = [
+        {**base, "ell": "4", "params": "", "linear": 0.5, "linear_s": 0.1},
+        {
+            **base,
+            "ell": "4",
+            "params": '{"postprocess": "denoise"}',
+            "linear": 0.7,
+            "linear_s": 0.1,
+        },
+    ]
+    sweet_spot.write_outputs(tmp_path, rows, "cmd", families, tmp_path / "none.csv")
+    table = (tmp_path / "sweet_spot.md").read_text()
+    assert "| dpcda | 1 | 4 | 0.3 | 1.0000 | 0.500 |" in table
+    assert "| dpcda (postprocess=denoise) | 1 | 4 | 0.3 | 1.0000 | 0.700 |" in table
+    assert "| dpcda | 1 | 0.500 (ℓ = 4) |" in table
+    assert "| dpcda (postprocess=denoise) | 1 | 0.700 (ℓ = 4) |" in table
+    assert (tmp_path / "sweet_spot.png").stat().st_size > 0
