@@ -167,7 +167,10 @@ def crash(
             runtime.engine.dispose()
 
 
-# What a succeeded DPMix release stores (post-processed by default: the owner's raw rows too).
+# The release these tests crash: post-processed (opt-in), so it stores the owner's raw rows too
+# and every phase of the worker's path is crossed.
+PARAMS = {"mixture_degree": 4, "n_samples": 40, "postprocess": "denoise"}
+# What a succeeded such release stores.
 STORED = {"release.npz", "raw.npz", "metadata.json"}
 
 
@@ -181,7 +184,7 @@ def _releases(crash: Crash, queue: str, plans: list[tuple[str, int]]) -> list[st
     ).json()
     ids = []
     for phase, times in plans:
-        body = h.release_body(ds["id"], params={"mixture_degree": 4, "n_samples": 40})
+        body = h.release_body(ds["id"], params=PARAMS)
         r = h.client.post("/releases", json=body, headers=h.headers(owner))
         assert r.status_code == 202, r.text
         ids.append(r.json()["id"])
@@ -291,7 +294,7 @@ def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
 def _one_release(h: Harness) -> tuple[str, str]:
     owner, _ = h.new_key("owner")
     ds = h.upload(owner, npz_bytes(*toy_dataset(n=60, d=4))).json()
-    body = h.release_body(ds["id"], params={"mixture_degree": 4, "n_samples": 40})
+    body = h.release_body(ds["id"], params=PARAMS)
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     return owner, r.json()["id"]
