@@ -122,7 +122,7 @@ def run_one(
         generator=generator,
         device=torch.device("cpu"),
     )
-    # As released: post-processed when the request asks for it (the default), like the worker.
+    # As released: post-processed when the request asks for it, like the worker.
     X32, Y32, _, _ = materialise(output)
     X, Y = X32.astype(np.float64), Y32.astype(np.float64)
     metadata = {

@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from dpcore.mechanisms.basis import Basis
+from dpcore.mechanisms.basis import Basis, BasisParams
 
 Postprocess = Literal["none", "denoise"]
 
@@ -67,6 +68,17 @@ POSTPROCESS_HELP = (
     "none: on MNIST denoise helped ridge (DPMix) and scikit-learn's MLP (DP-CDA) but cost "
     "gradient-boosted trees, logistic regression and CNNs much (docs/results/sweet_spot.md)"
 )
+
+
+class ReleaseOnlyParams(BasisParams):
+    """The release-only fields every mixing mechanism's parameters take (``RELEASE_ONLY``): the
+    public basis and the free post-processing."""
+
+    # Default none, by measurement (docs/results/sweet_spot.md: every model family with and
+    # without denoise): the raw rows keep every family usable; denoise is the opt-in. SGDRM
+    # too: its learner (bias-corrected SGD) expects the rows as drawn, and its denoise reshapes
+    # features only (signed combinations: no domain clip, labels as drawn).
+    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
 
 
 def simplex(Y: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """bench/sweet_spot.py trains on a release as the service serves it: post-processed when the
-request asks for it (the default), not the raw noisy rows."""
+request asks for it, not the raw noisy rows."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from dpcore.mechanisms.basis import BASIS_RULE, BasisParams
-from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
+from dpcore.mechanisms.basis import BASIS_RULE
+from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
 def _null_or_empty() -> dict[str, Any]:
@@ -59,7 +59,7 @@ _DPCDA_RULES: dict[str, Any] = {
 }
 
 
-class DPCDAParams(BasisParams):
+class DPCDAParams(ReleaseOnlyParams):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_DPCDA_RULES)
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
@@ -106,9 +106,6 @@ class DPCDAParams(BasisParams):
         "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
     feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
-    # Default none, by measurement (docs/results/sweet_spot.md: every model family with and
-    # without denoise): the raw rows keep every family usable; denoise is the opt-in.
-    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
     feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
         default=None, description="Public, per feature"
     )

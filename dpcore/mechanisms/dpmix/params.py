@@ -7,11 +7,10 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from dpcore.mechanisms.basis import BasisParams
-from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
+from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
-class DPMixParams(BasisParams):
+class DPMixParams(ReleaseOnlyParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")
@@ -21,6 +20,3 @@ class DPMixParams(BasisParams):
         description="mixture: every mixture draws ℓ distinct records (Thm 1); record: every "
         "record joins ⌈Tℓ/n⌉ distinct mixtures (Appendix B, Thm 3)",
     )
-    # Default none, by measurement (docs/results/sweet_spot.md: every model family with and
-    # without denoise): the raw rows keep every family usable; denoise is the opt-in.
-    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)

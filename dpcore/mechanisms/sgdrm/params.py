@@ -7,11 +7,10 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from dpcore.mechanisms.basis import BasisParams
-from dpcore.mechanisms.postprocess import POSTPROCESS_HELP, Postprocess
+from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
-class SGDRMParams(BasisParams):
+class SGDRMParams(ReleaseOnlyParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_width: int = Field(ge=1, description="ℓ: each record enters a mixture w.p. ℓ/n")
@@ -28,6 +27,3 @@ class SGDRMParams(BasisParams):
         description="c: the clip (clipped; default 3/√mixture_width) or the coupling's "
         "analysis bound (gaussian; default chosen for the target ε, at least 3/√mixture_width)",
     )
-    # Signed combinations: denoise reshapes features only (no domain clip, labels as drawn);
-    # not the default — SGDRM's learner (bias-corrected SGD) expects the rows as drawn.
-    postprocess: Postprocess = Field(default="none", description=POSTPROCESS_HELP)
