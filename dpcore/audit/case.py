@@ -80,6 +80,9 @@ class AuditCase:
     rows: Callable[[Mapping[str, Any]], RowModel]
     claim_keys: Callable[[Mapping[str, Any]], dict[str, Any]]
     exact_labels: bool = False
+    # The noise scale the released "labels" block carries, when it is not the one perturbing
+    # labels (ClustMix scores its noisy cluster counts there).
+    label_scale: str | None = None
 
 
 # --- neighbours and preprocessing ------------------------------------------------------------

@@ -229,6 +229,8 @@ def run_audit(
     noise = event.noise()
     # Exact labels (no label noise) leave σ_y unused.
     sigma_x, sigma_y = noise.sigma_x, noise.sigma_y or 0.0
+    if spec.label_scale is not None:
+        sigma_y = noise.sigma(spec.label_scale)
     release, release_prime, nb = releases(
         mechanism,
         p,

@@ -49,6 +49,9 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "dpcda": ("dpcda", {}, {"epsilon": 2.0}),
     "dpcda_declared": ("dpcda", {"standardization": "declared"}, {"epsilon": 2.0}),
     "sgdrm": ("sgdrm", {}, {"sigma": 0.1475}),
+    # One noisy step (cluster sums and counts) with record 0 moving between clusters.
+    "clustmix": ("clustmix", {}, {"epsilon": 2.0}),
+    "clustmix_half_counts": ("clustmix", {"count_share": 0.5}, {"epsilon": 2.0}),
 }
 # Measured bounds are well above these floors: an audit that fell below one lost its power.
 POWER_FLOOR = {
@@ -62,6 +65,8 @@ POWER_FLOOR = {
     "dpcda": 0.8,
     "dpcda_declared": 0.8,
     "sgdrm": 0.3,
+    "clustmix": 1.2,
+    "clustmix_half_counts": 1.2,
 }
 # The record assignment runs once per trial (its mixtures are coupled): fewer trials.
 CASE_TRIALS = {"dpmix_record": 6_000}
@@ -125,6 +130,20 @@ def _no_clipping(X: np.ndarray, nb: Neighbours) -> np.ndarray:
     return standardise(np.clip(X, nb.lo, nb.hi), nb.feature_mean, nb.feature_std)
 
 
+def _one_row_per_record(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """ClustMix calibrated as if a replaced record moved one cluster's sum only (sensitivity
+    √2, counts unmoved): μ² = 2/σ_s², where a record moving between clusters moves two sums and
+    two counts. With count_share ½ both noises come out √2 too small."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        scale = math.sqrt(0.5)
+        kwargs["sigma_sums"] *= scale
+        kwargs["sigma_counts"] *= scale
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
 BUGS: list[tuple[str, dict[str, Any]]] = [
     ("local_perturbation", {"wrap": _half_noise}),
     ("dpmix", {"wrap": _half_noise}),
@@ -135,6 +154,8 @@ BUGS: list[tuple[str, dict[str, Any]]] = [
     ("dpcda", {"preprocess": _no_norm_scaling}),
     ("dpcda_declared", {"preprocess": _no_clipping}),
     ("dpmix_subsampled", {"wrap": _always_record_zero}),
+    ("clustmix", {"wrap": _half_noise}),
+    ("clustmix_half_counts", {"wrap": _one_row_per_record}),
 ]
 
 
@@ -197,7 +218,8 @@ def _worker_params(mechanism: str, p: dict[str, Any], nb: Neighbours) -> dict[st
     }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# ClustMix's audit runs one step of its release (test_clustmix_audit_runs_the_release_step).
+@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c][0] != "clustmix"))
 def test_one_audit_trial_is_the_workers_release(case: str) -> None:
     mechanism, params, _ = CASES[case]
     sigma_y = 0.0 if mechanism == "dpcda" else 0.3
@@ -239,6 +261,32 @@ def test_one_audit_trial_is_the_workers_release(case: str) -> None:
     if mechanism == "random_projection":
         assert release.projection is not None
         assert np.array_equal(out.extra["projection"], release.projection.numpy())
+
+
+def test_clustmix_audit_runs_the_release_step() -> None:
+    """The function the ClustMix audit runs is the one every step of its release calls, with
+    the accountant's two scales, and one audit trial is that step on the neighbours."""
+    from dpcore.mechanisms import kmeans
+    from dpcore.mechanisms.clustmix import audit as clustmix_audit
+    from dpcore.mechanisms.clustmix import release as clustmix_release
+
+    assert clustmix_release.noisy_statistics is kmeans.noisy_statistics
+    assert clustmix_audit.case().function({}) is kmeans.noisy_statistics
+    calls: list[dict[str, Any]] = []
+
+    def spy(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    release, _, _ = releases(
+        "clustmix", {"n": 3}, sigma_x=0.2, sigma_y=0.7, trials=2, seed=3, wrap=spy
+    )
+    assert [(c["sigma_sums"], c["sigma_counts"]) for c in calls] == [(0.2, 0.7)] * 4
+    assert release.features.shape == (2, 1, 16) and release.labels is not None
+    assert release.labels.shape == (2, 1, 3)
 
 
 # --- statistics ---------------------------------------------------------------------------------

@@ -174,6 +174,10 @@ CASES = [
         },
         id="dpcda-dp-class-sizes",
     ),
+    # Two clusters per class: the split, the assignment and the noisy statistics. (The trace
+    # sampler adds no noise, so which clusters survive follows the exact counts here; every
+    # cluster keeps members in both neighbours. In a release survival reads noisy counts.)
+    pytest.param("clustmix", {"clusters_per_class": 2, "kmeans_refine": 1}, id="clustmix"),
 ]
 
 

@@ -1,24 +1,44 @@
 """ClustMix — cluster-based mixing from "Approximate, Adapt, Anonymize (3A)" (Madl et al.).
 
-Accounting only for now: ``dprelease account clustmix`` evaluates the paper's Eq. 8 and the
-tight bound of the final noisy averaging (``accounting``); the service does not run it yet
-(no release generator), so it is absent from ``GET /mechanisms`` and the request schema.
+Served as variant ``dp`` (issue 12): every data-dependent step private and charged — DP k-means
+per class (``dpcore.mechanisms.kmeans``), then each kept cluster's noisy sum over its noisy
+count (``release``), accounted by ``tight`` (``accounting.ClustMixDPEvent``). The paper's own
+algorithm (GMM, KIP, Eq. 8) is not served: Eq. 8 charges only the final averaging, so its ε is
+not a bound; ``dprelease account clustmix --accountant paper`` evaluates it for reproduction, and
+``fixed`` evaluates the averaging alone over a clustering fixed in advance.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from dpcore.accounting.accountant import Accountant, Key, lazy
-from dpcore.mechanisms.spec import BenchCase, BenchHints, MechanismSpec
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms import basis
+from dpcore.mechanisms.clustmix.params import ClustMixParams
+from dpcore.mechanisms.spec import AuditSpec, BenchCase, BenchHints, MechanismSpec, PublicFacts
 
 _MATH = f"{__name__}.accounting"
 
 
-class ClustMixParams(BaseModel):
-    """No release parameters yet: the mechanism is not served."""
+# The dp variant's parameters that its accountant reads; the reproduction accountants accept
+# them (one key set per mechanism) and ignore them.
+_DP_KEYS = (
+    Key.of(ClustMixParams, "clusters_per_class", help="K: clusters per class DP k-means aims for"),
+    Key.of(ClustMixParams, "kmeans_refine", help="Lloyd steps after the last split"),
+    Key.of(ClustMixParams, "kmeans_share", help="share of μ² spent on the k-means steps"),
+    Key.of(ClustMixParams, "count_share", help="share of each step's μ² spent on the counts"),
+)
 
-    model_config = ConfigDict(extra="forbid")
+
+def _unused(key: Key) -> Key:
+    return Key(
+        key.name,
+        key.kind,
+        f"{key.help} (variant dp; not read by this accountant)",
+        required=False,
+        default=key.default,
+        minimum=key.minimum,
+        strict=key.strict,
+    )
 
 
 _CLUSTER_SIZE = Key("cluster_size", int, "l: public lower bound on every cluster's size")
@@ -32,6 +52,7 @@ PAPER = Accountant(
         _CLUSTER_SIZE,
         Key("n_classes", int, "C: number of classes"),
         Key("n_features", int, "D: feature dimension"),
+        *(_unused(k) for k in _DP_KEYS),
     ),
     build=lazy(_MATH, "paper"),
     guess=lazy(_MATH, "guess_paper"),
@@ -42,34 +63,83 @@ PAPER = Accountant(
     ),
 )
 
-TIGHT = Accountant(
+FIXED = Accountant(
     mechanism="clustmix",
-    name="tight",
-    summary="final noisy averaging over a fixed clustering, records clipped to norm 1: "
-    "Gaussian mechanism with L2 sensitivity max(2/l, 2√2/(l+1)) (GDP); clustering and "
-    "KIP are not covered",
+    name="fixed",
+    summary="final noisy averaging over a clustering fixed in advance, records clipped to "
+    "norm 1: Gaussian mechanism with L2 sensitivity max(2/l, 2√2/(l+1)) (GDP); for "
+    "comparison with Eq. 8 — a clustering of the data itself is not covered",
     keys=(
         _CLUSTER_SIZE,
         Key("n_classes", int, "C (used by the paper accountant only)", required=False),
         Key("n_features", int, "D (used by the paper accountant only)", required=False),
+        *(_unused(k) for k in _DP_KEYS),
     ),
     build=lazy(_MATH, "tight"),
     guess=lazy(_MATH, "guess_tight"),
+    valid_bound=False,
+    caveat="covers the averaging step only, for a clustering that does not read the data",
 )
+
+TIGHT = Accountant(
+    mechanism="clustmix",
+    name="tight",
+    summary="variant dp: 1 + ⌈log₂ K⌉ + refine DP k-means steps and the final step, each a "
+    "Gaussian mechanism on every cluster's (sum, count) of records of norm ≤ 1 "
+    "(μ² = 2/σ_s² + 2/σ_c²), composed as GDP and converted exactly",
+    keys=_DP_KEYS,
+    build=lazy(_MATH, "dp"),
+    guess=lazy(_MATH, "guess_dp"),
+)
+
+
+def _check(params: ClustMixParams, facts: PublicFacts) -> None:
+    basis.check(params, facts)
+    if params.n_samples is not None:
+        facts.check_rows(params.n_samples)
+    else:
+        facts.check_rows(
+            params.clusters_per_class * facts.n_classes, "clusters_per_class × classes"
+        )
+
 
 SPEC = MechanismSpec(
     name="clustmix",
     title="ClustMixRequest",
-    summary="Cluster-based mixing (3A): noisy means of clusters of at least l records "
-    "(accounting only; not served yet)",
-    output="not served yet",
+    summary="Cluster-based mixing (3A), variant dp: DP k-means within each class, then each "
+    "kept cluster's noisy mean; every step charged",
+    output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
+    "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
-    accountants=(TIGHT, PAPER),
+    accountants=(TIGHT, PAPER, FIXED),
+    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples"}),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(
+            audit_keys.N,
+            Key.of(ClustMixParams, "count_share", help="share of the step's μ² on the counts"),
+        ),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
     bench=BenchHints(
+        sweep="clusters_per_class",
+        sweet_spot=lambda k, n, min_class: {"clusters_per_class": k},
         calibration=(
+            BenchCase(
+                "tight",
+                1.0,
+                1e-5,
+                {
+                    "clusters_per_class": 16,
+                    "kmeans_refine": 1,
+                    "kmeans_share": 0.5,
+                    "count_share": 0.1,
+                },
+            ),
             BenchCase(
                 "paper", 1.0, 1e-5, {"cluster_size": 118, "n_classes": 10, "n_features": 784}
             ),
-        )
+        ),
     ),
 )

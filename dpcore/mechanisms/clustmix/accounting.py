@@ -15,7 +15,7 @@ bound. The paper prints no σ; its MNIST settings (δ = 1e-5, C = 10, D = 784) g
 σ ≈ 2.7994 at ε = 1 with ~118 records per mixture and σ ≈ 72.18 at ε = 0.2 with ~20 (pinned
 in the tests; the paper's own σ is not printed, so these only pin Eq. 8).
 
-``tight`` — ONLY the final noisy averaging, for a clustering that is FIXED: each record's
+``fixed`` — ONLY the final noisy averaging, for a clustering that is FIXED: each record's
 cluster is a function of that record alone and of public or already-paid-for information
 (e.g. its class and the nearest of some released centroids) — never of the other records.
 The data-dependent steps (GMM clustering, cluster sizes as inputs to σ, KIP adaptation) are
@@ -135,7 +135,7 @@ class ClustMixEvent(GaussianEvent):
     def describe(self) -> dict[str, Any]:
         return {
             "mechanism": "clustmix",
-            "accountant": "tight",
+            "accountant": "fixed",
             "covers": "final noisy averaging over a fixed clustering only; the data-dependent "
             "clustering and KIP steps are charged separately",
             "sensitivity": self.sensitivity,
@@ -176,3 +176,102 @@ def guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
 
 def guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     return _guess(means_sensitivity(keys["cluster_size"]), epsilon, delta)
+
+
+# ------------------------------------------------------------------------------------------
+# variant dp: every data-dependent step charged
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClustMixDPEvent(GaussianEvent):
+    """ClustMix ``dp``: ``kmeans_steps`` noisy Lloyd steps (``dpcore.mechanisms.kmeans``) and
+    the final step, each one Gaussian mechanism on every cluster's (sum, count) of records of
+    norm ≤ 1 with non-negative entries (before a public contraction).
+
+    One step with sums' std σ_s and counts' std σ_c is μ-GDP with μ² = 2/σ_s² + 2/σ_c² (a
+    record that moves between clusters moves two sums by ≤ 1 and two counts by 1; one replaced
+    within its cluster moves one sum by ≤ √2, which is less). The final step has sums' std
+    ``sigma`` (the calibrated scale) and spends the share ``count_share`` = c of its μ² on the
+    counts: μ_f² = 2/((1 − c)σ²), σ_c = σ·√((1 − c)/c). The k-means steps spend the share
+    ``kmeans_share`` = s of the total μ² in equal parts, with the same c within each step:
+    μ_k² = s·μ_f²/((1 − s)·T_K), σ_s,k = σ·√((1 − s)·T_K/s). The steps compose adaptively as
+    GDP (Dong, Roth, Su 2019, Cor. 3.3): μ² = μ_f²/(1 − s) = 2/((1 − c)(1 − s)σ²), converted
+    to (ε, δ) exactly."""
+
+    sigma: float
+    kmeans_steps: int
+    kmeans_share: float
+    count_share: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", float(self.sigma))
+        _check_sigma(self.sigma)
+        steps = _as_int("kmeans_steps", self.kmeans_steps)
+        if steps < 1:
+            raise ValueError(f"kmeans_steps must be >= 1, got {steps}")
+        object.__setattr__(self, "kmeans_steps", steps)
+        for name in ("kmeans_share", "count_share"):
+            value = float(getattr(self, name))
+            if not 0 < value < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {value}")
+            object.__setattr__(self, name, value)
+
+    @property
+    def mu(self) -> float:
+        return math.sqrt(2.0 / ((1 - self.count_share) * (1 - self.kmeans_share))) / self.sigma
+
+    def scales(self) -> dict[str, float]:
+        """σ of each noise: the final sums and counts, the k-means steps' sums and counts."""
+        c, s = self.count_share, self.kmeans_share
+        ratio = math.sqrt((1 - c) / c)
+        kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps / s)
+        return {
+            "sums": self.sigma,
+            "counts": self.sigma * ratio,
+            "kmeans_sums": kmeans,
+            "kmeans_counts": kmeans * ratio,
+        }
+
+    def noise(self) -> NoiseDescription:
+        sigmas = self.scales()
+        what = {
+            "sums": ("features", "every final cluster's sum of records"),
+            "counts": ("counts", "every final cluster's record count"),
+            "kmeans_sums": ("centres", "every cluster's sum at each DP k-means step"),
+            "kmeans_counts": ("centres", "every cluster's count at each DP k-means step"),
+        }
+        scales = tuple(
+            NoiseScale(name, sigmas[name], 1.0, (what[name][0],), what[name][1]) for name in what
+        )
+        return NoiseDescription(scales=scales, calibrated="sums")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mechanism": "clustmix",
+            "accountant": "tight",
+            "variant": "dp",
+            "covers": "every data-dependent step: DP k-means (noisy sums and counts per step), "
+            "the final noisy sums and counts; Gaussian mechanisms composed as GDP",
+            "mu": self.mu,
+            "noise": self.scales(),
+            **asdict(self),
+        }
+
+
+def dp_steps(keys: Mapping[str, Any]) -> int:
+    """T_K: the k-means steps of a dp release (initial sums, splits, refinements)."""
+    from dpcore.mechanisms.kmeans import kmeans_steps
+
+    return kmeans_steps(
+        _as_int("clusters_per_class", keys["clusters_per_class"]), keys["kmeans_refine"]
+    )
+
+
+def dp(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
+    return ClustMixDPEvent(sigma, dp_steps(keys), keys["kmeans_share"], keys["count_share"])
+
+
+def guess_dp(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    factor = math.sqrt(2.0 / ((1 - keys["count_share"]) * (1 - keys["kmeans_share"])))
+    return _guess(factor, epsilon, delta)

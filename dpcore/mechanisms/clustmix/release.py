@@ -1,0 +1,122 @@
+"""A ClustMix ``dp`` release job: unit-scale preprocessing, a public basis, DP k-means per class
+(``dpcore.mechanisms.kmeans``), then one more noisy step on the final clusters; each released
+row is a kept cluster's noisy sum over its noisy count, mapped back from the basis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from dpcore.mechanisms import float_error
+from dpcore.mechanisms.basis import basis_for
+from dpcore.mechanisms.clustmix.accounting import dp_steps
+from dpcore.mechanisms.clustmix.params import ClustMixParams
+from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.kmeans import StepNoise, assign, dp_kmeans, noisy_statistics
+from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
+
+# k of the default basis on image-shaped data (clustering and noise in 64 DCT coefficients).
+BASIS_DIM = 64
+# Records per chunk of the assignment (memory ≈ chunk × clusters distances).
+ASSIGN_CHUNK = 4096
+
+
+def apportion(weights: np.ndarray, total: int) -> np.ndarray:
+    """``total`` rows split in proportion to ``weights`` (> 0) by largest remainders
+    (Hamilton's method); ties go to the earlier index."""
+    share = weights / weights.sum() * total
+    rows = np.floor(share).astype(np.int64)
+    order = np.argsort(-(share - rows), kind="stable")
+    rows[order[: total - int(rows.sum())]] += 1
+    return rows
+
+
+def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
+    features, _ = unit_scale(data, ctx.device)
+    basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
+    # Sums of up to n rows in float64, and the basis's rounding: covered by the sampler.
+    n = features.shape[0]
+    error = float_error.scaled_sum(1.0, terms=n, magnitude=float(n)) + basis.excess(
+        1.0, 1.0 + float_error.INPUT_RELATIVE
+    )
+    Z = basis.project(features).double()  # float64, norm ≤ 1 (a contraction), up to ``error``
+    groups = torch.as_tensor(data.labels, device=ctx.device)
+    k = len(data.classes)
+    steps = dp_steps(params.model_dump())
+    total = steps + 1
+
+    def progress(done: int, _total: int) -> None:
+        ctx.report(done, total, "dp k-means")
+
+    centres = dp_kmeans(
+        Z,
+        groups,
+        k,
+        clusters=params.clusters_per_class,
+        refine=params.kmeans_refine,
+        noise=StepNoise(ctx.sigma("kmeans_sums"), ctx.sigma("kmeans_counts")),
+        sampler=ctx.sampler,
+        generator=ctx.generator,
+        error=error,
+        drop_below=params.drop_below,
+        chunk=ASSIGN_CHUNK,
+        progress=progress,
+    )
+    final = StepNoise(ctx.sigma("sums"), ctx.sigma("counts"))
+    assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK)
+    sums, counts = noisy_statistics(
+        Z,
+        assignment,
+        len(centres),
+        sigma_sums=final.sums,
+        sigma_counts=final.counts,
+        sampler=ctx.sampler,
+        error=error,
+    )
+    ctx.report(total, total, "cluster means")
+    # Everything below reads the noisy sums and counts and public facts only.
+    keep = counts >= max(params.drop_below * final.counts, 1.0)
+    means = basis.lift(sums[keep] / counts[keep, None], torch.float64)
+    # Back to the public domain: features in [0, 1], rows of norm ≤ 1.
+    means = means.clamp(0.0, 1.0)
+    means = means / means.norm(dim=1, keepdim=True).clamp_min(1.0)
+    classes = centres.groups[keep].cpu().numpy()
+    kept_counts = counts[keep].cpu().numpy()
+    if params.n_samples is None:
+        repeats = np.ones(len(classes), dtype=np.int64)
+    elif len(classes):
+        repeats = apportion(kept_counts, params.n_samples)
+    else:
+        repeats = np.zeros(0, dtype=np.int64)
+    rows = int(repeats.sum())
+    return ReleaseOutput(
+        rows=rows,
+        feature_names=list(data.feature_names),
+        chunks=_rows(means.float(), classes, repeats, k),
+        preprocessing={
+            **UNIT_SCALE,
+            "basis": basis.description,
+            "labels": "each cluster's class, exact (clusters are formed within classes)",
+            "clusters": f"{len(classes)} kept of {len(centres)} after {steps} DP k-means steps "
+            f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
+            f"count is at least {max(params.drop_below * final.counts, 1.0):.4g}",
+            "rows": "one per kept cluster"
+            if params.n_samples is None
+            else "kept clusters' means repeated in proportion to their noisy counts",
+        },
+        progress="own",
+    )
+
+
+def _rows(
+    means: torch.Tensor, classes: np.ndarray, repeats: np.ndarray, n_classes: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    if not len(classes) or repeats.sum() == 0:
+        return
+    index = torch.as_tensor(np.repeat(np.arange(len(classes)), repeats), device=means.device)
+    labels = torch.as_tensor(np.repeat(classes, repeats), device=means.device)
+    onehot = torch.zeros((len(index), n_classes), dtype=means.dtype, device=means.device)
+    onehot[torch.arange(len(index)), labels] = 1
+    yield means[index], onehot
