@@ -139,11 +139,43 @@ def _split(centres: Centres, generator: SecureRandom, clusters: int) -> Centres:
     )
 
 
-def _survivors(
+def drop_threshold(drop_below: float, sigma_counts: float) -> float:
+    """The noisy count a cluster needs to be kept: ``drop_below`` count-noise stds, and at
+    least one record (a mean over a noisy count near zero is noise over noise)."""
+    return max(drop_below * sigma_counts, 1.0)
+
+
+def step(
+    Z: torch.Tensor,
+    groups: torch.Tensor,
+    centres: Centres,
+    noise: StepNoise,
+    sampler: NoiseSampler,
+    *,
+    error: float,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One noisy Lloyd step: assign every record to its nearest centre, then the clusters'
+    noisy sums and counts (the Gaussian mechanism of the module docstring)."""
+    assignment = assign(Z, groups, centres, chunk=chunk)
+    return noisy_statistics(
+        Z,
+        assignment,
+        len(centres),
+        sigma_sums=noise.sums,
+        sigma_counts=noise.counts,
+        sampler=sampler,
+        error=error,
+    )
+
+
+def survivors(
     centres: Centres, sums: torch.Tensor, counts: torch.Tensor, threshold: float
-) -> Centres:
+) -> tuple[Centres, torch.Tensor]:
+    """The clusters whose noisy count reaches ``threshold``, at their noisy means, and those
+    noisy counts (post-processing of the step's output)."""
     keep = counts >= threshold
-    return Centres(sums[keep] / counts[keep, None], centres.groups[keep])
+    return Centres(sums[keep] / counts[keep, None], centres.groups[keep]), counts[keep]
 
 
 Progress = Callable[[int, int], None]
@@ -173,22 +205,12 @@ def dp_kmeans(
         torch.arange(n_groups, device=device),
     )
     splits, total = split_steps(clusters), kmeans_steps(clusters, refine)
-    # At least one record: a mean over a noisy count near zero is noise over noise.
-    threshold = max(drop_below * noise.counts, 1.0)
-    for step in range(total):
-        if 1 <= step <= splits:
+    threshold = drop_threshold(drop_below, noise.counts)
+    for index in range(total):
+        if 1 <= index <= splits:
             centres = _split(centres, generator, clusters)
-        assignment = assign(Z, groups, centres, chunk=chunk)
-        sums, counts = noisy_statistics(
-            Z,
-            assignment,
-            len(centres),
-            sigma_sums=noise.sums,
-            sigma_counts=noise.counts,
-            sampler=sampler,
-            error=error,
-        )
-        centres = _survivors(centres, sums, counts, threshold)
+        sums, counts = step(Z, groups, centres, noise, sampler, error=error, chunk=chunk)
+        centres, _ = survivors(centres, sums, counts, threshold)
         if progress is not None:
-            progress(step + 1, total)
+            progress(index + 1, total)
     return centres

@@ -270,8 +270,25 @@ def test_clustmix_audit_runs_the_release_step() -> None:
     from dpcore.mechanisms.clustmix import audit as clustmix_audit
     from dpcore.mechanisms.clustmix import release as clustmix_release
 
-    assert clustmix_release.noisy_statistics is kmeans.noisy_statistics
     assert clustmix_audit.case().function({}) is kmeans.noisy_statistics
+    # Every step of the release (k-means and final) is kmeans.step, which noises through it.
+    assert clustmix_release.step is kmeans.step
+    with mock.patch.object(kmeans, "noisy_statistics", wraps=kmeans.noisy_statistics) as seen:
+        centres = kmeans.Centres(torch.zeros((1, 2), dtype=torch.float64), torch.tensor([0]))
+        kmeans.step(
+            torch.ones((3, 2), dtype=torch.float64),
+            torch.zeros(3, dtype=torch.int64),
+            centres,
+            kmeans.StepNoise(0.2, 0.7),
+            FastNoise(SecureRandom.from_seed(1)),
+            error=0.0,
+            chunk=2,
+        )
+    assert seen.call_count == 1
+    assert (seen.call_args.kwargs["sigma_sums"], seen.call_args.kwargs["sigma_counts"]) == (
+        0.2,
+        0.7,
+    )
     calls: list[dict[str, Any]] = []
 
     def spy(fn: Callable[..., Any]) -> Callable[..., Any]:

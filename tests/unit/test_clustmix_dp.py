@@ -20,6 +20,7 @@ from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import unit_features
 from service.datasets.parsing import ParsedDataset
+from tests.datasets import unit_dataset
 
 pytestmark = pytest.mark.unit
 
@@ -100,17 +101,7 @@ def _toy(n: int = 240, d: int = 6, k: int = 3) -> ParsedDataset:
     labels = np.repeat(np.arange(k), n // k)
     X = rng.uniform(0, 1, (n, d)) * 0.3
     X[np.arange(n), labels] += 0.7  # one bright feature per class
-    return ParsedDataset(
-        X=X,
-        feature_shape=(d,),
-        feature_names=[f"f{i}" for i in range(d)],
-        labels=labels,
-        classes=list(range(k)),
-        classes_declared=True,
-        lo=np.zeros(d),
-        hi=np.ones(d),
-        clipped_values=0,
-    )
+    return unit_dataset(X, labels, k)
 
 
 class Recorder:

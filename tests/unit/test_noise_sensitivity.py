@@ -20,6 +20,7 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
 from service.datasets.parsing import ParsedDataset
+from tests.datasets import unit_dataset
 
 
 @dataclass
@@ -39,17 +40,7 @@ class Recorder:
 
 
 def _parsed(X: np.ndarray, labels: np.ndarray, n_classes: int) -> ParsedDataset:
-    return ParsedDataset(
-        X=X,
-        feature_shape=(X.shape[1],),
-        feature_names=[f"f{i}" for i in range(X.shape[1])],
-        labels=labels,
-        classes=list(range(n_classes)),
-        classes_declared=True,
-        lo=np.zeros(X.shape[1]),
-        hi=np.ones(X.shape[1]),
-        clipped_values=0,
-    )
+    return unit_dataset(X, labels, n_classes)
 
 
 def _run(mechanism: str, params: dict[str, Any], X: np.ndarray, labels: np.ndarray) -> Recorder:

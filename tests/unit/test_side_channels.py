@@ -30,6 +30,7 @@ from dpcore.mechanisms.secure_random import SecureRandom
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import DatasetMetadata
 from service.errors import ClassesUndeclared
+from tests.datasets import unit_dataset
 from worker.runner import published_classes
 
 N, D, K = 60, 4, 3
@@ -89,17 +90,7 @@ class Trace:
 
 
 def _parsed(X: np.ndarray, labels: np.ndarray) -> ParsedDataset:
-    return ParsedDataset(
-        X=X,
-        feature_shape=(D,),
-        feature_names=[f"f{i}" for i in range(D)],
-        labels=labels,
-        classes=list(range(K)),
-        classes_declared=True,
-        lo=np.zeros(D),
-        hi=np.ones(D),
-        clipped_values=0,
-    )
+    return unit_dataset(X, labels, K)
 
 
 def neighbours() -> tuple[ParsedDataset, ParsedDataset]:

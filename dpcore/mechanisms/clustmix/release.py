@@ -11,10 +11,16 @@ import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import basis_for
-from dpcore.mechanisms.clustmix.accounting import dp_steps
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.inputs import unit_scale
-from dpcore.mechanisms.kmeans import StepNoise, assign, dp_kmeans, noisy_statistics
+from dpcore.mechanisms.kmeans import (
+    StepNoise,
+    dp_kmeans,
+    drop_threshold,
+    kmeans_steps,
+    step,
+    survivors,
+)
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 
 # k of the default basis on image-shaped data (clustering and noise in 64 DCT coefficients).
@@ -44,7 +50,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     Z = basis.project(features).double()  # float64, norm ≤ 1 (a contraction), up to ``error``
     groups = torch.as_tensor(data.labels, device=ctx.device)
     k = len(data.classes)
-    steps = dp_steps(params.model_dump())
+    steps = kmeans_steps(params.clusters_per_class, params.kmeans_refine)
     total = steps + 1
 
     def progress(done: int, _total: int) -> None:
@@ -65,29 +71,20 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         progress=progress,
     )
     final = StepNoise(ctx.sigma("sums"), ctx.sigma("counts"))
-    assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK)
-    sums, counts = noisy_statistics(
-        Z,
-        assignment,
-        len(centres),
-        sigma_sums=final.sums,
-        sigma_counts=final.counts,
-        sampler=ctx.sampler,
-        error=error,
-    )
+    sums, counts = step(Z, groups, centres, final, ctx.sampler, error=error, chunk=ASSIGN_CHUNK)
     ctx.report(total, total, "cluster means")
     # Everything below reads the noisy sums and counts and public facts only.
-    keep = counts >= max(params.drop_below * final.counts, 1.0)
-    means = basis.lift(sums[keep] / counts[keep, None], torch.float64)
+    threshold = drop_threshold(params.drop_below, final.counts)
+    kept, kept_counts = survivors(centres, sums, counts, threshold)
+    means = basis.lift(kept.points, torch.float64)
     # Back to the public domain: features in [0, 1], rows of norm ≤ 1.
     means = means.clamp(0.0, 1.0)
     means = means / means.norm(dim=1, keepdim=True).clamp_min(1.0)
-    classes = centres.groups[keep].cpu().numpy()
-    kept_counts = counts[keep].cpu().numpy()
+    classes = kept.groups.cpu().numpy()
     if params.n_samples is None:
         repeats = np.ones(len(classes), dtype=np.int64)
     elif len(classes):
-        repeats = apportion(kept_counts, params.n_samples)
+        repeats = apportion(kept_counts.cpu().numpy(), params.n_samples)
     else:
         repeats = np.zeros(0, dtype=np.int64)
     rows = int(repeats.sum())
@@ -101,7 +98,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             "labels": "each cluster's class, exact (clusters are formed within classes)",
             "clusters": f"{len(classes)} kept of {len(centres)} after {steps} DP k-means steps "
             f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
-            f"count is at least {max(params.drop_below * final.counts, 1.0):.4g}",
+            f"count is at least {threshold:.4g}",
             "rows": "one per kept cluster"
             if params.n_samples is None
             else "kept clusters' means repeated in proportion to their noisy counts",
