@@ -237,6 +237,15 @@ def write_outputs(
         "sets one), not as the raw noisy rows kept for the owner.",
         "",
     ]
+    knobs = {
+        m: registry.get(m).bench.sweep for m in dict.fromkeys(mechanism_of.values()) if swept(m)
+    }
+    lines += [
+        "The ℓ column is each swept mechanism's sweep parameter: "
+        + ", ".join(f"{m} `{k}`" for m, k in knobs.items())
+        + ".",
+        "",
+    ]
     if extras:
         lines += [f"Extra request params (`--param`): {', '.join(extras)}.", ""]
     lines += [
@@ -360,7 +369,7 @@ def write_outputs(
             ax.axhline(0.1, color="black", linewidth=0.5)
             ax.set_xscale("log", base=2)
             ax.set_ylim(0, 1)
-            ax.set_xlabel("mixture degree ℓ")
+            ax.set_xlabel("ℓ: each mechanism's sweep parameter (see the table)")
             ax.set_ylabel(f"test accuracy ({family})")
             ax.set_title(f"{family}: MNIST, ε = {e:g}, δ = {DELTA:g}", fontsize=9)
             ax.legend(loc="lower right", fontsize=6)

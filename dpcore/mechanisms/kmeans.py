@@ -17,9 +17,10 @@ Centres are initialised without private data: the first step has one centre per 
 origin (so it releases each group's noisy sum and count), and each later step until there are
 ``clusters`` per group splits every surviving centre c into c ± ``SPLIT_OFFSET``·u, u a random
 unit direction (bisecting k-means: public randomness around public centres). Clusters whose
-noisy count falls below ``drop_below`` count-noise stds are dropped: a function of the noisy
-counts (post-processing), so the number of centres, and the work that follows, tell nothing
-more.
+noisy count falls below ``drop_below`` count-noise stds are merged, per group, into one
+remainder cluster, itself dropped when its pooled noisy count is too small (``survivors``): a
+function of the noisy outputs (post-processing), so the number of centres, and the work that
+follows, tell nothing more.
 
 Written by hand: no library runs Lloyd's algorithm on noisy sufficient statistics.
 """
@@ -56,7 +57,11 @@ def split_steps(clusters: int) -> int:
 
 
 def kmeans_steps(clusters: int, refine: int) -> int:
-    """Noisy steps of ``dp_kmeans``: the initial group sums, the splits, ``refine`` more."""
+    """Noisy steps of ``dp_kmeans``: the initial group sums, the splits, ``refine`` more —
+    none for one cluster per group, whose only centre needs no data: every record of a group
+    joins it whatever it is."""
+    if clusters == 1:
+        return 0
     return 1 + split_steps(clusters) + refine
 
 
@@ -170,12 +175,34 @@ def step(
 
 
 def survivors(
-    centres: Centres, sums: torch.Tensor, counts: torch.Tensor, threshold: float
+    centres: Centres,
+    sums: torch.Tensor,
+    counts: torch.Tensor,
+    *,
+    drop_below: float,
+    sigma_counts: float,
 ) -> tuple[Centres, torch.Tensor]:
-    """The clusters whose noisy count reaches ``threshold``, at their noisy means, and those
-    noisy counts (post-processing of the step's output)."""
-    keep = counts >= threshold
-    return Centres(sums[keep] / counts[keep, None], centres.groups[keep]), counts[keep]
+    """The clusters kept after a step, at their noisy means, with their noisy counts
+    (post-processing of the step's output). A cluster whose noisy count reaches
+    ``drop_threshold`` is kept; in each group the m clusters that do not are merged into one
+    (their noisy sums and counts added: a count with noise σ_c·√m), kept when that count
+    reaches the threshold at σ_c·√m. So small clusters pool into their class's remainder
+    instead of vanishing, and a class is lost only when all of it is too small to see."""
+    keep = counts >= drop_threshold(drop_below, sigma_counts)
+    points, groups, kept_counts = (
+        [sums[keep] / counts[keep, None]],
+        [centres.groups[keep]],
+        [counts[keep]],
+    )
+    for g in torch.unique(centres.groups[~keep]).tolist():
+        small = (~keep) & (centres.groups == g)
+        m = int(small.sum())
+        count = counts[small].sum()
+        if float(count) >= drop_threshold(drop_below, sigma_counts * math.sqrt(m)):
+            points.append((sums[small].sum(dim=0) / count)[None, :])
+            groups.append(centres.groups[small][:1])
+            kept_counts.append(count[None])
+    return Centres(torch.cat(points), torch.cat(groups)), torch.cat(kept_counts)
 
 
 Progress = Callable[[int, int], None]
@@ -205,12 +232,13 @@ def dp_kmeans(
         torch.arange(n_groups, device=device),
     )
     splits, total = split_steps(clusters), kmeans_steps(clusters, refine)
-    threshold = drop_threshold(drop_below, noise.counts)
     for index in range(total):
         if 1 <= index <= splits:
             centres = _split(centres, generator, clusters)
         sums, counts = step(Z, groups, centres, noise, sampler, error=error, chunk=chunk)
-        centres, _ = survivors(centres, sums, counts, threshold)
+        centres, _ = survivors(
+            centres, sums, counts, drop_below=drop_below, sigma_counts=noise.counts
+        )
         if progress is not None:
             progress(index + 1, total)
     return centres

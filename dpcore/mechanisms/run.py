@@ -115,6 +115,9 @@ def materialise(output: ReleaseOutput) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """All of a release in memory (benches, tests): (X, Y) as released — post-processed when
     the output says so — and (X_raw, Y_raw) as drawn. The worker streams instead."""
     chunks = [(x.cpu().numpy(), y.cpu().numpy()) for x, y in output.chunks]
+    if not chunks:  # a release of no rows (e.g. ClustMix with every cluster dropped)
+        empty = np.zeros((0, len(output.feature_names)), dtype=np.float32)
+        return empty, np.zeros((0, 0), np.float32), empty, np.zeros((0, 0), np.float32)
     X_raw = np.concatenate([c[0] for c in chunks]).astype(np.float32)
     Y_raw = np.concatenate([c[1] for c in chunks]).astype(np.float32)
     if output.postprocess is None:

@@ -14,7 +14,13 @@ from dpcore.accounting import gdp
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent
 from dpcore.mechanisms.clustmix.release import apportion
-from dpcore.mechanisms.kmeans import Centres, assign, kmeans_steps, noisy_statistics
+from dpcore.mechanisms.kmeans import (
+    Centres,
+    assign,
+    kmeans_steps,
+    noisy_statistics,
+    survivors,
+)
 from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -29,9 +35,22 @@ KEYS = {"clusters_per_class": 16, "kmeans_refine": 1, "kmeans_share": 0.5, "coun
 
 
 def test_steps_of_the_bisecting_schedule() -> None:
-    # One step for the group sums, ⌈log₂ K⌉ splits, then the refinements.
-    assert [kmeans_steps(k, 1) for k in (1, 2, 3, 16, 17)] == [2, 3, 4, 6, 7]
+    # One step for the group sums, ⌈log₂ K⌉ splits, then the refinements; none for K = 1,
+    # whose one centre per group takes every record of the group whatever it is.
+    assert [kmeans_steps(k, 1) for k in (1, 2, 3, 16, 17)] == [0, 3, 4, 6, 7]
     assert kmeans_steps(16, 0) == 5
+    assert kmeans_steps(1, 5) == 0
+
+
+def test_one_cluster_per_class_spends_everything_on_the_final_step() -> None:
+    event = TIGHT.at_sigma(3.0, {**KEYS, "clusters_per_class": 1})
+    assert isinstance(event, ClustMixDPEvent) and event.kmeans_steps == 0
+    s = event.scales()
+    assert set(s) == {"sums", "counts"}  # no k-means noise declared
+    assert event.mu == pytest.approx(math.sqrt(2 / s["sums"] ** 2 + 2 / s["counts"] ** 2))
+    # Half the μ² of the same σ with K > 1 and kmeans_share 0.5.
+    assert event.mu == pytest.approx(TIGHT.at_sigma(3.0, KEYS).mu / math.sqrt(2))
+    assert {n.name for n in event.noise().scales} == {"sums", "counts"}
 
 
 def test_mu_is_the_gdp_composition_of_every_step() -> None:
@@ -171,3 +190,37 @@ def test_admission_refuses_a_basis_wider_than_the_data() -> None:
     params = spec.params.model_validate({"basis": "dct", "basis_dim": 9})
     with pytest.raises(InvalidParams, match="basis_dim 9 exceeds"):
         spec.check(params, facts_of(_toy()))
+
+
+def test_one_cluster_per_class_releases_the_noisy_class_means() -> None:
+    out, recorder = _release({"clusters_per_class": 1, "kmeans_refine": 3}, sigma=0.5)
+    scales = TIGHT.at_sigma(0.5, {**KEYS, "clusters_per_class": 1}).scales()
+    # One step only: the final sums and counts.
+    assert [s for s, _ in recorder.calls] == pytest.approx([scales["sums"], scales["counts"]])
+    Y = torch.cat([y for _, y in out.chunks]).numpy()
+    assert out.rows == len(Y) and sorted(Y.argmax(axis=1).tolist()) == list(range(out.rows))
+
+
+def _survivors(counts: list[float], groups: list[int]) -> tuple[Centres, torch.Tensor]:
+    sums = torch.tensor([[c * (i + 1.0)] for i, c in enumerate(counts)], dtype=torch.float64)
+    centres = Centres(torch.zeros((len(counts), 1), dtype=torch.float64), torch.tensor(groups))
+    return survivors(
+        centres,
+        sums,
+        torch.tensor(counts, dtype=torch.float64),
+        drop_below=2.0,
+        sigma_counts=5.0,
+    )
+
+
+def test_small_clusters_pool_into_their_class_remainder() -> None:
+    # Threshold 2·5 = 10. Class 0: 30 is kept; 6 and 7 pool into 13 < 2·5·√2 ≈ 14.1: dropped.
+    # Class 1: 9 and 8 pool into 17 ≥ 14.1: kept at their pooled mean; nothing is kept alone.
+    kept, counts = _survivors([30.0, 6.0, 7.0, 9.0, 8.0], [0, 0, 0, 1, 1])
+    assert kept.groups.tolist() == [0, 1]
+    assert counts.tolist() == [30.0, 17.0]
+    # Pooled mean: (9·4 + 8·5)/17, the noisy sums added over the noisy counts added.
+    assert kept.points[:, 0].tolist() == pytest.approx([1.0, (9 * 4 + 8 * 5) / 17])
+    # A class whose pooled count is still too small is lost; an empty result is possible.
+    kept, counts = _survivors([3.0, -2.0], [0, 0])
+    assert len(kept) == 0 and counts.shape == (0,)

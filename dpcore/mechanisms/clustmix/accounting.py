@@ -197,7 +197,8 @@ class ClustMixDPEvent(GaussianEvent):
     ``kmeans_share`` = s of the total μ² in equal parts, with the same c within each step:
     μ_k² = s·μ_f²/((1 − s)·T_K), σ_s,k = σ·√((1 − s)·T_K/s). The steps compose adaptively as
     GDP (Dong, Roth, Su 2019, Cor. 3.3): μ² = μ_f²/(1 − s) = 2/((1 − c)(1 − s)σ²), converted
-    to (ε, δ) exactly."""
+    to (ε, δ) exactly. With one cluster per class there are no k-means steps (T_K = 0) and
+    μ² = μ_f²: the whole budget goes to the final step."""
 
     sigma: float
     kmeans_steps: int
@@ -208,8 +209,8 @@ class ClustMixDPEvent(GaussianEvent):
         object.__setattr__(self, "sigma", float(self.sigma))
         _check_sigma(self.sigma)
         steps = _as_int("kmeans_steps", self.kmeans_steps)
-        if steps < 1:
-            raise ValueError(f"kmeans_steps must be >= 1, got {steps}")
+        if steps < 0:
+            raise ValueError(f"kmeans_steps must be >= 0, got {steps}")
         object.__setattr__(self, "kmeans_steps", steps)
         for name in ("kmeans_share", "count_share"):
             value = float(getattr(self, name))
@@ -219,19 +220,18 @@ class ClustMixDPEvent(GaussianEvent):
 
     @property
     def mu(self) -> float:
-        return math.sqrt(2.0 / ((1 - self.count_share) * (1 - self.kmeans_share))) / self.sigma
+        return _mu_factor(self.kmeans_steps, self.kmeans_share, self.count_share) / self.sigma
 
     def scales(self) -> dict[str, float]:
-        """σ of each noise: the final sums and counts, the k-means steps' sums and counts."""
+        """σ of each noise: the final sums and counts, the k-means steps' sums and counts
+        (none without k-means steps: one cluster per class)."""
         c, s = self.count_share, self.kmeans_share
         ratio = math.sqrt((1 - c) / c)
-        kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps / s)
-        return {
-            "sums": self.sigma,
-            "counts": self.sigma * ratio,
-            "kmeans_sums": kmeans,
-            "kmeans_counts": kmeans * ratio,
-        }
+        scales = {"sums": self.sigma, "counts": self.sigma * ratio}
+        if self.kmeans_steps:
+            kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps / s)
+            scales.update(kmeans_sums=kmeans, kmeans_counts=kmeans * ratio)
+        return scales
 
     def noise(self) -> NoiseDescription:
         sigmas = self.scales()
@@ -242,7 +242,9 @@ class ClustMixDPEvent(GaussianEvent):
             "kmeans_counts": ("centres", "every cluster's count at each DP k-means step"),
         }
         scales = tuple(
-            NoiseScale(name, sigmas[name], 1.0, (what[name][0],), what[name][1]) for name in what
+            NoiseScale(name, sigmas[name], 1.0, (what[name][0],), what[name][1])
+            for name in what
+            if name in sigmas
         )
         return NoiseDescription(scales=scales, calibrated="sums")
 
@@ -272,6 +274,13 @@ def dp(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
     return ClustMixDPEvent(sigma, dp_steps(keys), keys["kmeans_share"], keys["count_share"])
 
 
+def _mu_factor(steps: int, kmeans_share: float, count_share: float) -> float:
+    """σ·μ of a dp release: √(2/((1 − c)(1 − s))), or √(2/(1 − c)) without k-means steps
+    (the share s then has nothing to pay for)."""
+    spent = (1 - kmeans_share) if steps else 1.0
+    return math.sqrt(2.0 / ((1 - count_share) * spent))
+
+
 def guess_dp(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
-    factor = math.sqrt(2.0 / ((1 - keys["count_share"]) * (1 - keys["kmeans_share"])))
+    factor = _mu_factor(dp_steps(keys), keys["kmeans_share"], keys["count_share"])
     return _guess(factor, epsilon, delta)

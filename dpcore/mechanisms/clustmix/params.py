@@ -18,14 +18,15 @@ class ClustMixParams(BasisParams):
         description="K: clusters per class that DP k-means aims for (bisecting from one per "
         "class; clusters whose noisy count is too small are dropped, so a release may hold "
         "fewer). Each costs nothing extra per se, but more clusters mean smaller ones, whose "
-        "noisy means are noisier; every split is one more noisy step",
+        "noisy means are noisier; every split is one more noisy step. K = 1: no k-means at all "
+        "(each class's noisy mean, the whole budget on one step) — the choice for small tables",
     )
     kmeans_refine: int = Field(
         default=1,
         ge=0,
         le=64,
         description="Lloyd steps after the last split (each one more noisy step). The k-means "
-        "runs 1 + ⌈log₂ K⌉ + kmeans_refine steps",
+        "runs 1 + ⌈log₂ K⌉ + kmeans_refine steps (none when K = 1)",
     )
     kmeans_share: float = Field(
         default=0.5,
