@@ -224,3 +224,21 @@ def test_small_clusters_pool_into_their_class_remainder() -> None:
     # A class whose pooled count is still too small is lost; an empty result is possible.
     kept, counts = _survivors([3.0, -2.0], [0, 0])
     assert len(kept) == 0 and counts.shape == (0,)
+
+
+def test_spread_jitters_rows_inside_the_domain_without_more_noise() -> None:
+    params = {"clusters_per_class": 2, "n_samples": 300, "spread": 0.5}
+    out, recorder = _release(params, sigma=0.5)
+    scales = TIGHT.at_sigma(0.5, {**KEYS, "clusters_per_class": 2}).scales()
+    # The jitter is post-processing: the mechanism's noise draws are the same as without it.
+    steps = kmeans_steps(2, 1)
+    expected = [scales["kmeans_sums"], scales["kmeans_counts"]] * steps
+    assert [s for s, _ in recorder.calls] == pytest.approx(
+        [*expected, scales["sums"], scales["counts"]]
+    )
+    X = torch.cat([x for x, _ in out.chunks]).numpy()
+    assert len(X) == out.rows == 300
+    assert X.min() >= 0 and X.max() <= 1 and np.linalg.norm(X, axis=1).max() <= 1 + 1e-6
+    # Distinct rows (the means alone give at most 6), spread around their means.
+    assert len(np.unique(X.round(6), axis=0)) == 300
+    assert "jitter" in out.preprocessing["rows"]

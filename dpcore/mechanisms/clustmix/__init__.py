@@ -112,7 +112,7 @@ SPEC = MechanismSpec(
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
     accountants=(TIGHT, PAPER, FIXED),
-    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples"}),
+    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples", "spread"}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

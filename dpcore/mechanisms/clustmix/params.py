@@ -46,8 +46,9 @@ class ClustMixParams(BasisParams):
         default=2.0,
         ge=0,
         description="clusters whose noisy count is below drop_below × the counts' noise std "
-        "are dropped (post-processing of the noisy counts): their noisy means would be mostly "
-        "noise",
+        "are pooled, per class, into one (their noisy sums and counts added), itself dropped "
+        "when its pooled count is below drop_below × its pooled noise std (post-processing of "
+        "the noisy counts): alone, their noisy means would be mostly noise",
     )
     n_samples: int | None = Field(
         default=None,
@@ -56,4 +57,15 @@ class ClustMixParams(BasisParams):
         "class); a number — that many rows, the kept clusters' means repeated in proportion "
         "to their noisy counts (largest remainders), so a model trained on them weights each "
         "cluster by its size. Post-processing either way",
+    )
+    spread: float = Field(
+        default=0.0,
+        ge=0,
+        le=2,
+        description="each released row is its cluster's mean plus Gaussian "
+        "jitter of expected L2 norm ≈ spread (std spread/√d per feature, unit scale; drawn "
+        "without reading data: post-processing), then clipped back to the domain. Gives "
+        "tree models distinct rows to split between. MNIST-10k, spread 0 → 0.5, one release "
+        "each: ε = 10, K = 32: HistGradientBoosting 0.30 → 0.75, sklearn MLP 0.856 → 0.847; "
+        "ε = 1, K = 8: HistGradientBoosting 0.10 → 0.66, sklearn MLP 0.766 → 0.768",
     )

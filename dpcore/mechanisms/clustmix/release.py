@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from dpcore.mechanisms.kmeans import (
     step,
     survivors,
 )
+from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 
 # k of the default basis on image-shaped data (clustering and noise in 128 DCT coefficients).
@@ -33,6 +35,8 @@ from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunCo
 BASIS_DIM = 128
 # Records per chunk of the assignment (memory ≈ chunk × clusters distances).
 ASSIGN_CHUNK = 4096
+# Released rows per chunk.
+ROW_CHUNK = 8192
 
 
 def apportion(weights: np.ndarray, total: int) -> np.ndarray:
@@ -99,10 +103,13 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     else:
         repeats = np.zeros(0, dtype=np.int64)
     rows = int(repeats.sum())
+    jitter = None
+    if params.spread > 0:
+        jitter = Jitter(params.spread / math.sqrt(means.shape[1]), ctx.generator)
     return ReleaseOutput(
         rows=rows,
         feature_names=list(data.feature_names),
-        chunks=_rows(means.float(), classes, repeats, k),
+        chunks=_rows(means.float(), classes, repeats, k, jitter),
         preprocessing={
             **UNIT_SCALE,
             "basis": basis.description,
@@ -111,21 +118,51 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
             f"count is at least {threshold:.4g}; the others of a class are pooled into one, "
             "kept when its pooled noisy count clears the threshold at its pooled noise",
-            "rows": "one per kept cluster"
-            if params.n_samples is None
-            else "kept clusters' means repeated in proportion to their noisy counts",
+            "rows": (
+                "one per kept cluster"
+                if params.n_samples is None
+                else "kept clusters' means repeated in proportion to their noisy counts"
+            )
+            + (
+                f", each plus N(0, ({params.spread:g}/√d)²) jitter per feature, clipped to "
+                "[0, 1] and norm ≤ 1"
+                if params.spread > 0
+                else ""
+            ),
         },
         progress="own",
     )
 
 
+@dataclass(frozen=True)
+class Jitter:
+    """Data-independent Gaussian jitter of each released row (post-processing: drawn from
+    the release's secure source without reading anything private)."""
+
+    std: float
+    generator: SecureRandom
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        noise = self.generator.normal(tuple(rows.shape), device=rows.device, dtype=rows.dtype)
+        out = (rows + self.std * noise).clamp(0.0, 1.0)
+        return out / out.norm(dim=1, keepdim=True).clamp_min(1.0)
+
+
 def _rows(
-    means: torch.Tensor, classes: np.ndarray, repeats: np.ndarray, n_classes: int
+    means: torch.Tensor,
+    classes: np.ndarray,
+    repeats: np.ndarray,
+    n_classes: int,
+    jitter: Jitter | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The released rows in chunks of ``ROW_CHUNK`` (memory bounded whatever n_samples)."""
     if not len(classes) or repeats.sum() == 0:
         return
-    index = torch.as_tensor(np.repeat(np.arange(len(classes)), repeats), device=means.device)
-    labels = torch.as_tensor(np.repeat(classes, repeats), device=means.device)
-    onehot = torch.zeros((len(index), n_classes), dtype=means.dtype, device=means.device)
-    onehot[torch.arange(len(index)), labels] = 1
-    yield means[index], onehot
+    index_all = np.repeat(np.arange(len(classes)), repeats)
+    for start in range(0, len(index_all), ROW_CHUNK):
+        index = torch.as_tensor(index_all[start : start + ROW_CHUNK], device=means.device)
+        labels = torch.as_tensor(classes, device=means.device)[index]
+        onehot = torch.zeros((len(index), n_classes), dtype=means.dtype, device=means.device)
+        onehot[torch.arange(len(index), device=means.device), labels] = 1
+        rows = means[index]
+        yield (rows if jitter is None else jitter(rows)), onehot
