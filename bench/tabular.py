@@ -36,20 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpcore.evaluation import Release, class_indices, preprocess_test  # noqa: E402
+from bench.sweet_spot import make_release, request_params  # noqa: E402
+from dpcore.evaluation import class_indices, preprocess_test  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
-from dpcore.mechanisms.run import (  # noqa: E402
-    build,
-    facts_of,
-    materialise,
-    params_of,
-    randomness,
-)
 from service.datasets.parsing import ParsedDataset, parse_dataset  # noqa: E402
 from service.datasets.schemas import Budget, DatasetMetadata  # noqa: E402
 
@@ -92,19 +85,21 @@ DATASETS: dict[str, Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray | None
     "make_classification": _synthetic,
 }
 
-# (mechanism, request params) per configuration: ClustMix over clusters per class, the mixing
-# mechanisms over ℓ with one output row per private row, the baselines once.
-CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("clustmix", {"clusters_per_class": 1}),
-    ("clustmix", {"clusters_per_class": 2, "kmeans_refine": 0}),
-    ("clustmix", {"clusters_per_class": 4, "kmeans_refine": 0}),
-    ("clustmix", {"clusters_per_class": 16}),
-    ("dpmix", {"mixture_degree": 4}),
-    ("dpmix", {"mixture_degree": 16}),
-    ("dpcda", {"mixture_degree": 4}),
-    ("dpcda", {"mixture_degree": 16}),
-    ("local_perturbation", {}),
-    ("random_projection", {"projection_dim": 10}),
+# (mechanism, value of its sweep parameter or None, further request params) per configuration:
+# ClustMix over clusters per class, the mixing mechanisms over ℓ, the baselines once. Requests
+# are the mechanisms' sweet-spot hints (bench.sweet_spot.request_params) with these merged in,
+# and one released row per private row wherever the mechanism takes n_samples.
+CONFIGS: tuple[tuple[str, int | None, dict[str, Any]], ...] = (
+    ("clustmix", 1, {}),
+    ("clustmix", 2, {"kmeans_refine": 0}),
+    ("clustmix", 4, {"kmeans_refine": 0}),
+    ("clustmix", 16, {}),
+    ("dpmix", 4, {}),
+    ("dpmix", 16, {}),
+    ("dpcda", 4, {}),
+    ("dpcda", 16, {}),
+    ("local_perturbation", None, {}),
+    ("random_projection", None, {"projection_dim": 10}),
 )
 
 
@@ -185,56 +180,31 @@ def run_one(
     X_test: np.ndarray,
     y_test: np.ndarray,
     mechanism: str,
-    request: Mapping[str, Any],
+    sweep: int | None,
+    extra: Mapping[str, Any],
     epsilon: float,
     delta: float,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     spec = registry.get(mechanism)
-    counts = np.bincount(parsed.labels)
-    params = dict(request)
-    if "mixture_degree" in params:
-        params["n_samples"] = parsed.n_rows
-        if mechanism == "dpcda":
-            params["min_class_size"] = int(counts.min())
-    if mechanism == "clustmix":
-        params["n_samples"] = parsed.n_rows
-    model = params_of(spec, params)
-    accountant = spec.accountant("tight")
-    keys = spec.accountant_keys(accountant, model, facts_of(parsed))
-    event = accountant.calibrate(epsilon, delta, keys)
-    noise = event.noise()
-    generator, draws = randomness("secure")
-    output = build(
-        spec,
-        model,
-        parsed,
-        noise=noise,
-        sampler=draws,
-        generator=generator,
-        device=torch.device("cpu"),
-    )
-    X, Y, _, _ = materialise(output)
-    metadata = {
-        "mechanism": mechanism,
-        "params": model.model_dump(),
-        "classes": list(parsed.classes),
-        "feature_shape": list(parsed.feature_shape),
-        "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
-    }
-    release = Release(X.astype(np.float64), Y.astype(np.float64), metadata, output.extra)
+    min_class = int(np.bincount(parsed.labels).min())
+    params = request_params(spec, sweep, parsed.n_rows, min_class, extra)
+    if "n_samples" in spec.params.model_fields:
+        params.setdefault("n_samples", parsed.n_rows)
+    shown = {spec.bench.sweep: sweep, **extra} if spec.bench.sweep else dict(extra)
+    release, event = make_release(mechanism, params, parsed, epsilon, delta)
     Xt = preprocess_test(release, X_test)
     yt = class_indices(release, y_test)
     row: dict[str, Any] = {
         "dataset": dataset,
         "mechanism": mechanism,
-        "params": json.dumps(dict(request), sort_keys=True),
+        "params": json.dumps(shown, sort_keys=True),
         "epsilon": epsilon,
         "delta": delta,
-        "rows": len(X),
+        "rows": len(release.X),
         "charge": event.epsilon(delta),
     }
-    labels = release.Y.argmax(axis=1) if len(X) else np.zeros(0, dtype=np.int64)
+    labels = release.Y.argmax(axis=1) if len(release.X) else np.zeros(0, dtype=np.int64)
     row.update(scores(release.X, labels, len(parsed.classes), Xt, yt))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
@@ -395,7 +365,7 @@ def main() -> None:
     parser.add_argument(
         "--mechanisms",
         nargs="+",
-        default=sorted({m for m, _ in CONFIGS}),
+        default=sorted({m for m, _, _ in CONFIGS}),
         help="configurations of these mechanisms only",
     )
     parser.add_argument("--quick", action="store_true", help="one repeat, wine only")
@@ -428,7 +398,7 @@ def main() -> None:
             parsed = parse(dataset, X_train, y_train, declared_bounds(X, documented))
             delta = 1.0 / parsed.n_rows
             keep(non_private(dataset, parsed, X_test, y_test))
-            for mechanism, request in CONFIGS:
+            for mechanism, sweep, extra in CONFIGS:
                 if mechanism not in args.mechanisms:
                     continue
                 for _ in range(args.repeats):
@@ -439,7 +409,8 @@ def main() -> None:
                             X_test,
                             y_test,
                             mechanism,
-                            request,
+                            sweep,
+                            extra,
                             args.epsilon,
                             delta,
                         )
