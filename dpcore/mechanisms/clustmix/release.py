@@ -92,9 +92,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         centres, sums, counts, drop_below=params.drop_below, sigma_counts=final.counts
     )
     means = basis.lift(kept.points, torch.float64)
-    # Back to the public domain: features in [0, 1], rows of norm ≤ 1.
-    means = means.clamp(0.0, 1.0)
-    means = means / means.norm(dim=1, keepdim=True).clamp_min(1.0)
+    means = to_domain(means)
     classes = kept.groups.cpu().numpy()
     if params.n_samples is None:
         repeats = np.ones(len(classes), dtype=np.int64)
@@ -134,6 +132,12 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     )
 
 
+def to_domain(rows: torch.Tensor) -> torch.Tensor:
+    """Rows back in the public domain: features in [0, 1], then rows of norm ≤ 1."""
+    rows = rows.clamp(0.0, 1.0)
+    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1.0)
+
+
 @dataclass(frozen=True)
 class Jitter:
     """Data-independent Gaussian jitter of each released row (post-processing: drawn from
@@ -144,8 +148,7 @@ class Jitter:
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         noise = self.generator.normal(tuple(rows.shape), device=rows.device, dtype=rows.dtype)
-        out = (rows + self.std * noise).clamp(0.0, 1.0)
-        return out / out.norm(dim=1, keepdim=True).clamp_min(1.0)
+        return to_domain(rows + self.std * noise)
 
 
 def _rows(
@@ -159,9 +162,10 @@ def _rows(
     if not len(classes) or repeats.sum() == 0:
         return
     index_all = np.repeat(np.arange(len(classes)), repeats)
+    cluster_class = torch.as_tensor(classes, device=means.device)
     for start in range(0, len(index_all), ROW_CHUNK):
         index = torch.as_tensor(index_all[start : start + ROW_CHUNK], device=means.device)
-        labels = torch.as_tensor(classes, device=means.device)[index]
+        labels = cluster_class[index]
         onehot = torch.zeros((len(index), n_classes), dtype=means.dtype, device=means.device)
         onehot[torch.arange(len(index), device=means.device), labels] = 1
         rows = means[index]
