@@ -153,6 +153,10 @@ class Accountant:
     # reproduces a paper's number for researchers but may not back a ledger charge.
     valid_bound: bool = True
     caveat: str = ""
+    # False where the analysis is of an algorithm the service never runs (a clustering fixed
+    # in advance, say): ``dprelease account`` evaluates it, no release may use it — not even a
+    # research release (``valid_bound`` False, owner-only, charged nothing).
+    releases: bool = True
     # Fills analysis parameters that depend on the target (ε, δ) before calibrating.
     prepare: Prepare | None = field(repr=False, default=None)
     # Mechanism parameters this accountant does not take as keys because its analysis covers

@@ -1,11 +1,14 @@
 """ClustMix — cluster-based mixing from "Approximate, Adapt, Anonymize (3A)" (Madl et al.).
 
-Served as variant ``dp`` (issue 12): every data-dependent step private and charged — DP k-means
-per class (``dpcore.mechanisms.kmeans``), then each kept cluster's noisy sum over its noisy
-count (``release``), accounted by ``tight`` (``accounting.ClustMixDPEvent``). The paper's own
-algorithm (GMM, KIP, Eq. 8) is not served: Eq. 8 charges only the final averaging, so its ε is
-not a bound; ``dprelease account clustmix --accountant paper`` evaluates it for reproduction, and
-``fixed`` evaluates the averaging alone over a clustering fixed in advance.
+Variant ``dp`` (the default): every data-dependent step private and charged — DP k-means per
+class (``dpcore.mechanisms.kmeans``), then each kept cluster's noisy sum over its noisy count
+(``release``), accounted by ``tight`` (``accounting.ClustMixDPEvent``).
+
+Variant ``paper``: the paper's Algorithm 2 (``paper``: random slicing, size-constrained GMM, KIP
+adaptation, Eq. 8 noise per cluster), accounted by ``paper``. Eq. 8 charges only the final
+averaging, so its ε is not a bound: the service runs it only as an owner-only research release
+(``research: true``), charged nothing. ``fixed`` evaluates the averaging alone over a clustering
+fixed in advance — an algorithm nobody runs, so ``dprelease account`` only.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
-from dpcore.mechanisms.clustmix.params import ClustMixParams
+from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams
 from dpcore.mechanisms.spec import AuditSpec, BenchCase, BenchHints, MechanismSpec, PublicFacts
 
 _MATH = f"{__name__}.accounting"
@@ -47,15 +50,28 @@ PAPER = Accountant(
     mechanism="clustmix",
     name="paper",
     summary="Madl et al. Eq. 8: μ = √(CD)/(lσ)-GDP for the final noisy averaging only, "
-    "converted exactly; reproduction only",
+    "converted exactly; reproduction only (variant paper, research releases)",
     keys=(
-        _CLUSTER_SIZE,
+        Key(
+            "cluster_size",
+            int,
+            "l = l_min: every cluster's least size (or give sigma_max with a target ε)",
+            required=False,
+        ),
+        Key(
+            "sigma_max",
+            float,
+            "σ_max: with a target ε, l_min is the least l whose Eq. 8 σ is ≤ σ_max",
+            required=False,
+        ),
         Key("n_classes", int, "C: number of classes"),
         Key("n_features", int, "D: feature dimension"),
         *(_unused(k) for k in _DP_KEYS),
     ),
     build=lazy(_MATH, "paper"),
     guess=lazy(_MATH, "guess_paper"),
+    prepare=lazy(_MATH, "prepare_paper"),
+    assumes={"variant": "paper"},
     valid_bound=False,
     caveat=(
         "Eq. 8 counts only the final noisy averaging; the GMM clustering, cluster sizes "
@@ -79,6 +95,9 @@ FIXED = Accountant(
     guess=lazy(_MATH, "guess_tight"),
     valid_bound=False,
     caveat="covers the averaging step only, for a clustering that does not read the data",
+    # A clustering that reads no data is not what either variant runs: offline only.
+    releases=False,
+    assumes={"variant": "paper", "sigma_max": None},
 )
 
 TIGHT = Accountant(
@@ -90,6 +109,7 @@ TIGHT = Accountant(
     keys=_DP_KEYS,
     build=lazy(_MATH, "dp"),
     guess=lazy(_MATH, "guess_dp"),
+    assumes={"variant": "dp", "cluster_size": None, "sigma_max": None},
 )
 
 
@@ -106,13 +126,15 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
 SPEC = MechanismSpec(
     name="clustmix",
     title="ClustMixRequest",
-    summary="Cluster-based mixing (3A), variant dp: DP k-means within each class, then each "
-    "kept cluster's noisy mean; every step charged",
+    summary="Cluster-based mixing (3A). Variant dp: DP k-means within each class, then each "
+    "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
+    "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
     output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
     accountants=(TIGHT, PAPER, FIXED),
-    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples", "spread"}),
+    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples", "spread"})
+    | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

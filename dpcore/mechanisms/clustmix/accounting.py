@@ -99,10 +99,31 @@ class ClustMixPaperEvent(GaussianEvent):
         return gdp.delta_of(self.mu, epsilon)
 
     def noise(self) -> NoiseDescription:
-        return _means_noise(self.sigma, means_sensitivity(self.cluster_size))
+        # cluster_size travels with the release's parameters: given sigma_max, it is the l_min
+        # the calibration fixed (Algorithm 2 line 2), which the release's clustering needs.
+        return _means_noise(
+            self.sigma,
+            means_sensitivity(self.cluster_size),
+            analysis={"cluster_size": self.cluster_size},
+        )
+
+    def cluster_sigma(self, size: int) -> float:
+        """Eq. 8's σ_t for a cluster of ``size`` ≥ l records (Algorithm 2 line 16): the σ
+        that gives the same μ at that size, σ·l/size."""
+        if size < self.cluster_size:
+            raise ValueError(f"a cluster of {size} < l = {self.cluster_size} records")
+        return self.sigma * self.cluster_size / size
 
     def describe(self) -> dict[str, Any]:
-        return {"mechanism": "clustmix", "accountant": "paper", "mu": self.mu, **asdict(self)}
+        return {
+            "mechanism": "clustmix",
+            "accountant": "paper",
+            "variant": "paper",
+            "covers": "Eq. 8: the final noisy averaging only; the GMM clustering, cluster sizes "
+            "and KIP adaptation read the data unaccounted — NOT a differential-privacy bound",
+            "mu": self.mu,
+            **asdict(self),
+        }
 
 
 @dataclass(frozen=True)
@@ -144,16 +165,40 @@ class ClustMixEvent(GaussianEvent):
         }
 
 
-def _means_noise(sigma: float, sensitivity: float) -> NoiseDescription:
+def _means_noise(
+    sigma: float, sensitivity: float, analysis: Mapping[str, float] | None = None
+) -> NoiseDescription:
     # Labels are the clusters' classes (fixed by the clustering): only the means are noised.
     scale = NoiseScale(
         "means", sigma, sensitivity, ("features",), "every cluster's mean of clipped records"
     )
-    return NoiseDescription(scales=(scale,), calibrated="means")
+    return NoiseDescription(scales=(scale,), calibrated="means", analysis=dict(analysis or {}))
 
 
 def paper(sigma: float, keys: Mapping[str, Any]) -> ClustMixPaperEvent:
+    if keys.get("cluster_size") is None:
+        raise ValueError(
+            "clustmix/paper needs cluster_size (l_min), or sigma_max with a target ε"
+        )
     return ClustMixPaperEvent(keys["cluster_size"], keys["n_classes"], keys["n_features"], sigma)
+
+
+def prepare_paper(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
+    """Algorithm 2 line 2: given σ_max and no l, l_min = the least l at which Eq. 8 meets
+    (ε, δ) with σ ≤ σ_max, i.e. ⌈√(CD)/(σ_max·μ(ε, δ))⌉, checked by the event itself (the
+    closed form's rounding never decides)."""
+    if keys.get("cluster_size") is not None:
+        return keys
+    sigma_max = keys.get("sigma_max")
+    if sigma_max is None:
+        raise ValueError("clustmix/paper needs cluster_size (l_min) or sigma_max")
+    root = math.sqrt(keys["n_classes"] * keys["n_features"])
+    ell = max(2, math.ceil(root / (sigma_max * gdp.mu_for_epsilon(epsilon, delta))))
+    while ell > 2 and paper(sigma_max, {**keys, "cluster_size": ell - 1}).epsilon(delta) <= epsilon:
+        ell -= 1
+    while paper(sigma_max, {**keys, "cluster_size": ell}).epsilon(delta) > epsilon:
+        ell += 1
+    return {**keys, "cluster_size": ell}
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> ClustMixEvent:
@@ -169,6 +214,8 @@ def _guess(sensitivity: float, epsilon: float, delta: float) -> float:
 
 
 def guess_paper(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
+    if keys.get("cluster_size") is None:
+        return 1.0
     return _guess(
         math.sqrt(keys["n_classes"] * keys["n_features"]) / keys["cluster_size"], epsilon, delta
     )

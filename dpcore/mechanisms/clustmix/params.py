@@ -1,15 +1,29 @@
-"""ClustMix's parameters (variant ``dp``): the one definition the API schema, the accountants'
-keys and the worker derive from."""
+"""ClustMix's parameters (both variants): the one definition the API schema, the accountants'
+keys and the worker derive from. Fields of one variant keep their defaults in the other: a
+request that sets one of them away from its default under the other variant is refused, never
+silently ignored."""
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
 
 from dpcore.mechanisms.basis import BASIS_RULE, BasisParams
 
 
 class ClustMixParams(BasisParams):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [BASIS_RULE]})
+
+    variant: Literal["dp", "paper"] = Field(
+        default="dp",
+        description="dp (default, accountant tight): every data-dependent step private and "
+        "charged — DP k-means per class, then each kept cluster's noisy mean. paper (accountant "
+        "paper, research releases only): Algorithm 2 of the paper — random slicing, a "
+        "size-constrained GMM, KIP adaptation, Eq. 8 noise — whose clustering, cluster sizes "
+        "and adaptation read the data unaccounted: its ε is NOT a bound, so it runs only as an "
+        "owner-only research release (`research: true`), charged nothing (docs/privacy.md)",
+    )
 
     clusters_per_class: int = Field(
         default=16,
@@ -69,3 +83,114 @@ class ClustMixParams(BasisParams):
         "each: ε = 10, K = 32: HistGradientBoosting 0.30 → 0.75, sklearn MLP 0.856 → 0.847; "
         "ε = 1, K = 8: HistGradientBoosting 0.10 → 0.66, sklearn MLP 0.766 → 0.768",
     )
+
+    # ---- variant paper (Algorithm 2 of the paper; research releases only) ----
+    cluster_size: int | None = Field(
+        default=None,
+        ge=2,
+        description="variant paper: l_min, the least records of any cluster. Give it, or "
+        "sigma_max with a target ε (then l_min = the least l whose Eq. 8 σ at that ε is "
+        "≤ sigma_max, as Algorithm 2 line 2, recorded here in the release's parameters); "
+        "given, it wins over sigma_max",
+    )
+    sigma_max: float | None = Field(
+        default=None,
+        gt=0,
+        description="variant paper: σ_max, the largest noise std of any cluster (Algorithm 2's "
+        "input); with a target ε it fixes l_min (cluster_size)",
+    )
+    slice_rows: int = Field(
+        default=2000,
+        ge=2,
+        le=20000,
+        description="variant paper: random slicing — each class is cut into regions of about "
+        "this many records along a random direction; the GMM, its size constraint and the "
+        "memberships are solved per region (the constrained assignment is cubic in its size)",
+    )
+    gmm_iters: int = Field(
+        default=30,
+        ge=0,
+        le=1000,
+        description="variant paper: EM iterations of the isotropic GMM per region before the "
+        "size-constrained assignment (0: size-constrained k-means from random centres)",
+    )
+    alpha: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="variant paper: α of Eq. 6, the weight of staying near the GMM centroids "
+        "(1: no adaptation) against the KIP kernel-ridge loss (0: KIP alone)",
+    )
+    ridge: float = Field(
+        default=1e-3, gt=0, description="variant paper: λ, the kernel ridge of Eq. 6"
+    )
+    kernel: Literal["rbf", "ntk"] = Field(
+        default="rbf",
+        description="variant paper: KIP's kernel — rbf exp(−‖x − x′‖²/(2w²)), or the NTK of a "
+        "fully-connected ReLU network of ntk_depth hidden layers",
+    )
+    kernel_width: float = Field(
+        default=1.0, gt=0, description="variant paper: w of the rbf kernel (unit scale)"
+    )
+    ntk_depth: int = Field(
+        default=1, ge=1, le=8, description="variant paper: hidden layers of the NTK"
+    )
+    kip_steps: int = Field(
+        default=100,
+        ge=0,
+        le=100000,
+        description="variant paper: Adam steps of the KIP adaptation (0: none)",
+    )
+    kip_lr: float = Field(default=0.01, gt=0, description="variant paper: Adam's step size")
+    kip_batch: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description="variant paper: real records per KIP step (the targets of Eq. 6)",
+    )
+
+    @model_validator(mode="after")
+    def _one_variant(self) -> ClustMixParams:
+        own = PAPER_ONLY if self.variant == "dp" else DP_ONLY
+        changed = sorted(
+            name for name in own if getattr(self, name) != type(self).model_fields[name].default
+        )
+        if changed:
+            raise ValueError(
+                f"{', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not apply to "
+                f"variant {self.variant}"
+            )
+        return self
+
+
+# The fields only one variant reads (n_samples applies to both).
+DP_ONLY: frozenset[str] = frozenset(
+    {
+        "clusters_per_class",
+        "kmeans_refine",
+        "kmeans_share",
+        "count_share",
+        "drop_below",
+        "spread",
+        "basis",
+        "basis_dim",
+    }
+)
+PAPER_ONLY: frozenset[str] = frozenset(
+    {
+        "cluster_size",
+        "sigma_max",
+        "slice_rows",
+        "gmm_iters",
+        "alpha",
+        "ridge",
+        "kernel",
+        "kernel_width",
+        "ntk_depth",
+        "kip_steps",
+        "kip_lr",
+        "kip_batch",
+    }
+)
+
+
