@@ -183,6 +183,14 @@ def release_options(func: F) -> F:
             help="secure (the service's default): lattice + CSPRNG noise; fast: torch floats.",
         ),
         click.option(
+            "--research",
+            is_flag=True,
+            default=False,
+            help="Opt in to an owner-only research release, charged nothing: required by an "
+            "accountant whose ε is not a valid bound (e.g. clustmix -p variant=paper "
+            "--accountant paper); its ε is reported as a claim only.",
+        ),
+        click.option(
             "--format",
             "fmt",
             type=click.Choice(FORMATS),
@@ -209,6 +217,7 @@ def build_release_body(
     accountant: str | None,
     fmt: str,
     noise_sampler: str | None = None,
+    research: bool = False,
 ) -> dict[str, Any]:
     if (epsilon is None) == (sigma_x is None):
         raise click.UsageError("give exactly one of --epsilon or --sigma-x")
@@ -235,6 +244,8 @@ def build_release_body(
         body["accountant"] = accountant
     if noise_sampler is not None:
         body["noise_sampler"] = noise_sampler
+    if research:
+        body["research"] = True
     return body
 
 
@@ -465,6 +476,7 @@ def release(
     delta: float | None,
     accountant: str | None,
     noise_sampler: str | None,
+    research: bool,
     fmt: str,
     wait: bool,
     output: Path | None,
@@ -486,10 +498,13 @@ def release(
         accountant=accountant,
         fmt=fmt,
         noise_sampler=noise_sampler,
+        research=research,
     )
     api = state.api()
     created = api.create_release(body)
     say(f"release {created.get('id')} {created.get('status')}")
+    if created.get("research"):
+        say(created["research"].get("statement", ""))
     if not wait:
         emit(created)
         return
@@ -608,6 +623,7 @@ def preview(
     delta: float | None,
     accountant: str | None,
     noise_sampler: str | None,
+    research: bool,
     fmt: str,
 ) -> None:
     """Show the noise and budget charge a release would have, without running it."""
@@ -623,6 +639,7 @@ def preview(
         accountant=accountant,
         fmt=fmt,
         noise_sampler=noise_sampler,
+        research=research,
     )
     emit(state.api().preview_release(body))
 

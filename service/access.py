@@ -1,7 +1,8 @@
 """Object-level access: who may see which dataset, release and grant.
 
 Owners see their own datasets and releases; analysts see releases of datasets they were
-granted; admins read everything. Anything else answers 404, exactly like a missing id (same
+granted; admins read everything — except research releases (``service.releases.research``),
+which only the dataset's owner sees. Anything else answers 404, exactly like a missing id (same
 status, code and message), so an id never tells a caller that an object exists. Role checks
 (403) run before any lookup and so say nothing about ids either.
 """
@@ -64,12 +65,19 @@ def release_for(
     dataset = session.get(Dataset, release.dataset_id)
     allowed = dataset is not None and (
         dataset.owner_id == principal.id
-        if manage
+        if manage or release.research is not None
         else can_read_dataset(session, principal=principal, dataset=dataset)
     )
     if not allowed:
         raise NotFound(f"release {release_id} not found")
     return release
+
+
+def may_see(release: Release, principal: Principal) -> bool:
+    """Within datasets the caller may read: every release but another owner's research
+    release (only the owner of a research release's dataset requested it: ``plan`` reads the
+    dataset with ``manage``)."""
+    return release.research is None or release.requested_by == principal.id
 
 
 def grant_for(session: Session, *, dataset: Dataset, grant_id: str) -> Grant:

@@ -183,6 +183,10 @@ class Release(Base):
     artifacts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # The owner's held-out dataset for an owner-only utility report (raw data: never shared).
     report_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
+    # A research release (an accountant whose ε is not a bound, run under the owner's opt-in):
+    # {claimed_epsilon, claimed_delta, caveat, statement}; shown to the dataset's owner only,
+    # charged nothing (service.releases.research). Null for every other release.
+    research: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Its ledger entry (read-only here: only the ledger writes entries): how the filter
     # charged it, shown as the release's charge.
     ledger_entry: Mapped[LedgerEntry | None] = relationship(
@@ -194,7 +198,8 @@ class Release(Base):
 
 
 class LedgerEntry(Base):
-    """One release's cost. Entries are never deleted; state only moves reserved → final."""
+    """One release's cost. Entries are never deleted; state only moves reserved → final. A
+    research release's entry is born in its final state ``research``, at zero cost."""
 
     __tablename__ = "ledger_entries"
     __table_args__ = (
@@ -202,6 +207,13 @@ class LedgerEntry(Base):
             "(charged_as = 'basic') OR (charged_as = 'renyi' AND group_delta IS NOT NULL "
             "AND rdp IS NOT NULL)",
             name="ck_ledger_entries_charged_as",
+        ),
+        # A research entry (an owner-only release whose accountant is not a bound) is free,
+        # and only research entries are state 'research' (migration 0014).
+        CheckConstraint(
+            "(state <> 'research') OR (epsilon = 0 AND delta = 0 AND consumed_epsilon = 0 "
+            "AND consumed_delta = 0 AND charged_as = 'basic')",
+            name="ck_ledger_entries_research_free",
         ),
     )
 

@@ -94,6 +94,8 @@ class Job:
     report_dataset: tuple[str, str, str, DatasetMetadata] | None = None  # key, sha, file, meta
     # Further files an earlier attempt's upload claim declared (none before any claim).
     declared: tuple[lifecycle.ArtifactRecord, ...] = ()
+    # A research release's claim (service.releases.research): stated in its metadata.
+    research: dict[str, Any] | None = None
 
     @property
     def artifact_key(self) -> str:
@@ -194,6 +196,7 @@ def _job_of(session: Any, release: Release) -> Job:
         metadata=_metadata_of(dataset, budget),
         report_dataset=report_dataset,
         declared=lifecycle.declared_artifacts(release),
+        research=release.research,
     )
 
 
@@ -600,6 +603,8 @@ def _release_metadata(
         "params": job.params,
         "noise": release_noise.from_description(job.noise, job.noise_sampler).model_dump(),
         "charge": {"epsilon": job.epsilon, "delta": job.delta},
+        # First thing a reader of a research release's file must know: its ε is a claim only.
+        **({"research": job.research} if job.research is not None else {}),
         "accountant": {
             "name": job.accountant,
             "method": registry.accountant(job.mechanism, job.accountant).summary,

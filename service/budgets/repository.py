@@ -56,7 +56,10 @@ def release_counts(session: Session, *, dataset_ids: Sequence[str]) -> dict[str,
         return {}
     stmt = (
         select(LedgerEntry.dataset_id, func.count())
-        .where(LedgerEntry.dataset_id.in_(dataset_ids), LedgerEntry.state != "refunded")
+        .where(
+            LedgerEntry.dataset_id.in_(dataset_ids),
+            LedgerEntry.state.not_in(("refunded", "research")),
+        )
         .group_by(LedgerEntry.dataset_id)
     )
     return {dataset_id: int(count) for dataset_id, count in session.execute(stmt)}

@@ -37,7 +37,15 @@ class LedgerEntryOut(BaseModel):
     )
     consumed_epsilon: float = Field(description="What its admission added to the spent ε")
     consumed_delta: float = Field(description="What its admission added to the spent δ")
-    state: str = Field(description="reserved, committed or refunded")
+    state: str = Field(
+        description="reserved, committed or refunded; research: an owner-only research release "
+        "(its accountant's ε is not a bound), charged nothing and never held by the filter"
+    )
+    research: str | None = Field(
+        default=None,
+        description="A research entry's statement in words: what its accountant claimed and "
+        "why that is not a bound",
+    )
     created_at: datetime
     settled_at: datetime | None
     running_total: float = Field(

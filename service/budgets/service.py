@@ -25,6 +25,8 @@ from service.errors import BudgetExceeded, InvalidInput, NotFound
 from service.models import DatasetBudget, LedgerEntry, Principal, utcnow
 
 RESERVED, COMMITTED, REFUNDED = "reserved", "committed", "refunded"
+# A research release's entry (service.releases.research): born final, ε = δ = 0, never held.
+RESEARCH = "research"
 HOLDING = (RESERVED, COMMITTED)
 
 # Relative slack added to every composed spend before it is compared or shown. It covers
@@ -211,6 +213,65 @@ def admit(
     )
 
 
+def record_research(
+    session: Session,
+    *,
+    dataset_id: str,
+    release_id: str,
+    mechanism: str,
+    params: dict[str, Any],
+    description: dict[str, Any],
+) -> LedgerEntry:
+    """Record a research release: an entry in its final state ``research`` at ε = δ = 0,
+    which the filter never holds. Its description carries the accountant's claim in words
+    (``description["research"]``); the database pins such entries free (migration 0014).
+    Takes the budget row lock like every other entry, so the ledger's order is admission's."""
+    if not isinstance(description.get("research"), dict):
+        raise ValueError("a research entry must describe its claim")
+    if repository.lock_budget(session, dataset_id=dataset_id) is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    now = utcnow()
+    return repository.add_entry(
+        session,
+        LedgerEntry(
+            dataset_id=dataset_id,
+            release_id=release_id,
+            mechanism=mechanism,
+            params=params,
+            description=description,
+            epsilon=0.0,
+            delta=0.0,
+            rdp=None,
+            mu=None,
+            charged_as="basic",
+            group_delta=None,
+            consumed_epsilon=0.0,
+            consumed_delta=0.0,
+            state=RESEARCH,
+            created_at=now,
+            # Settled at admission: its end time would otherwise follow the job's run time.
+            settled_at=now,
+        ),
+    )
+
+
+def preview_free(session: Session, *, dataset_id: str) -> dict[str, Any]:
+    """``preview`` of a release that charges nothing (a research release): the budget as it
+    is, admissible whatever is left."""
+    budget = _budget(session, dataset_id)
+    holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
+    status = _status(budget, holding)
+    return {
+        **status.model_dump(),
+        "total_after": status.reserved,
+        "remaining_after": status.remaining,
+        "delta_after": status.delta_reserved,
+        "delta_remaining_after": status.delta_remaining,
+        "charged_as": RESEARCH,
+        "admissible": True,
+    }
+
+
 def _check_amount(cost: Cost, budget: DatasetBudget) -> None:
     """The ledger's own guard, whatever the caller checked: a release that reads private data
     costs a finite ε > 0, at a δ within the budget's (``Cost`` already keeps δ in [0, 1))."""
@@ -289,6 +350,7 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
                 consumed_epsilon=consumed_epsilon,
                 consumed_delta=consumed_delta,
                 state=entry.state,
+                research=_research_statement(entry),
                 created_at=entry.created_at,
                 settled_at=entry.settled_at,
                 running_total=round_up(state.epsilon),
@@ -296,3 +358,8 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
             )
         )
     return Ledger(dataset_id=dataset_id, entries=out, **_status(budget, holding).model_dump())
+
+
+def _research_statement(entry: LedgerEntry) -> str | None:
+    claim = entry.description.get("research") if entry.state == RESEARCH else None
+    return str(claim.get("statement")) if isinstance(claim, dict) else None

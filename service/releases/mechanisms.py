@@ -89,6 +89,7 @@ def catalogue() -> MechanismList:
                         summary=acc.summary,
                         valid_bound=acc.valid_bound,
                         caveat=acc.caveat or None,
+                        releases=acc.releases,
                     )
                     for acc in sorted(spec.accountants, key=lambda a: a.name)
                 ],

@@ -78,6 +78,14 @@ class _ReleaseCommon(BaseModel):
         "then attaches a utility report computed on that raw data, visible to you only "
         "(GET /releases/{id}/report)",
     )
+    research: bool = Field(
+        default=False,
+        description="Opt in to a research release, required by (and only by) an accountant "
+        "whose ε is NOT a valid bound (a paper's own analysis, e.g. clustmix variant paper): "
+        "the release is shown to you, the dataset's owner, only — never to analysts (grants "
+        "do not reach it) nor admins — cannot be downloaded by anyone else, and charges "
+        "nothing to the budget; the accountant's ε is reported as a claim, not a guarantee",
+    )
 
     @field_validator("epsilon", "noise_ratio")
     @classmethod
@@ -132,8 +140,22 @@ class Noise(BaseModel):
     )
 
 
+class ResearchOut(BaseModel):
+    """What a research release's accountant claims, and why that is not a guarantee."""
+
+    statement: str = Field(description="In words: what this release is and is not")
+    claimed_epsilon: float = Field(
+        description="The accountant's ε at claimed_delta: the paper's number, NOT a bound"
+    )
+    claimed_delta: float
+    caveat: str = Field(description="What the accountant's analysis leaves out")
+
+
 class Charge(BaseModel):
-    epsilon: float = Field(description="ε this release costs at its δ (a valid upper bound)")
+    epsilon: float = Field(
+        description="ε this release costs at its δ (a valid upper bound; 0 for a research "
+        "release, which charges nothing)"
+    )
     delta: float
     charged_as: str | None = Field(
         default=None,
@@ -202,6 +224,11 @@ class ReleaseOut(BaseModel):
     report: str | None = Field(
         default=None, description="Path of the owner-only utility report, when requested"
     )
+    research: ResearchOut | None = Field(
+        default=None,
+        description="Set for a research release (owner-only, charged nothing): its "
+        "accountant's ε is not a bound",
+    )
 
 
 class ReleaseList(BaseModel):
@@ -243,13 +270,22 @@ class PreviewOut(BaseModel):
     noise: Noise
     charge: Charge
     budget: BudgetPreview
+    research: ResearchOut | None = Field(
+        default=None, description="Set when the request is a research release"
+    )
 
 
 class AccountantInfo(BaseModel):
     name: str
     summary: str
-    valid_bound: bool = Field(description="False: reproduces a paper, refused for releases")
+    valid_bound: bool = Field(
+        description="False: reproduces a paper; releases only as research releases "
+        "(request field `research`)"
+    )
     caveat: str | None = None
+    releases: bool = Field(
+        description="False: analyses an algorithm the service does not run (offline only)"
+    )
 
 
 class MechanismInfo(BaseModel):

@@ -14,7 +14,13 @@ from dpcore.accounting.composition import Cost
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
-from service.access import dataset_for, granted_dataset_ids, release_for, require_active
+from service.access import (
+    dataset_for,
+    granted_dataset_ids,
+    may_see,
+    release_for,
+    require_active,
+)
 from service.audit_trail import service as audit
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
@@ -24,6 +30,7 @@ from service.errors import BudgetExceeded, ClassesUndeclared, InvalidInput, NotF
 from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
+from service.releases import research as research_releases
 from service.releases.mechanisms import facts
 from service.releases.schemas import (
     Artifact,
@@ -48,6 +55,8 @@ class Plan:
     cost: Cost
     params: dict[str, Any]
     sampler: str
+    # A research release's claim (``research.claim``): it charges nothing.
+    research: dict[str, Any] | None = None
 
     @property
     def noise(self) -> Noise:
@@ -55,7 +64,15 @@ class Plan:
 
     @property
     def charge(self) -> Charge:
+        if self.research is not None:
+            return RESEARCH_CHARGE
         return Charge(epsilon=self.cost.epsilon, delta=self.cost.delta)
+
+
+# What a research release costs the budget: nothing (it is shown to the owner only).
+RESEARCH_CHARGE = Charge(
+    epsilon=0.0, delta=0.0, charged_as="research", consumed_epsilon=0.0, consumed_delta=0.0
+)
 
 
 def accountant_keys(
@@ -119,12 +136,7 @@ def plan(
     try:
         spec.check(request.params, facts(dataset, settings))
         accountant = spec.accountant(request.accountant)
-        if not accountant.valid_bound:
-            raise InvalidInput(
-                f"the {request.accountant} accountant of {request.mechanism} is not a valid "
-                f"bound under replace-one neighbours ({accountant.caveat}); use 'tight', or "
-                f"reproduce the paper's number offline with `dprelease account`"
-            )
+        research_releases.check(spec, accountant, request.research)
         keys = accountant_keys(spec, request.accountant, dataset, request, settings)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
@@ -161,6 +173,9 @@ def plan(
         cost=cost,
         params=stored,
         sampler=request.noise_sampler,
+        research=research_releases.claim(spec, accountant, epsilon=cost.epsilon, delta=cost.delta)
+        if request.research
+        else None,
     )
 
 
@@ -183,6 +198,17 @@ def preview(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> PreviewOut:
     p = plan(session, principal=principal, request=request, settings=settings)
+    if p.research is not None:
+        return PreviewOut(
+            dataset_id=p.dataset.id,
+            mechanism=request.mechanism,
+            params=p.params,
+            accountant=request.accountant,
+            noise=p.noise,
+            charge=p.charge,
+            budget=ledger.preview_free(session, dataset_id=p.dataset.id),  # type: ignore[arg-type]
+            research=research_releases.out(p.research),
+        )
     budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
     return PreviewOut(
         dataset_id=p.dataset.id,
@@ -234,23 +260,34 @@ def create(
             format=request.format,
             noise=p.event.noise().to_json(),
             noise_sampler=request.noise_sampler,
-            epsilon=p.cost.epsilon,
-            delta=p.cost.delta,
+            epsilon=p.charge.epsilon,
+            delta=p.charge.delta,
             status=ReleaseStatus.queued,
             report_dataset_id=report_id,
+            research=p.research,
         ),
     )
-    charge = {"epsilon": p.cost.epsilon, "delta": p.cost.delta}
+    charge = {"epsilon": p.charge.epsilon, "delta": p.charge.delta}
     try:
-        entry = ledger.admit(
-            session,
-            dataset_id=p.dataset.id,
-            release_id=release.id,
-            mechanism=request.mechanism,
-            params=p.params,
-            description=p.event.describe(),
-            cost=p.cost,
-        )
+        if p.research is not None:
+            entry = ledger.record_research(
+                session,
+                dataset_id=p.dataset.id,
+                release_id=release.id,
+                mechanism=request.mechanism,
+                params=p.params,
+                description={**p.event.describe(), "research": p.research},
+            )
+        else:
+            entry = ledger.admit(
+                session,
+                dataset_id=p.dataset.id,
+                release_id=release.id,
+                mechanism=request.mechanism,
+                params=p.params,
+                description=p.event.describe(),
+                cost=p.cost,
+            )
     except BudgetExceeded:
         audit.record_despite_rollback(
             session,
@@ -272,6 +309,7 @@ def create(
             "mechanism": request.mechanism,
             "accountant": request.accountant,
             "format": request.format,
+            "research": p.research is not None,
             "reserved": {
                 **charge,
                 "charged_as": entry.charged_as,
@@ -330,8 +368,9 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
         ids = [d.id for d in budget_repository.visible_datasets(session, owner_id=principal.id)]
     else:
         ids = granted_dataset_ids(session, principal_id=principal.id)
+    releases = repository.list_for(session, dataset_ids=ids)
     return ReleaseList(
-        items=[to_out(r, viewer=principal) for r in repository.list_for(session, dataset_ids=ids)]
+        items=[to_out(r, viewer=principal) for r in releases if may_see(r, principal)]
     )
 
 
@@ -347,6 +386,8 @@ HIDDEN_ERROR = "failed"
 
 
 def _charge(release: Release) -> Charge:
+    if release.research is not None:
+        return RESEARCH_CHARGE
     entry = release.ledger_entry
     if entry is None:
         return Charge(epsilon=release.epsilon, delta=release.delta)
@@ -408,4 +449,5 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         report=f"/releases/{release.id}/report"
         if release.report_dataset_id is not None and owner
         else None,
+        research=research_releases.out(release.research),
     )

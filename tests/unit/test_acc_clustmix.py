@@ -213,3 +213,53 @@ def test_paper_is_flagged_as_not_a_valid_bound() -> None:
     # clusters its own data): it is for comparison only, refused for releases.
     assert not FIXED.valid_bound and "clustering" in FIXED.caveat
     assert registry.accountant("clustmix", "tight").valid_bound
+
+
+# ------------------------------------------------------------------------------------------
+# variant paper: l_min from σ_max (Algorithm 2 line 2), σ_t per cluster (line 16)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "sigma_max"), [(1.0, 1e-5, 3.0), (0.2, 1e-5, 50.0), (8.0, 1e-6, 0.5)]
+)
+def test_sigma_max_gives_the_least_cluster_size_that_meets_it(
+    epsilon: float, delta: float, sigma_max: float
+) -> None:
+    keys = {"sigma_max": sigma_max, "n_classes": 10, "n_features": 784}
+    event = PAPER.calibrate(epsilon, delta, keys)
+    ell = event.cluster_size
+    assert event.sigma <= sigma_max and event.epsilon(delta) <= epsilon
+    # One record fewer per cluster would need more noise than σ_max at this (ε, δ), by Eq. 8
+    # evaluated independently in 50 digits.
+    assert _eq8_mp(epsilon, sigma_max, ell - 1, 10, 784) > delta
+    assert _eq8_mp(epsilon, sigma_max, ell, 10, 784) <= delta
+    # The l_min used travels with the release's parameters.
+    assert event.noise().analysis == {"cluster_size": float(ell)}
+
+
+def test_paper_needs_a_cluster_size_or_sigma_max() -> None:
+    keys = {"n_classes": 10, "n_features": 784}
+    with pytest.raises(ValueError, match="cluster_size"):
+        PAPER.calibrate(1.0, 1e-5, keys)
+    with pytest.raises(ValueError, match="cluster_size"):
+        PAPER.at_sigma(3.0, keys)
+    # Given, cluster_size wins over sigma_max.
+    event = PAPER.calibrate(1.0, 1e-5, {**keys, "cluster_size": 118, "sigma_max": 0.1})
+    assert event.cluster_size == 118
+
+
+def test_each_clusters_noise_keeps_eq8s_mu() -> None:
+    event = PAPER.calibrate(1.0, 1e-5, MNIST)
+    for size in (118, 119, 200, 1000):
+        sigma_t = event.cluster_sigma(size)
+        assert ClustMixPaperEvent(size, 10, 784, sigma_t).mu == pytest.approx(event.mu, rel=1e-12)
+    with pytest.raises(ValueError):
+        event.cluster_sigma(117)
+
+
+def test_fixed_is_offline_only_and_each_accountant_takes_its_variant() -> None:
+    spec = registry.get("clustmix")
+    assert FIXED.releases is False and PAPER.releases is True and not PAPER.valid_bound
+    assert spec.accountant("tight").assumes["variant"] == "dp"
+    assert PAPER.assumes["variant"] == "paper"

@@ -177,9 +177,7 @@ def _means_noise(
 
 def paper(sigma: float, keys: Mapping[str, Any]) -> ClustMixPaperEvent:
     if keys.get("cluster_size") is None:
-        raise ValueError(
-            "clustmix/paper needs cluster_size (l_min), or sigma_max with a target ε"
-        )
+        raise ValueError("clustmix/paper needs cluster_size (l_min), or sigma_max with a target ε")
     return ClustMixPaperEvent(keys["cluster_size"], keys["n_classes"], keys["n_features"], sigma)
 
 

@@ -192,5 +192,3 @@ PAPER_ONLY: frozenset[str] = frozenset(
         "kip_batch",
     }
 )
-
-
