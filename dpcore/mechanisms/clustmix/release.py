@@ -1,6 +1,7 @@
-"""A ClustMix ``dp`` release job: unit-scale preprocessing, a public basis, DP k-means per class
-(``dpcore.mechanisms.kmeans``), then one more noisy step on the final clusters; each released
-row is a kept cluster's noisy sum over its noisy count, mapped back from the basis."""
+"""A ClustMix release job. Variant ``dp``: unit-scale preprocessing, a public basis, DP k-means
+per class (``dpcore.mechanisms.kmeans``), then one more noisy step on the final clusters; each
+released row is a kept cluster's noisy sum over its noisy count, mapped back from the basis.
+Variant ``paper``: ``paper.release`` (Algorithm 2 of the paper)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def apportion(weights: np.ndarray, total: int) -> np.ndarray:
 
 
 def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
+    if params.variant == "paper":
+        # Imported here: paper reuses this module's row helpers.
+        from dpcore.mechanisms.clustmix import paper
+
+        return paper.release(params, data, ctx)
     features, _ = unit_scale(data, ctx.device)
     basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
     # Sums of up to n rows in float64, and the basis's rounding: covered by the sampler.
