@@ -151,7 +151,7 @@ def succeed(
     release.artifact_bytes = size
     release.artifact_sha256 = sha256
     release.artifacts = [a.to_json() for a in artifacts] or None
-    ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+    entry = ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
     detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
     _audit(
         session,
@@ -159,7 +159,7 @@ def succeed(
         "release.succeeded",
         attempts=release.attempts,
         artifact_bytes=size,
-        ledger=ledger.COMMITTED,
+        ledger=entry.state,
         **detail,
     )
     return True
@@ -228,10 +228,12 @@ def output_may_exist(release: Release, store: ObjectStore) -> bool:
 
 def _settle_unfinished(session: Session, release: Release, store: ObjectStore) -> str:
     """Settle the charge of a release that ends without succeeding: committed when output may
-    exist, refunded otherwise (nothing escaped). Returns the ledger state."""
+    exist, refunded otherwise (nothing escaped). Returns the entry's state (a research
+    release's entry stays ``research``: it holds nothing to settle)."""
+    if release.research is not None:
+        return ledger.RESEARCH
     state = ledger.COMMITTED if output_may_exist(release, store) else ledger.REFUNDED
-    ledger.settle(session, release_id=release.id, state=state)
-    return state
+    return ledger.settle(session, release_id=release.id, state=state).state
 
 
 def _audit(session: Session, release: Release, action: str, **detail: Any) -> None:

@@ -14,10 +14,9 @@ import torch
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.clustmix import paper
-from dpcore.mechanisms.clustmix.accounting import ClustMixPaperEvent, means_sensitivity
+from dpcore.mechanisms.clustmix.accounting import ClustMixPaperEvent, paper_sensitivity
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.clustmix.release import apportion
-from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.noise import DeclaredNoise, FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -126,7 +125,7 @@ def _toy(sizes: tuple[int, ...] = (90, 70, 15), d: int = 6) -> ParsedDataset:
 @pytest.mark.parametrize("kernel", ["rbf", "ntk"])
 def test_kip_loss_decreases_under_adam(kernel: str) -> None:
     data = _toy()
-    features, _ = unit_scale(data, CPU)
+    features = paper.paper_features(data, CPU)
     X_t = features.double()
     y_t = torch.nn.functional.one_hot(torch.as_tensor(data.labels), 3).double()
     # A poor support set: one point per class, each pulled towards the others' mean.
@@ -208,7 +207,7 @@ def _clusters(params: dict[str, Any], seed: int = 4) -> paper.Clustering:
     """The clustering a release with the same seed finds (the noise draws come after it)."""
     data = _toy()
     ctx = _context(params, data, Shift(), seed)
-    features, _ = unit_scale(data, CPU)
+    features = paper.paper_features(data, CPU)
     return paper.clustering(
         ClustMixParams.model_validate(params),
         features,
@@ -237,10 +236,10 @@ def test_release_rows_are_cluster_means_with_eq8_noise_per_cluster() -> None:
     # One sampler call at the declared σ and sensitivity, on the sums over l ...
     sigma = 0.3
     assert [c["sigma"] for c in sampler.calls] == [sigma]
-    assert sampler.calls[0]["sensitivity"] == means_sensitivity(LEAST)
+    assert sampler.calls[0]["sensitivity"] == paper_sensitivity(LEAST, 6)
     assert 0 < sampler.calls[0]["error"] < 1e-6
     # ... so each row is its cluster's mean plus noise of std σ·l/N_t (here exactly that).
-    features = unit_scale(_toy(), CPU)[0].double()
+    features = paper.paper_features(_toy(), CPU).double()
     event = ClustMixPaperEvent(LEAST, 3, 6, sigma)
     for t in range(6):
         mean = features[found.members == t].mean(0)
@@ -281,7 +280,7 @@ def test_no_class_large_enough_releases_nothing() -> None:
 
 
 def test_cluster_size_comes_from_the_params_or_the_accountant() -> None:
-    scale = NoiseScale("means", 0.3, means_sensitivity(LEAST), ("features",))
+    scale = NoiseScale("means", 0.3, paper_sensitivity(LEAST, 6), ("features",))
     params = ClustMixParams(variant="paper", sigma_max=0.5)
     with_l = NoiseDescription((scale,), "means", analysis={"cluster_size": LEAST})
     ctx = RunContext(with_l, Shift(), SecureRandom.from_seed(0), CPU)
@@ -290,3 +289,23 @@ def test_cluster_size_comes_from_the_params_or_the_accountant() -> None:
     with pytest.raises(ValueError, match="needs cluster_size"):
         paper.cluster_size(params, ctx)
     assert paper.cluster_size(ClustMixParams(variant="paper", cluster_size=7), ctx) == 7
+
+
+def test_records_are_in_the_papers_domain_and_test_rows_follow() -> None:
+    """Algorithm 2 takes x ∈ [0, 1]^D (rows not rescaled); evaluation maps real rows alike."""
+    from dpcore.mechanisms.clustmix.release import preprocess_test
+
+    data = _toy()
+    features = paper.paper_features(data, CPU).double().numpy()
+    assert features.min() >= 0 and features.max() <= 1
+    assert np.linalg.norm(features, axis=1).max() > 1  # not scaled to norm ≤ 1
+    meta = {"feature_range": {"lo": data.lo.tolist(), "hi": data.hi.tolist()}}
+    paper_rows = preprocess_test({**meta, "params": {"variant": "paper"}}, {}, data.X)
+    assert paper_rows == pytest.approx(features)
+    dp_rows = preprocess_test({**meta, "params": {"variant": "dp"}}, {}, data.X)
+    assert np.linalg.norm(dp_rows, axis=1).max() <= 1 + 1e-12
+    # The declared sensitivity is the [0, 1]^D one: √D·max(1/l, √2/(l + 1)).
+    event = ClustMixPaperEvent(LEAST, 3, 6, 0.3)
+    assert event.noise().scales[0].sensitivity == pytest.approx(
+        np.sqrt(6) * max(1 / LEAST, np.sqrt(2) / (LEAST + 1))
+    )

@@ -17,7 +17,14 @@ from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams
-from dpcore.mechanisms.spec import AuditSpec, BenchCase, BenchHints, MechanismSpec, PublicFacts
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    EvaluationHints,
+    MechanismSpec,
+    PublicFacts,
+)
 
 _MATH = f"{__name__}.accounting"
 
@@ -144,6 +151,8 @@ SPEC = MechanismSpec(
         ),
         case=lazy(f"{__name__}.audit", "case"),
     ),
+    # Real records map into [0, 1]^D for variant paper, unit scale for dp.
+    evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
     bench=BenchHints(
         sweep="clusters_per_class",
         sweet_spot=lambda k, n, min_class: {"clusters_per_class": k},

@@ -65,6 +65,16 @@ def _check_sigma(sigma: float) -> None:
         raise ValueError(f"sigma must be finite and > 0, got {sigma}")
 
 
+def paper_sensitivity(cluster_size: int, n_features: int) -> float:
+    """L2 sensitivity of the vector of all cluster means for records in [0, 1]^D (Algorithm
+    2's domain, no row scaling) over a fixed clustering with every cluster ≥ l: the argument of
+    ``means_sensitivity`` with ‖x − x′‖ ≤ √D and ‖x − m‖ ≤ √D, i.e. √D·max(1/l, √2/(l + 1)).
+    It is what the paper variant's noise declares (its secure sampler's lattice is planned
+    from it); Eq. 8 itself counts √(CD)/l."""
+    ell = cluster_size
+    return math.sqrt(n_features) * max(1.0 / ell, math.sqrt(2.0) / (ell + 1))
+
+
 def means_sensitivity(cluster_size: int) -> float:
     """L2 sensitivity of the vector of all cluster means (fixed clustering, ‖x‖ ≤ 1, every
     cluster of size ≥ cluster_size in both neighbours): max(2/l, 2√2/(l + 1))."""
@@ -103,8 +113,9 @@ class ClustMixPaperEvent(GaussianEvent):
         # the calibration fixed (Algorithm 2 line 2), which the release's clustering needs.
         return _means_noise(
             self.sigma,
-            means_sensitivity(self.cluster_size),
+            paper_sensitivity(self.cluster_size, self.n_features),
             analysis={"cluster_size": self.cluster_size},
+            what="every cluster's mean of records in [0, 1]^D",
         )
 
     def cluster_sigma(self, size: int) -> float:
@@ -166,12 +177,13 @@ class ClustMixEvent(GaussianEvent):
 
 
 def _means_noise(
-    sigma: float, sensitivity: float, analysis: Mapping[str, float] | None = None
+    sigma: float,
+    sensitivity: float,
+    analysis: Mapping[str, float] | None = None,
+    what: str = "every cluster's mean of clipped records",
 ) -> NoiseDescription:
     # Labels are the clusters' classes (fixed by the clustering): only the means are noised.
-    scale = NoiseScale(
-        "means", sigma, sensitivity, ("features",), "every cluster's mean of clipped records"
-    )
+    scale = NoiseScale("means", sigma, sensitivity, ("features",), what)
     return NoiseDescription(scales=(scale,), calibrated="means", analysis=dict(analysis or {}))
 
 

@@ -28,12 +28,19 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from dpcore.mechanisms import float_error
-from dpcore.mechanisms.clustmix.accounting import means_sensitivity
+from dpcore.mechanisms.clustmix.accounting import paper_sensitivity
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.clustmix.release import _rows, apportion
-from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
+from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
+from dpcore.preprocessing import scale_to_unit
+
+# Algorithm 2's domain: x ∈ [0, 1]^D (no row scaling: Eq. 8's σ is for that scale).
+PAPER_SCALE: dict[str, str] = {
+    "features": "clip to the declared feature_range, scale to [0, 1] (Algorithm 2's domain; "
+    "rows are not rescaled)",
+    "statistics": "none computed from the data",
+}
 
 # Lloyd iterations of the size-constrained k-means (gmm_iters = 0), each one exact constrained
 # assignment and a mean update.
@@ -425,7 +432,7 @@ def noisy_means(
     """Each cluster's mean plus N(0, σ_t²) per feature, σ_t = σ·l/N_t (float64, not clipped).
 
     σ_t is ``ClustMixPaperEvent.cluster_sigma(N_t)``. The sampler adds only the declared
-    scale σ ("means", at sensitivity ``means_sensitivity(l)``), so it noises each cluster's
+    scale σ ("means", at sensitivity ``paper_sensitivity(l, D)``), so it noises each cluster's
     sum/l — the mean scaled by N_t/l, which moves by no more than a mean of l records — at σ,
     and the result is scaled back by l/N_t: the mean plus noise of std σ·l/N_t exactly."""
     k, d = found.centroids.shape[0], features.shape[1]
@@ -435,20 +442,29 @@ def noisy_means(
     sums = torch.zeros((k, d), dtype=torch.float64, device=features.device)
     used = found.members >= 0
     sums.index_add_(0, found.members[used], features[used].double())
-    sensitivity = means_sensitivity(least)
+    sensitivity = paper_sensitivity(least, d)
     largest = int(sizes.max())
-    # Sums of up to N_max records of norm ≤ 1 in float64, scaled by 1/l.
-    error = float_error.scaled_sum(sensitivity, terms=largest, magnitude=largest / least)
+    # Sums of up to N_max records of norm ≤ √D in float64, scaled by 1/l.
+    error = float_error.scaled_sum(
+        sensitivity, terms=largest, magnitude=largest * math.sqrt(d) / least
+    )
     scaled = sums / least
     noisy = ctx.sampler(scaled, sigma=ctx.sigma("means"), sensitivity=sensitivity, error=error)
     return noisy.double() * (least / sizes.to(torch.float64))[:, None]
+
+
+def paper_features(data: PrivateData, device: torch.device) -> torch.Tensor:
+    """Records in [0, 1]^D by the declared bounds (float32), as Algorithm 2 takes them."""
+    return torch.as_tensor(
+        scale_to_unit(data.X, data.lo, data.hi), dtype=torch.float32, device=device
+    )
 
 
 def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
     """A variant paper release: one row per cluster (or n_samples rows, clusters repeated in
     proportion to their sizes), each its noisy mean with its class."""
     least = cluster_size(params, ctx)
-    features, _ = unit_scale(data, ctx.device)
+    features = paper_features(data, ctx.device)
     labels = torch.as_tensor(data.labels, dtype=torch.int64, device=ctx.device)
     n_classes = len(data.classes)
     found = clustering(params, features, labels, n_classes, least, ctx)
@@ -488,7 +504,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         feature_names=list(data.feature_names),
         chunks=_rows(means.float(), classes, repeats, n_classes),
         preprocessing={
-            **UNIT_SCALE,
+            **PAPER_SCALE,
             "labels": "each cluster's class, exact (clusters are formed within classes)",
             "clusters": f"{k} clusters of ≥ {least} records in {found.regions} random slices "
             f"({method}, then the exact size-constrained assignment; sizes and memberships "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from dpcore.mechanisms.kmeans import (
 )
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
+from dpcore.preprocessing import scale_to_unit, unit_features
 
 # k of the default basis on image-shaped data (clustering and noise in 128 DCT coefficients).
 # Measured on MNIST-10k, n_samples 2000, sklearn MLP/ridge accuracy (bench.sweet_spot.run_one,
@@ -136,6 +138,16 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         },
         progress="own",
     )
+
+
+def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:
+    """Real records into a release's space: [0, 1]^D for variant paper, unit scale (rows of
+    norm ≤ 1) for variant dp."""
+    lo = np.asarray(metadata["feature_range"]["lo"])
+    hi = np.asarray(metadata["feature_range"]["hi"])
+    if metadata["params"].get("variant", "dp") == "paper":
+        return scale_to_unit(X, lo, hi)
+    return unit_features(X, lo, hi)
 
 
 def to_domain(rows: torch.Tensor) -> torch.Tensor:
