@@ -45,7 +45,7 @@ PAPER_SCALE: dict[str, str] = {
 # Lloyd iterations of the size-constrained k-means (gmm_iters = 0), each one exact constrained
 # assignment and a mean update.
 KMEANS_ITERS = 5
-# Least per-coordinate variance of a GMM component (unit-scale rows): keeps log v finite when a
+# Least per-coordinate variance of a GMM component (features in [0, 1]): keeps log v finite when a
 # component collapses onto repeated records.
 VARIANCE_FLOOR = 1e-6
 # A component whose responsibilities sum below this keeps its previous mean and variance.
@@ -209,8 +209,9 @@ def approximate(X: torch.Tensor, least: int, iters: int, generator: SecureRandom
 
 
 def rbf_kernel(A: torch.Tensor, B: torch.Tensor, width: float) -> torch.Tensor:
-    """exp(−‖a − b‖²/(2w²))."""
-    return torch.exp(-square_distances(A, B) / (2.0 * width * width))
+    """exp(−‖a − b‖²/(2·D·w²)): bandwidth w per feature (w√D in all), so that one width
+    suits any D for features in [0, 1]."""
+    return torch.exp(-square_distances(A, B) / (2.0 * A.shape[1] * width * width))
 
 
 def ntk_kernel(
@@ -222,8 +223,8 @@ def ntk_kernel(
     Θʰ = Θʰ⁻¹·Σ̇ʰ + Σʰ, from Θ⁰ = Σ⁰.
 
     Σ⁰ = a·b + σ_b², not a·b/d: the 1/d of the usual first layer is for z-scored inputs of
-    norm ≈ √d, while unit-scale rows already have norm ≤ 1 (with 1/d the bias would swamp
-    every angle and the kernel would be nearly constant).
+    norm ≈ √d, while rows in [0, 1]^D have norm ≤ √D (with 1/d the bias would swamp the
+    angles of sparse rows, and the kernel is homogeneous in the norms anyway).
 
     K(A, A) (``B is A``) gets its diagonal in closed form: the clamp moves the angle of a
     record with itself from 0 to about √(2·``NTK_CLAMP``), which would cost Σ̇ a relative
@@ -293,7 +294,7 @@ def adapt(
 ) -> torch.Tensor:
     """KIP (Algorithm 2 line 11): Adam on the support set X from X̃ = ``anchor`` for kip_steps
     steps on Eq. 6, each against kip_batch real records drawn uniformly (with replacement)
-    from all of ``records`` (float32 unit scale; the targets)."""
+    from all of ``records`` (float32 in [0, 1]^D; the targets)."""
     X = anchor.clone().requires_grad_(True)
     optimiser = torch.optim.Adam([X], lr=params.kip_lr)
     kernel = kernel_of(params)
@@ -366,7 +367,7 @@ def clustering(
     least: int,
     ctx: RunContext,
 ) -> Clustering:
-    """Algorithm 2 lines 3–14 on unit-scale ``features`` (n, d) with class indices ``labels``:
+    """Algorithm 2 lines 3–14 on ``features`` in [0, 1]^D (n, d) with class indices ``labels``:
     regions per class, constrained GMM clusters, KIP on all centroids, memberships recomputed
     around the adapted centroids (every cluster ≥ ``least`` records throughout)."""
     device = features.device
