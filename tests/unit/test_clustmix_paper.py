@@ -309,3 +309,16 @@ def test_records_are_in_the_papers_domain_and_test_rows_follow() -> None:
     assert event.noise().scales[0].sensitivity == pytest.approx(
         np.sqrt(6) * max(1 / LEAST, np.sqrt(2) / (LEAST + 1))
     )
+
+
+def test_regions_stay_within_slice_rows_and_the_assignment_cap() -> None:
+    generator = SecureRandom.from_seed(3)
+    X = torch.rand((2500, 4), dtype=torch.float64)
+    parts = paper.random_slices(X, 10, 1000, generator)
+    assert len(parts) == 2 and max(len(p) for p in parts) <= 1500
+    assert sorted(torch.cat(parts).tolist()) == list(range(2500))
+    # l_min above slice_rows: regions of < 2·l_min records; past the cap, a clear refusal.
+    assert all(len(p) >= 1200 for p in paper.random_slices(X, 1200, 1000, generator))
+    big = torch.rand((paper.MAX_REGION + 2, 2), dtype=torch.float64)
+    with pytest.raises(ValueError, match="smaller cluster_size"):
+        paper.random_slices(big, paper.MAX_REGION // 2 + 2, 1000, generator)

@@ -42,6 +42,9 @@ PAPER_SCALE: dict[str, str] = {
     "statistics": "none computed from the data",
 }
 
+# The largest region the exact constrained assignment takes (an m × m float64 matrix: 800 MB;
+# regions hold < 1.5·slice_rows records, or < 2·l_min when l_min passes slice_rows).
+MAX_REGION = 10_000
 # Lloyd iterations of the size-constrained k-means (gmm_iters = 0), each one exact constrained
 # assignment and a mean update.
 KMEANS_ITERS = 5
@@ -117,6 +120,12 @@ def random_slices(
     size constraint needs."""
     m, d = X.shape
     s = max(1, min(round(m / slice_rows), m // least))
+    if math.ceil(m / s) > MAX_REGION:
+        raise ValueError(
+            f"clusters of ≥ {least} records need regions of {math.ceil(m / s)} records, over "
+            f"the {MAX_REGION} the exact size-constrained assignment can hold (m² memory): "
+            "ask for a smaller cluster_size (or a larger sigma_max)"
+        )
     if s == 1:
         return [torch.arange(m, device=X.device)]
     direction = generator.normal((d,), device=X.device, dtype=X.dtype)

@@ -103,10 +103,11 @@ class ClustMixParams(BasisParams):
     slice_rows: int = Field(
         default=2000,
         ge=2,
-        le=20000,
+        le=5000,
         description="variant paper: random slicing — each class is cut into regions of about "
         "this many records along a random direction; the GMM, its size constraint and the "
-        "memberships are solved per region (the constrained assignment is cubic in its size)",
+        "memberships are solved per region (the exact constrained assignment takes m² memory "
+        "and up to m³ time for a region of m records: 5000 is 200 MB)",
     )
     gmm_iters: int = Field(
         default=30,
