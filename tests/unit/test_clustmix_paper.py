@@ -322,3 +322,26 @@ def test_regions_stay_within_slice_rows_and_the_assignment_cap() -> None:
     big = torch.rand((paper.MAX_REGION + 2, 2), dtype=torch.float64)
     with pytest.raises(ValueError, match="smaller cluster_size"):
         paper.random_slices(big, paper.MAX_REGION // 2 + 2, 1000, generator)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"variant": "paper", "sigma_max": 1.0},
+        {"variant": "paper", "clusters_per_class": 3},
+        {"variant": "dp", "alpha": 0.2},
+        {"alpha": 0.5},
+        {"cluster_size": 5},
+        {"variant": "paper", "spread": 0.0, "kernel": "ntk"},
+    ],
+)
+def test_the_schema_states_the_variant_rule(body: dict[str, Any]) -> None:
+    """A params body valid by the published JSON schema is one the spec accepts, and back."""
+    import jsonschema
+
+    from dpcore.mechanisms.clustmix.params import foreign_fields
+
+    schema = ClustMixParams.model_json_schema()
+    by_schema = jsonschema.Draft202012Validator(schema).is_valid(body)
+    assert by_schema == (not foreign_fields(ClustMixParams.model_validate(body)))

@@ -16,12 +16,13 @@ from __future__ import annotations
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
-from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams
+from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams, foreign_fields
 from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
     BenchHints,
     EvaluationHints,
+    InvalidParams,
     MechanismSpec,
     PublicFacts,
 )
@@ -121,6 +122,12 @@ TIGHT = Accountant(
 
 
 def _check(params: ClustMixParams, facts: PublicFacts) -> None:
+    foreign = foreign_fields(params)
+    if foreign:
+        raise InvalidParams(
+            f"{', '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply to "
+            f"variant {params.variant}"
+        )
     basis.check(params, facts)
     if params.n_samples is not None:
         facts.check_rows(params.n_samples)

@@ -1,19 +1,34 @@
 """ClustMix's parameters (both variants): the one definition the API schema, the accountants'
 keys and the worker derive from. Fields of one variant keep their defaults in the other: a
 request that sets one of them away from its default under the other variant is refused, never
-silently ignored."""
+silently ignored (``foreign_fields``, checked by the spec)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dpcore.mechanisms.basis import BASIS_RULE, BasisParams
 
 
+def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """The validator's rules in the JSON schema (so that a body valid by the schema is one the
+    API accepts): the basis rule, and each variant's foreign fields pinned to their defaults."""
+
+    def pinned(names: frozenset[str]) -> dict[str, Any]:
+        fields = cls.model_fields
+        return {"properties": {name: {"const": fields[name].default} for name in sorted(names)}}
+
+    paper = {"properties": {"variant": {"const": "paper"}}, "required": ["variant"]}
+    schema["allOf"] = [
+        BASIS_RULE,
+        {"if": paper, "then": pinned(DP_ONLY), "else": pinned(PAPER_ONLY)},
+    ]
+
+
 class ClustMixParams(BasisParams):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [BASIS_RULE]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_rules)
 
     variant: Literal["dp", "paper"] = Field(
         default="dp",
@@ -154,18 +169,13 @@ class ClustMixParams(BasisParams):
         description="variant paper: real records per KIP step (the targets of Eq. 6)",
     )
 
-    @model_validator(mode="after")
-    def _one_variant(self) -> ClustMixParams:
-        own = PAPER_ONLY if self.variant == "dp" else DP_ONLY
-        changed = sorted(
-            name for name in own if getattr(self, name) != type(self).model_fields[name].default
-        )
-        if changed:
-            raise ValueError(
-                f"{', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not apply to "
-                f"variant {self.variant}"
-            )
-        return self
+
+def foreign_fields(params: ClustMixParams) -> list[str]:
+    """The fields of the other variant set away from their defaults (refused by the spec's
+    check, after the dataset is known: a body the schema allows is never a 422 of parsing)."""
+    own = PAPER_ONLY if params.variant == "dp" else DP_ONLY
+    fields = type(params).model_fields
+    return sorted(name for name in own if getattr(params, name) != fields[name].default)
 
 
 # The fields only one variant reads (n_samples applies to both).
