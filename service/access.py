@@ -63,10 +63,14 @@ def release_for(
     if release is None:
         raise NotFound(f"release {release_id} not found")
     dataset = session.get(Dataset, release.dataset_id)
-    allowed = dataset is not None and (
-        dataset.owner_id == principal.id
-        if manage or release.research is not None
-        else can_read_dataset(session, principal=principal, dataset=dataset)
+    allowed = (
+        dataset is not None
+        and may_see(release, principal)
+        and (
+            dataset.owner_id == principal.id
+            if manage
+            else can_read_dataset(session, principal=principal, dataset=dataset)
+        )
     )
     if not allowed:
         raise NotFound(f"release {release_id} not found")

@@ -126,6 +126,21 @@ class Harness:
         body.update(overrides)
         return body
 
+    def cli(self, key: str, *args: str) -> Any:
+        """Run ``dprelease`` with ``key`` against this app; its JSON output (exit code 0)."""
+        from click.testing import CliRunner
+
+        from dprelease_cli.main import CliState, cli
+
+        result = CliRunner().invoke(
+            cli,
+            ["--url", "http://testserver", "--key", key, *args],
+            obj=CliState(http=self.client),
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
     def wait(self, key: str, release_id: str, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:

@@ -199,24 +199,12 @@ def preview(
 ) -> PreviewOut:
     p = plan(session, principal=principal, request=request, settings=settings)
     if p.research is not None:
-        return PreviewOut(
-            dataset_id=p.dataset.id,
-            mechanism=request.mechanism,
-            params=p.params,
-            accountant=request.accountant,
-            noise=p.noise,
-            charge=p.charge,
-            budget=ledger.preview_free(session, dataset_id=p.dataset.id),  # type: ignore[arg-type]
-            research=research_releases.out(p.research),
-        )
-    budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
-    return PreviewOut(
-        dataset_id=p.dataset.id,
-        mechanism=request.mechanism,
-        params=p.params,
-        accountant=request.accountant,
-        noise=p.noise,
-        charge=p.charge.model_copy(
+        # Charged nothing: the budget as it is, and the claim instead of a charge.
+        budget = ledger.preview_free(session, dataset_id=p.dataset.id)
+        charge = p.charge
+    else:
+        budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
+        charge = p.charge.model_copy(
             update={
                 "charged_as": budget["charged_as"],
                 "consumed_epsilon": None
@@ -224,8 +212,16 @@ def preview(
                 else max(0.0, budget["total_after"] - budget["reserved"]),
                 "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
             }
-        ),
+        )
+    return PreviewOut(
+        dataset_id=p.dataset.id,
+        mechanism=request.mechanism,
+        params=p.params,
+        accountant=request.accountant,
+        noise=p.noise,
+        charge=charge,
         budget=budget,  # type: ignore[arg-type]
+        research=research_releases.out(p.research),
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,25 +12,13 @@ from dprelease_cli.main import CliState, cli
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
-def _run(h: Harness, key: str, *args: str) -> dict:  # type: ignore[type-arg]
-    result = CliRunner().invoke(
-        cli,
-        ["--url", "http://testserver", "--key", key, *args],
-        obj=CliState(http=h.client),
-        catch_exceptions=False,
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
-
-
 def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) -> None:
     h = embedded
-    created = _run(h, h.admin_key, "keys", "create", "--name", "alice", "--role", "owner")
+    created = h.cli(h.admin_key, "keys", "create", "--name", "alice", "--role", "owner")
     owner = created["key"]
     data = tmp_path / "toy.npz"
     data.write_bytes(npz_bytes(*toy_dataset()))
-    ds = _run(
-        h,
+    ds = h.cli(
         owner,
         "upload",
         str(data),
@@ -47,8 +34,7 @@ def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) 
         "--delta",
         "1e-5",
     )
-    preview = _run(
-        h,
+    preview = h.cli(
         owner,
         "preview",
         ds["id"],
@@ -61,8 +47,7 @@ def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) 
     )
     assert preview["budget"]["admissible"] is True
     out = tmp_path / "release.npz"
-    rel = _run(
-        h,
+    rel = h.cli(
         owner,
         "release",
         ds["id"],
@@ -80,7 +65,7 @@ def test_cli_upload_release_download_budgets(embedded: Harness, tmp_path: Path) 
     assert rel["status"] == "succeeded"
     assert hashlib.sha256(out.read_bytes()).hexdigest() == rel["artifact"]["sha256"]
     assert np.load(out)["X"].shape == (100, 6)
-    budgets = _run(h, owner, "budgets", ds["id"])
+    budgets = h.cli(owner, "budgets", ds["id"])
     assert [e["release_id"] for e in budgets["entries"]] == [rel["id"]]
 
     refused = CliRunner().invoke(

@@ -10,9 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from dprelease_cli.main import CliState, cli
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 BUDGET = {"epsilon": 50.0, "delta": 1e-5}
@@ -164,17 +162,6 @@ def test_a_research_release_is_owner_only_free_and_says_so(harness: Harness) -> 
     assert [x["id"] for x in listed] == [normal.json()["id"]]
 
 
-def _cli(h: Harness, key: str, *args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(
-        cli,
-        ["--url", "http://testserver", "--key", key, *args],
-        obj=CliState(http=h.client),
-        catch_exceptions=False,
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
-
-
 def test_clustmix_both_variants_through_the_cli(harness: Harness) -> None:
     # The CLI waits for each release; files come through the harness, which follows real
     # mode's presigned redirect to the object store (the test client cannot).
@@ -183,17 +170,17 @@ def test_clustmix_both_variants_through_the_cli(harness: Harness) -> None:
     ds = _dataset(h, owner, n=300)
     common = ("--mechanism", "clustmix", "--epsilon", "8", "--poll-interval", "0.05")
 
-    dp = _cli(h, owner, "release", ds["id"], *common, "-p", "clusters_per_class=2", "--wait")
+    dp = h.cli(owner, "release", ds["id"], *common, "-p", "clusters_per_class=2", "--wait")
     assert dp["status"] == "succeeded" and dp["research"] is None
     assert 0 < dp["charge"]["epsilon"] <= 8.0 and dp["params"]["variant"] == "dp"
 
     # The paper variant: σ_max fixes l_min (recorded in the params), research opt-in required.
     paper_args = ("-p", "variant=paper", "-p", "sigma_max=0.5", "--accountant", "paper")
-    preview = _cli(h, owner, "preview", ds["id"], *common[:4], *paper_args, "--research")
+    preview = h.cli(owner, "preview", ds["id"], *common[:4], *paper_args, "--research")
     ell = preview["params"]["cluster_size"]
     assert ell >= 2 and preview["noise"]["sigma_x"] <= 0.5
     assert preview["charge"]["epsilon"] == 0 and preview["research"]["claimed_epsilon"] <= 8.0
-    paper = _cli(h, owner, "release", ds["id"], *common, *paper_args, "--research", "--wait")
+    paper = h.cli(owner, "release", ds["id"], *common, *paper_args, "--research", "--wait")
     assert paper["status"] == "succeeded" and paper["research"]["claimed_epsilon"] <= 8.0
     assert paper["params"]["cluster_size"] == ell
     npz = np.load(io.BytesIO(h.download(owner, paper["id"])))
@@ -205,7 +192,7 @@ def test_clustmix_both_variants_through_the_cli(harness: Harness) -> None:
     assert np.all(y.sum(axis=1) == 1)
     assert json.loads(str(npz["metadata"]))["research"]["claimed_epsilon"] <= 8.0
 
-    ledger = _cli(h, owner, "budgets", ds["id"])
+    ledger = h.cli(owner, "budgets", ds["id"])
     states = sorted(e["state"] for e in ledger["entries"])
     assert states == ["committed", "research"]
     assert ledger["spent"] == pytest.approx(dp["charge"]["epsilon"], rel=1e-8)

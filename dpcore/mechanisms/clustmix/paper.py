@@ -30,7 +30,7 @@ from scipy.optimize import linear_sum_assignment
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.clustmix.accounting import paper_sensitivity
 from dpcore.mechanisms.clustmix.params import ClustMixParams
-from dpcore.mechanisms.clustmix.release import _rows, apportion
+from dpcore.mechanisms.clustmix.release import _rows, row_repeats
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import scale_to_unit
@@ -481,12 +481,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     means = noisy_means(features, found, least, ctx)
     sizes = found.sizes().cpu().numpy()
     classes = found.classes.cpu().numpy()
-    if params.n_samples is None:
-        repeats = np.ones(len(classes), dtype=np.int64)
-    elif len(classes):
-        repeats = apportion(sizes.astype(np.float64), params.n_samples)
-    else:
-        repeats = np.zeros(0, dtype=np.int64)
+    repeats = row_repeats(params.n_samples, sizes.astype(np.float64))
     k = len(classes)
     method = (
         f"isotropic GMM, {params.gmm_iters} EM iterations"

@@ -52,6 +52,16 @@ def apportion(weights: np.ndarray, total: int) -> np.ndarray:
     return rows
 
 
+def row_repeats(n_samples: int | None, weights: np.ndarray) -> np.ndarray:
+    """How often each cluster's row is released: once each (``n_samples`` None), or
+    ``n_samples`` rows in proportion to ``weights`` (none without clusters)."""
+    if n_samples is None:
+        return np.ones(len(weights), dtype=np.int64)
+    if not len(weights):
+        return np.zeros(0, dtype=np.int64)
+    return apportion(weights, n_samples)
+
+
 def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
     if params.variant == "paper":
         # Imported here: paper reuses this module's row helpers.
@@ -102,12 +112,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     means = basis.lift(kept.points, torch.float64)
     means = to_domain(means)
     classes = kept.groups.cpu().numpy()
-    if params.n_samples is None:
-        repeats = np.ones(len(classes), dtype=np.int64)
-    elif len(classes):
-        repeats = apportion(kept_counts.cpu().numpy(), params.n_samples)
-    else:
-        repeats = np.zeros(0, dtype=np.int64)
+    repeats = row_repeats(params.n_samples, kept_counts.cpu().numpy())
     rows = int(repeats.sum())
     jitter = None
     if params.spread > 0:
