@@ -1,0 +1,121 @@
+"""The release generators on CUDA: ClustMix (variants dp and paper), DPMix, DP-CDA and SGDRM
+build a release of a small dataset on ``cuda`` through ``dpcore.mechanisms.run.build`` (the
+worker's path) with the service's samplers, and every released chunk is computed there, of the
+promised shape, finite. With the same secure stream, a release on cuda matches the same
+release on cpu up to float rounding (the random choices are drawn on the CPU and moved).
+
+Skipped where torch sees no CUDA device (CI); run on a GPU machine with
+``pytest -p no:cacheprovider --noconftest tests/unit/test_cuda_paths.py`` (bench/gpu.py's
+results page says how)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dpcore.mechanisms.noise import sampler as noise_sampler
+from dpcore.mechanisms.run import build, facts_of, noise_for
+from dpcore.mechanisms.secure_random import SecureRandom
+from service.datasets.parsing import ParsedDataset
+from tests.datasets import unit_dataset
+
+pytestmark = [
+    pytest.mark.unit,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+CUDA = torch.device("cuda")
+CPU = torch.device("cpu")
+CLASSES = 3
+
+
+def _toy(sizes: tuple[int, ...] = (90, 70, 60), d: int = 6) -> ParsedDataset:
+    """One bright feature per class (as tests/unit/test_clustmix_paper.py's toy)."""
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    X = rng.uniform(0, 1, (len(labels), d)) * 0.3
+    X[np.arange(len(labels)), labels] += 0.7
+    return unit_dataset(X, labels, len(sizes))
+
+
+# (mechanism, params, calibrated σ, accountant, rows expected)
+CASES: dict[str, tuple[str, dict[str, Any], float, str, int]] = {
+    "clustmix_dp": (
+        "clustmix",
+        {"clusters_per_class": 2, "kmeans_refine": 1, "n_samples": 101},
+        0.5,
+        "tight",
+        101,
+    ),
+    "clustmix_paper": (
+        "clustmix",
+        {"variant": "paper", "cluster_size": 20, "slice_rows": 40, "kip_steps": 20},
+        0.3,
+        "paper",
+        # Class 0 (90): 2 regions of 45, 2 clusters each; class 1 (70): 2 of 35, 1 each;
+        # class 2 (60): 2 of 30, 1 each.
+        8,
+    ),
+    "dpmix": ("dpmix", {"mixture_degree": 4, "n_samples": 50}, 0.5, "tight", 50),
+    "dpcda": (
+        "dpcda",
+        {"mixture_degree": 4, "n_samples": 60, "min_class_size": 60},
+        0.5,
+        "tight",
+        60,
+    ),
+    "sgdrm": ("sgdrm", {"mixture_width": 8, "n_samples": 40}, 0.5, "tight", 40),
+}
+
+
+def _release(
+    case: str, device: torch.device, sampler: str, seed: int = 4
+) -> tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]:
+    mechanism, params, sigma, accountant, _ = CASES[case]
+    data = _toy()
+    noise = noise_for(mechanism, params, facts_of(data), sigma=sigma, accountant=accountant)
+    generator = SecureRandom.from_seed(seed)
+    out = build(
+        mechanism,
+        params,
+        data,
+        noise=noise,
+        sampler=noise_sampler(sampler, generator),
+        generator=generator,
+        device=device,
+    )
+    return out, list(out.chunks)
+
+
+@pytest.mark.parametrize("sampler", ["secure", "fast"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_release_is_computed_on_cuda(case: str, sampler: str) -> None:
+    out, chunks = _release(case, CUDA, sampler)
+    rows = CASES[case][4]
+    assert chunks, "no rows released"
+    for x, y in chunks:
+        assert x.device.type == "cuda" and y.device.type == "cuda"
+        assert x.dtype == torch.float32 and y.dtype == torch.float32
+        assert torch.isfinite(x).all() and torch.isfinite(y).all()
+    X = torch.cat([x for x, _ in chunks])
+    Y = torch.cat([y for _, y in chunks])
+    assert X.shape == (rows, 6) and Y.shape == (rows, CLASSES)
+    assert out.rows == rows and len(out.feature_names) == 6
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cuda_and_cpu_agree_on_the_same_stream(case: str) -> None:
+    """Same key, same bytes: the subsets, coefficients and noise are the same draws; only
+    float rounding differs between the devices."""
+    _, on_cuda = _release(case, CUDA, "fast")
+    _, on_cpu = _release(case, CPU, "fast")
+    X_cuda = torch.cat([x for x, _ in on_cuda]).cpu().double()
+    X_cpu = torch.cat([x for x, _ in on_cpu]).double()
+    Y_cuda = torch.cat([y for _, y in on_cuda]).cpu().double()
+    Y_cpu = torch.cat([y for _, y in on_cpu]).double()
+    assert X_cuda.shape == X_cpu.shape and Y_cuda.shape == Y_cpu.shape
+    torch.testing.assert_close(X_cuda, X_cpu, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(Y_cuda, Y_cpu, atol=1e-4, rtol=1e-4)
