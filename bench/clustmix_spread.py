@@ -7,37 +7,19 @@ logistic regression and HistGradientBoosting. Prints one JSON line per release.
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.mnist import load_private, load_test
-from bench.sweet_spot import run_one
+from bench.clustmix_options import measure
 
 FAMILIES = ["sklearn_mlp", "hgb", "linear", "logistic"]
 
 
 def main(argv: list[str]) -> None:
     epsilon, clusters = float(argv[0]), int(argv[1])
-    parsed, test = load_private(), load_test()
-    for spread in (float(s) for s in argv[2:]):
-        start = time.perf_counter()
-        row = run_one(
-            "clustmix",
-            epsilon,
-            clusters,
-            parsed,
-            test,
-            families=FAMILIES,
-            extra={"n_samples": 2000, "spread": spread},
-            epochs=10,
-        )
-        seconds = round(time.perf_counter() - start, 1)
-        out = {"epsilon": epsilon, "K": clusters, "spread": spread, "seconds": seconds}
-        print(json.dumps({**out, **{f: row[f] for f in FAMILIES}}), flush=True)
+    measure(epsilon, clusters, [{"spread": float(s)} for s in argv[2:]], FAMILIES)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ BASIS_RULE: dict[str, Any] = {
 }
 
 
+# Rows projected at a time (a float64 copy of this many input rows at most).
+PROJECT_CHUNK = 65536
+
+
 class BasisParams(BaseModel):
     """The basis fields a mixing mechanism's parameters take (release-only: they change what
     is released, not what is charged)."""
@@ -114,10 +118,17 @@ class Basis:
         return self.matrix is None
 
     def project(self, rows: torch.Tensor) -> torch.Tensor:
-        """Bᵀx per row, computed in float64 (returned in float64)."""
+        """Bᵀx per row, computed in float64 (returned in float64), ``PROJECT_CHUNK`` rows at a
+        time: memory n·k float64 for the result, never a float64 copy of all n·d inputs."""
         if self.matrix is None:
             return rows
-        return rows.double() @ torch.tensor(self.matrix, device=rows.device)
+        matrix = torch.tensor(self.matrix, device=rows.device)
+        out = torch.empty((rows.shape[0], matrix.shape[1]), dtype=torch.float64, device=rows.device)
+        for start in range(0, rows.shape[0], PROJECT_CHUNK):
+            out[start : start + PROJECT_CHUNK] = (
+                rows[start : start + PROJECT_CHUNK].double() @ matrix
+            )
+        return out
 
     def lift(self, coefficients: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """B·z per row: back to the d features (post-processing)."""

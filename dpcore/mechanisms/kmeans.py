@@ -22,6 +22,16 @@ remainder cluster, itself dropped when its pooled noisy count is too small (``su
 function of the noisy outputs (post-processing), so the number of centres, and the work that
 follows, tell nothing more.
 
+Random Fourier features (``FourierFeatures``; DPGM's Algorithm 2, optional for ClustMix): the
+steps then cluster φ(x) = [cos(Ωᵀx), sin(Ωᵀx)]/√d, Ω (k × d) drawn without reading data,
+entries N(0, 1/w²), so that φ(x)·φ(x′) is a Monte-Carlo estimate of the rbf kernel
+exp(−‖x − x′‖²/(2w²)) and Lloyd's algorithm in φ-space is kernel k-means. Every φ(x) has norm
+exactly 1 (cos² + sin² = 1 per frequency, d frequencies over d): no clipping, but its entries
+take both signs, so a record replaced within its cluster moves that sum by up to 2 (not √2):
+a step is μ-GDP with μ² = max(4/σ_s², 2/σ_s² + 2/σ_c²) (``step_mu2``). The counts then ride
+free at σ_c = σ_s (2/σ² + 2/σ² = 4/σ²), which is what the accountants declare for such steps.
+Features are computed chunk by chunk, never for all n records at once (memory ≈ chunk × 2d).
+
 Written by hand: no library runs Lloyd's algorithm on noisy sufficient statistics.
 """
 
@@ -33,6 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dpcore.mechanisms import float_error
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -47,6 +58,69 @@ SPLIT_OFFSET = 0.05
 # by a ≤ 1 then moves by ≤ (a + s)/(1 + s) ≤ 1 in noise units, one that moves by √2 by ≤ √2.
 SUM_ROW_SENSITIVITY = 1.0
 COUNT_SENSITIVITY = 1.0
+# Random Fourier features have norm 1 and both signs: a sum row moves by ≤ 2 (see above).
+FOURIER_SUM_SENSITIVITY = 2.0
+
+
+def step_mu2(*, sigma_sums: float, sigma_counts: float, fourier: bool) -> float:
+    """μ² of one noisy step (module docstring): a record moved between clusters, 2/σ_s² +
+    2/σ_c²; one replaced within its cluster, ‖x′ − x‖²/σ_s² with ‖x′ − x‖ ≤ √2 (non-negative
+    rows of norm ≤ 1: never the larger) or ≤ 2 (Fourier features)."""
+    moved = 2.0 / sigma_sums**2 + 2.0 / sigma_counts**2
+    within = (4.0 if fourier else 2.0) / sigma_sums**2
+    return max(moved, within)
+
+
+@dataclass(frozen=True)
+class FourierFeatures:
+    """φ(x) = [cos(xΩ), sin(xΩ)]/√d for rows x (k features), Ω (k × d) public: drawn by
+    ``draw`` from the release's generator, reading no data. Norm of every φ(x): exactly 1."""
+
+    frequencies: torch.Tensor  # (k, d) float64
+
+    @classmethod
+    def draw(
+        cls,
+        k: int,
+        frequencies: int,
+        width: float,
+        generator: SecureRandom,
+        device: torch.device | str = "cpu",
+    ) -> FourierFeatures:
+        """d = ``frequencies`` draws of N(0, I/w²) in k dimensions: the rbf kernel of
+        bandwidth w = ``width``."""
+        if frequencies < 1 or not width > 0:
+            raise ValueError("need frequencies >= 1 and width > 0")
+        omega = generator.normal((k, frequencies), device=device, dtype=torch.float64)
+        return cls(omega / width)
+
+    @property
+    def dim(self) -> int:
+        """2d: the features' dimension."""
+        return 2 * int(self.frequencies.shape[1])
+
+    def sum_error(self, input_error: float, *, terms: int) -> float:
+        """Extra distance between neighbours' computed sums of ``terms`` feature rows, beyond
+        the sensitivity 2, when each input row may be off by ``input_error`` (L2): the replaced
+        record's features, off by ≤ L·(e + γ_k) + 2⁻⁵¹ per entry-pair, twice (L = max‖ω_j‖,
+        cos and sin 1-Lipschitz, each correctly rounded to within an ulp of a value ≤ 1), plus
+        the float64 summation of unit-norm rows."""
+        k = int(self.frequencies.shape[0])
+        lipschitz = float(self.frequencies.norm(dim=0).max())
+        row = math.sqrt(2.0) * (lipschitz * (input_error + float_error.gamma(k + 1)) + 2.0**-51)
+        return 2.0 * row + float_error.scaled_sum(
+            FOURIER_SUM_SENSITIVITY, terms=terms, magnitude=float(terms)
+        )
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        angles = rows.double() @ self.frequencies.to(rows.device)
+        scale = 1.0 / math.sqrt(self.frequencies.shape[1])
+        return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1) * scale
+
+
+def _space(rows: torch.Tensor, features: FourierFeatures | None) -> torch.Tensor:
+    """Rows in the space the centres live in: themselves, or their Fourier features."""
+    return rows if features is None else features(rows)
 
 
 def split_steps(clusters: int) -> int:
@@ -84,15 +158,23 @@ class Centres:
         return int(self.points.shape[0])
 
 
-def assign(Z: torch.Tensor, groups: torch.Tensor, centres: Centres, *, chunk: int) -> torch.Tensor:
+def assign(
+    Z: torch.Tensor,
+    groups: torch.Tensor,
+    centres: Centres,
+    *,
+    chunk: int,
+    features: FourierFeatures | None = None,
+) -> torch.Tensor:
     """Each record's nearest centre of its own group (index into ``centres``; −1 when its group
-    has none left). Chunked: memory ≈ chunk × m distances."""
+    has none left), in the centres' space (``features``: Fourier features of the rows).
+    Chunked: memory ≈ chunk × (m distances + the features)."""
     out = torch.empty(Z.shape[0], dtype=torch.int64, device=Z.device)
     if len(centres) == 0:
         return out.fill_(-1)
     sq = (centres.points**2).sum(dim=1)
     for start in range(0, Z.shape[0], chunk):
-        z = Z[start : start + chunk]
+        z = _space(Z[start : start + chunk], features)
         g = groups[start : start + chunk]
         dist = sq[None, :] - 2.0 * (z @ centres.points.T)
         dist = dist.masked_fill(g[:, None] != centres.groups[None, :], math.inf)
@@ -111,17 +193,26 @@ def noisy_statistics(
     sigma_counts: float,
     sampler: NoiseSampler,
     error: float,
+    features: FourierFeatures | None = None,
+    chunk: int = 65536,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every cluster's sum (clusters, k) and count (clusters,), each noised (float64). Records
-    assigned −1 enter no cluster (their group has no centre; the bound above still holds)."""
-    k = Z.shape[1]
+    """Every cluster's sum (clusters, k) of the rows (or of their Fourier ``features``: then
+    (clusters, 2d)) and count (clusters,), each noised (float64). Records assigned −1 enter no
+    cluster (their group has no centre; the bound above still holds). Chunked."""
+    k = Z.shape[1] if features is None else features.dim
     sums = torch.zeros((clusters, k), dtype=torch.float64, device=Z.device)
     counts = torch.zeros((clusters, 1), dtype=torch.float64, device=Z.device)
-    member = assignment >= 0
-    index = assignment[member]
-    sums.index_add_(0, index, Z[member].double())
-    counts.index_add_(0, index, torch.ones((index.shape[0], 1), dtype=torch.float64))
-    noisy_sums = sampler(sums, sigma=sigma_sums, sensitivity=SUM_ROW_SENSITIVITY, error=error)
+    for start in range(0, Z.shape[0], chunk):
+        part = assignment[start : start + chunk]
+        member = part >= 0
+        index = part[member]
+        rows = _space(Z[start : start + chunk][member], features)
+        sums.index_add_(0, index, rows.double())
+        counts.index_add_(
+            0, index, torch.ones((index.shape[0], 1), dtype=torch.float64, device=Z.device)
+        )
+    sensitivity = SUM_ROW_SENSITIVITY if features is None else FOURIER_SUM_SENSITIVITY
+    noisy_sums = sampler(sums, sigma=sigma_sums, sensitivity=sensitivity, error=error)
     # Counts are exact integers in float64 (n < 2⁵³): no rounding to cover.
     noisy_counts = sampler(counts, sigma=sigma_counts, sensitivity=COUNT_SENSITIVITY)
     return noisy_sums.double(), noisy_counts.double()[:, 0]
@@ -159,10 +250,15 @@ def step(
     *,
     error: float,
     chunk: int,
+    features: FourierFeatures | None = None,
+    sum_features: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One noisy Lloyd step: assign every record to its nearest centre, then the clusters'
-    noisy sums and counts (the Gaussian mechanism of the module docstring)."""
-    assignment = assign(Z, groups, centres, chunk=chunk)
+    """One noisy Lloyd step: assign every record to its nearest centre (in the centres' space:
+    the rows, or their Fourier ``features``), then the clusters' noisy sums — of the same
+    features, or of the rows themselves (``sum_features`` False: the final step of a release
+    that clusters in feature space and releases means of records) — and counts (the Gaussian
+    mechanism of the module docstring)."""
+    assignment = assign(Z, groups, centres, chunk=chunk, features=features)
     return noisy_statistics(
         Z,
         assignment,
@@ -171,6 +267,8 @@ def step(
         sigma_counts=noise.counts,
         sampler=sampler,
         error=error,
+        features=features if sum_features else None,
+        chunk=chunk,
     )
 
 
@@ -222,20 +320,33 @@ def dp_kmeans(
     drop_below: float,
     chunk: int,
     progress: Progress | None = None,
+    features: FourierFeatures | None = None,
 ) -> Centres:
     """Public centres, up to ``clusters`` per group, from ``kmeans_steps(clusters, refine)``
     noisy Lloyd steps (see the module docstring). ``Z`` (n, k) float64 rows of norm ≤ 1,
-    ``groups`` (n,) their group indices."""
+    ``groups`` (n,) their group indices; with ``features``, the centres are in the space of
+    the rows' Fourier features (kernel k-means), and ``error`` is then the bound of
+    ``FourierFeatures.sum_error``."""
     device = Z.device
+    dim = Z.shape[1] if features is None else features.dim
     centres = Centres(
-        torch.zeros((n_groups, Z.shape[1]), dtype=torch.float64, device=device),
+        torch.zeros((n_groups, dim), dtype=torch.float64, device=device),
         torch.arange(n_groups, device=device),
     )
     splits, total = split_steps(clusters), kmeans_steps(clusters, refine)
     for index in range(total):
         if 1 <= index <= splits:
             centres = _split(centres, generator, clusters)
-        sums, counts = step(Z, groups, centres, noise, sampler, error=error, chunk=chunk)
+        sums, counts = step(
+            Z,
+            groups,
+            centres,
+            noise,
+            sampler,
+            error=error,
+            chunk=chunk,
+            features=features,
+        )
         centres, _ = survivors(
             centres, sums, counts, drop_below=drop_below, sigma_counts=noise.counts
         )

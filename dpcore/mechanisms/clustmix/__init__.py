@@ -37,6 +37,10 @@ _DP_KEYS = (
     Key.of(ClustMixParams, "kmeans_refine", help="Lloyd steps after the last split"),
     Key.of(ClustMixParams, "kmeans_share", help="share of μ² spent on the k-means steps"),
     Key.of(ClustMixParams, "count_share", help="share of each step's μ² spent on the counts"),
+    Key.of(ClustMixParams, "feature_map", help="none, or rff: k-means on Fourier features"),
+    Key.of(ClustMixParams, "dpkip_steps", help="DP-KIP steps (0: none)"),
+    Key.of(ClustMixParams, "dpkip_share", help="share of the nominal μ² on the DP-KIP steps"),
+    Key.of(ClustMixParams, "dpkip_batch", help="DP-KIP's expected batch (q = dpkip_batch/n)"),
 )
 
 
@@ -113,8 +117,10 @@ TIGHT = Accountant(
     name="tight",
     summary="variant dp: 1 + ⌈log₂ K⌉ + refine DP k-means steps and the final step, each a "
     "Gaussian mechanism on every cluster's (sum, count) of records of norm ≤ 1 "
-    "(μ² = 2/σ_s² + 2/σ_c²), composed as GDP and converted exactly",
-    keys=_DP_KEYS,
+    "(μ² = 2/σ_s² + 2/σ_c²; 4/σ_s² per k-means step on Fourier features), composed as GDP "
+    "and converted exactly; with DP-KIP, composed with its Poisson-subsampled Gaussian steps "
+    "in dp_accounting's PLD accountant (replace-one)",
+    keys=(*_DP_KEYS, Key("n", int, "number of records (public; DP-KIP's q)", required=False)),
     build=lazy(_MATH, "dp"),
     guess=lazy(_MATH, "guess_dp"),
     assumes={"variant": "dp", "cluster_size": None, "sigma_max": None},
@@ -129,6 +135,22 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
             f"variant {params.variant}"
         )
     basis.check(params, facts)
+    if params.dpkip_steps:
+        if params.clusters_per_class == 1:
+            raise InvalidParams(
+                "dpkip_steps needs clusters_per_class > 1: with one cluster per class every "
+                "record joins its class's cluster, so there is nothing to adapt"
+            )
+        if params.feature_map != "none":
+            raise InvalidParams(
+                "dpkip_steps needs feature_map none: DP-KIP adapts centres in the records' "
+                "space, and Fourier-feature centres have none (set dpkip_steps 0, or "
+                "feature_map none)"
+            )
+        if params.dpkip_batch > facts.n:
+            raise InvalidParams(
+                f"dpkip_batch {params.dpkip_batch} exceeds the dataset's {facts.n} records"
+            )
     if params.n_samples is not None:
         facts.check_rows(params.n_samples)
     else:
@@ -147,7 +169,20 @@ SPEC = MechanismSpec(
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
     accountants=(TIGHT, PAPER, FIXED),
-    release_only=frozenset({"basis", "basis_dim", "drop_below", "n_samples", "spread"})
+    release_only=frozenset(
+        {
+            "basis",
+            "basis_dim",
+            "drop_below",
+            "n_samples",
+            "spread",
+            "rff_frequencies",
+            "rbf_width",
+            "dpkip_clip",
+            "dpkip_lr",
+            "dpkip_ridge",
+        }
+    )
     | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),

@@ -42,6 +42,7 @@ without the norm clip, scale σ by √D (the norm bound becomes √D).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Mapping
@@ -49,7 +50,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpcore.accounting import gdp
-from dpcore.accounting.composition import GaussianEvent
+from dpcore.accounting.composition import ApproximateDPEvent, GaussianEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 
 
@@ -243,24 +244,28 @@ def guess_tight(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
 @dataclass(frozen=True)
 class ClustMixDPEvent(GaussianEvent):
     """ClustMix ``dp``: ``kmeans_steps`` noisy Lloyd steps (``dpcore.mechanisms.kmeans``) and
-    the final step, each one Gaussian mechanism on every cluster's (sum, count) of records of
-    norm ≤ 1 with non-negative entries (before a public contraction).
+    the final step, each one Gaussian mechanism on every cluster's (sum, count) — of records of
+    norm ≤ 1 with non-negative entries (before a public contraction), or, for the k-means
+    steps when ``fourier``, of their random Fourier features (norm 1, both signs).
 
-    One step with sums' std σ_s and counts' std σ_c is μ-GDP with μ² = 2/σ_s² + 2/σ_c² (a
-    record that moves between clusters moves two sums by ≤ 1 and two counts by 1; one replaced
-    within its cluster moves one sum by ≤ √2, which is less). The final step has sums' std
+    A step with sums' std σ_s and counts' std σ_c is μ-GDP with μ² = ``kmeans.step_mu2``:
+    max(2/σ_s² + 2/σ_c², r²/σ_s²), a record that moves between clusters moving two sums by
+    ≤ 1 and two counts by 1, one replaced within its cluster one sum by ≤ r (r = √2 for the
+    records, which never decides; r = 2 for Fourier features). The final step has sums' std
     ``sigma`` (the calibrated scale) and spends the share ``count_share`` = c of its μ² on the
     counts: μ_f² = 2/((1 − c)σ²), σ_c = σ·√((1 − c)/c). The k-means steps spend the share
-    ``kmeans_share`` = s of the total μ² in equal parts, with the same c within each step:
-    μ_k² = s·μ_f²/((1 − s)·T_K), σ_s,k = σ·√((1 − s)·T_K/s). The steps compose adaptively as
-    GDP (Dong, Roth, Su 2019, Cor. 3.3): μ² = μ_f²/(1 − s) = 2/((1 − c)(1 − s)σ²), converted
-    to (ε, δ) exactly. With one cluster per class there are no k-means steps (T_K = 0) and
-    μ² = μ_f²: the whole budget goes to the final step."""
+    ``kmeans_share`` = s of the total μ² in equal parts: T_K·μ_k² = s·μ_f²/(1 − s). On records
+    each step splits its μ² as the final one (σ_c,k = σ_s,k·√((1 − c)/c)); on Fourier features
+    the counts ride free at σ_c,k = σ_s,k (2/σ² + 2/σ² = 4/σ²). The steps compose adaptively
+    as GDP (Dong, Roth, Su 2019, Cor. 3.3): μ = √(μ_f² + T_K·μ_k²), converted to (ε, δ)
+    exactly. With one cluster per class there are no k-means steps (T_K = 0) and μ² = μ_f²:
+    the whole budget goes to the final step."""
 
     sigma: float
     kmeans_steps: int
     kmeans_share: float
     count_share: float
+    fourier: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", float(self.sigma))
@@ -274,10 +279,20 @@ class ClustMixDPEvent(GaussianEvent):
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value}")
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "fourier", bool(self.fourier))
 
     @property
     def mu(self) -> float:
-        return _mu_factor(self.kmeans_steps, self.kmeans_share, self.count_share) / self.sigma
+        """√(Σ of every step's μ²), from the declared noise itself."""
+        from dpcore.mechanisms.kmeans import step_mu2
+
+        s = self.scales()
+        total = step_mu2(sigma_sums=s["sums"], sigma_counts=s["counts"], fourier=False)
+        if self.kmeans_steps:
+            total += self.kmeans_steps * step_mu2(
+                sigma_sums=s["kmeans_sums"], sigma_counts=s["kmeans_counts"], fourier=self.fourier
+            )
+        return math.sqrt(total)
 
     def scales(self) -> dict[str, float]:
         """σ of each noise: the final sums and counts, the k-means steps' sums and counts
@@ -286,20 +301,35 @@ class ClustMixDPEvent(GaussianEvent):
         ratio = math.sqrt((1 - c) / c)
         scales = {"sums": self.sigma, "counts": self.sigma * ratio}
         if self.kmeans_steps:
-            kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps / s)
-            scales.update(kmeans_sums=kmeans, kmeans_counts=kmeans * ratio)
+            # σ_k² = T_K·g_k·(1 − s)/(s·μ_f²), g_k the step's μ²·σ_k²: 2/(1 − c) on records
+            # (= μ_f²·σ²), 4 on Fourier features.
+            final = 2.0 / (1 - c)
+            per_step = 4.0 if self.fourier else final
+            kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps * per_step / (s * final))
+            scales.update(
+                kmeans_sums=kmeans, kmeans_counts=kmeans if self.fourier else kmeans * ratio
+            )
         return scales
 
     def noise(self) -> NoiseDescription:
+        from dpcore.mechanisms.kmeans import FOURIER_SUM_SENSITIVITY, SUM_ROW_SENSITIVITY
+
         sigmas = self.scales()
+        kmeans_rows = FOURIER_SUM_SENSITIVITY if self.fourier else SUM_ROW_SENSITIVITY
         what = {
-            "sums": ("features", "every final cluster's sum of records"),
-            "counts": ("counts", "every final cluster's record count"),
-            "kmeans_sums": ("centres", "every cluster's sum at each DP k-means step"),
-            "kmeans_counts": ("centres", "every cluster's count at each DP k-means step"),
+            "sums": ("features", "every final cluster's sum of records", 1.0),
+            "counts": ("counts", "every final cluster's record count", 1.0),
+            "kmeans_sums": (
+                "centres",
+                "every cluster's sum "
+                + ("of random Fourier features " if self.fourier else "")
+                + "at each DP k-means step",
+                kmeans_rows,
+            ),
+            "kmeans_counts": ("centres", "every cluster's count at each DP k-means step", 1.0),
         }
         scales = tuple(
-            NoiseScale(name, sigmas[name], 1.0, (what[name][0],), what[name][1])
+            NoiseScale(name, sigmas[name], what[name][2], (what[name][0],), what[name][1])
             for name in what
             if name in sigmas
         )
@@ -318,6 +348,129 @@ class ClustMixDPEvent(GaussianEvent):
         }
 
 
+# dp_accounting's default PLD grid (pessimistic discretisation: the ε stays an upper bound at
+# any grid), widened in proportion to the Gaussian part's own ε when that passes 1: the grid's
+# pessimism adds at most about one interval per composed step, so the relative looseness stays
+# near 1e-4·(T + 1), while calibration's probes at small σ (ε in the hundreds) stay cheap.
+PLD_DISCRETIZATION = 1e-4
+
+
+@dataclass(frozen=True)
+class ClustMixDPKIPEvent(ApproximateDPEvent):
+    """ClustMix ``dp`` with DP-KIP: the Gaussian steps of ``gaussian`` (a ``ClustMixDPEvent``)
+    and ``kip_steps`` DP-SGD steps on the KIP loss, each a Poisson-subsampled Gaussian under
+    replace-one: every record enters a step's batch independently with probability
+    q = ``kip_batch``/n, its per-record gradient clipped to norm C, and the batch's sum gets
+    N(0, (z·C)²) per coordinate — a record replaced by another changes the sum by ≤ 2C, which
+    is dp_accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under
+    ``REPLACE_ONE`` (noise multiplier relative to one record's bound; it compares
+    (1 − q)N(0, z²) + qN(−1, z²) with (1 − q)N(0, z²) + qN(1, z²)). The centres each step moves
+    are public (earlier noisy outputs), so the steps compose adaptively; the Gaussian part,
+    μ_G-GDP, is ``GaussianDpEvent(2/μ_G)`` in the same convention (its replace-one shift is
+    μ_G noise stds). Composed in dp_accounting's PLD accountant, whose discretisation is
+    pessimistic: the ε is an upper bound.
+
+    z follows from σ and the share ``kip_share`` = κ of the nominal μ²: the KIP part is given
+    μ_kip² = κ·μ_G²/(1 − κ), and z solves the central-limit approximation of T-fold
+    Poisson-subsampled Gaussians, μ_kip² = q²·T·(e^{4/z²} − 1) (Bu, Dong, Long, Su 2020, with
+    the replace-one shift 2/z). The approximation only splits the budget; the ε is the PLD's."""
+
+    gaussian: ClustMixDPEvent
+    n: int
+    kip_steps: int
+    kip_batch: int
+    kip_share: float
+
+    def __post_init__(self) -> None:
+        n = _as_int("n", self.n)
+        steps = _as_int("kip_steps", self.kip_steps)
+        batch = _as_int("kip_batch", self.kip_batch)
+        if n < 1 or steps < 1 or not 1 <= batch <= n:
+            raise ValueError(
+                f"need n >= 1, kip_steps >= 1, 1 <= kip_batch <= n; got {n}, {steps}, {batch}"
+            )
+        share = float(self.kip_share)
+        if not 0 < share < 1:
+            raise ValueError(f"kip_share must be in (0, 1), got {share}")
+        for name, value in (("n", n), ("kip_steps", steps), ("kip_batch", batch)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "kip_share", share)
+
+    @property
+    def sigma(self) -> float:
+        return self.gaussian.sigma
+
+    @property
+    def q(self) -> float:
+        return self.kip_batch / self.n
+
+    @property
+    def kip_noise_multiplier(self) -> float:
+        """z of every DP-KIP step (class docstring)."""
+        mu_kip2 = self.kip_share * self.gaussian.mu**2 / (1 - self.kip_share)
+        return 2.0 / math.sqrt(math.log1p(mu_kip2 / (self.q**2 * self.kip_steps)))
+
+    def dp_event(self) -> Any:
+        import dp_accounting as dpa
+
+        step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.kip_noise_multiplier))
+        return dpa.ComposedDpEvent(
+            [
+                dpa.GaussianDpEvent(2.0 / self.gaussian.mu),
+                dpa.SelfComposedDpEvent(step, self.kip_steps),
+            ]
+        )
+
+    def epsilon(self, delta: float) -> float:
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        return _kip_epsilon(self, delta)
+
+    def scales(self) -> dict[str, float]:
+        return {**self.gaussian.scales(), "kip": self.kip_noise_multiplier}
+
+    def noise(self) -> NoiseDescription:
+        base = self.gaussian.noise()
+        kip = NoiseScale(
+            "kip",
+            self.kip_noise_multiplier,
+            2.0,
+            ("centres",),
+            "every DP-KIP step: the Poisson batch's sum of per-record KIP-loss gradients, "
+            "each clipped to norm C (σ in units of C)",
+        )
+        return NoiseDescription(scales=(*base.scales, kip), calibrated="sums")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.gaussian.describe(),
+            "covers": "every data-dependent step: DP k-means (noisy sums and counts per step), "
+            "DP-KIP (Poisson-subsampled Gaussian DP-SGD steps), the final noisy sums and "
+            "counts; the Gaussian steps as one GDP Gaussian, composed with the DP-KIP steps in "
+            "dp_accounting's PLD accountant (replace-one)",
+            "q": self.q,
+            "kip_steps": self.kip_steps,
+            "kip_batch": self.kip_batch,
+            "kip_share": self.kip_share,
+            "kip_noise_multiplier": self.kip_noise_multiplier,
+            "noise": self.scales(),
+        }
+
+
+@functools.lru_cache(maxsize=1024)
+def _kip_epsilon(event: ClustMixDPKIPEvent, delta: float) -> float:
+    # Calibration, preview and admission ask again for the same event.
+    import dp_accounting as dpa
+
+    scale = max(1.0, gdp.epsilon_of(event.gaussian.mu, delta))
+    accountant = dpa.pld.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE,
+        value_discretization_interval=PLD_DISCRETIZATION * scale,
+    )
+    accountant.compose(event.dp_event())
+    return float(accountant.get_epsilon(delta))
+
+
 def dp_steps(keys: Mapping[str, Any]) -> int:
     """T_K: the k-means steps of a dp release (initial sums, splits, refinements)."""
     from dpcore.mechanisms.kmeans import kmeans_steps
@@ -327,17 +480,35 @@ def dp_steps(keys: Mapping[str, Any]) -> int:
     )
 
 
-def dp(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
-    return ClustMixDPEvent(sigma, dp_steps(keys), keys["kmeans_share"], keys["count_share"])
+def _gaussian(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
+    return ClustMixDPEvent(
+        sigma,
+        dp_steps(keys),
+        keys["kmeans_share"],
+        keys["count_share"],
+        fourier=keys.get("feature_map", "none") == "rff",
+    )
 
 
-def _mu_factor(steps: int, kmeans_share: float, count_share: float) -> float:
-    """σ·μ of a dp release: √(2/((1 − c)(1 − s))), or √(2/(1 − c)) without k-means steps
-    (the share s then has nothing to pay for)."""
-    spent = (1 - kmeans_share) if steps else 1.0
-    return math.sqrt(2.0 / ((1 - count_share) * spent))
+def kip_steps(keys: Mapping[str, Any]) -> int:
+    """DP-KIP steps a dp release runs: none without k-means (one cluster per class: nothing
+    to adapt, the release refuses the request)."""
+    return int(keys.get("dpkip_steps") or 0) if dp_steps(keys) else 0
+
+
+def dp(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent | ClustMixDPKIPEvent:
+    gaussian = _gaussian(sigma, keys)
+    steps = kip_steps(keys)
+    if not steps:
+        return gaussian
+    if keys.get("n") is None:
+        raise ValueError("clustmix/tight with dpkip_steps needs n (DP-KIP's rate q = batch/n)")
+    return ClustMixDPKIPEvent(gaussian, keys["n"], steps, keys["dpkip_batch"], keys["dpkip_share"])
 
 
 def guess_dp(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
-    factor = _mu_factor(dp_steps(keys), keys["kmeans_share"], keys["count_share"])
+    # σ·μ of the Gaussian part (μ ∝ 1/σ); with DP-KIP, its share of μ² is set aside.
+    factor = _gaussian(1.0, keys).mu
+    if kip_steps(keys):
+        factor /= math.sqrt(1 - keys["dpkip_share"])
     return _guess(factor, epsilon, delta)

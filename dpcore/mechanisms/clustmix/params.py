@@ -21,9 +21,15 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
         return {"properties": {name: {"const": fields[name].default} for name in sorted(names)}}
 
     paper = {"properties": {"variant": {"const": "paper"}}, "required": ["variant"]}
+    rff = {"properties": {"feature_map": {"const": "rff"}}, "required": ["feature_map"]}
+    one = {"properties": {"clusters_per_class": {"const": 1}}, "required": ["clusters_per_class"]}
     schema["allOf"] = [
         BASIS_RULE,
         {"if": paper, "then": pinned(DP_ONLY), "else": pinned(PAPER_ONLY)},
+        # DP-KIP adapts centres in the records' space: not with Fourier-feature centres.
+        {"if": rff, "then": {"properties": {"dpkip_steps": {"const": 0}}}},
+        # ... nor with one cluster per class (nothing to adapt).
+        {"if": one, "then": {"properties": {"dpkip_steps": {"const": 0}}}},
     ]
 
 
@@ -98,6 +104,64 @@ class ClustMixParams(BasisParams):
         "(docs/results/clustmix_spread.md): HistGradientBoosting 0.20 → 0.69 at ε = 1 and "
         "0.41 → 0.75 at ε = 10; ridge, logistic and MLP within ±0.02 at ε = 1, up to −0.009 at "
         "ε = 10 (1.0: −0.04). Default 0, best for linear models and MLPs; 0.5 for trees",
+    )
+
+    feature_map: Literal["none", "rff"] = Field(
+        default="none",
+        description="space of the DP k-means: none — the records (unit scale, in the basis); "
+        "rff — their random Fourier features (kernel k-means for the rbf kernel of bandwidth "
+        "rbf_width, DPGM's Algorithm 2). Fourier features have norm 1 but both signs: a "
+        "k-means step then costs μ² = 4/σ_s² (its counts ride free at σ_c = σ_s). The "
+        "released means are of the records either way",
+    )
+    rff_frequencies: int = Field(
+        default=200,
+        ge=1,
+        le=4096,
+        description="feature_map rff: d, random frequencies (2d features: cos and sin)",
+    )
+    rbf_width: float = Field(
+        default=0.5,
+        gt=0,
+        le=100,
+        description="bandwidth w of the rbf kernel exp(−‖x − x′‖²/(2w²)) on unit-scale rows "
+        "(norm ≤ 1) in the basis: the Fourier features' kernel and DP-KIP's",
+    )
+    dpkip_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10000,
+        description="DP-KIP: DP-SGD steps on the KIP loss that adapt the k-means centres "
+        "(kernel ridge regression from the centres, labelled by their classes, to the real "
+        "records) before the final assignment; 0 — none. Each step: a Poisson batch (rate "
+        "dpkip_batch/n), per-record gradients clipped to dpkip_clip, Gaussian noise. Needs "
+        "feature_map none and K > 1",
+    )
+    dpkip_share: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="DP-KIP: share of the (nominal) μ² given to the DP-KIP steps, the rest to "
+        "the k-means and final steps (the ε is the exact PLD composition of both)",
+    )
+    dpkip_batch: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="DP-KIP: expected records per step (Poisson sampling at rate "
+        "dpkip_batch/n; at most n)",
+    )
+    dpkip_clip: float = Field(
+        default=1.0,
+        gt=0,
+        le=1e6,
+        description="DP-KIP: norm C each record's gradient (over all centres) is clipped to",
+    )
+    dpkip_lr: float = Field(
+        default=0.01, gt=0, le=10, description="DP-KIP: Adam's step size on the noisy gradients"
+    )
+    dpkip_ridge: float = Field(
+        default=1e-3, gt=0, le=1e6, description="DP-KIP: λ, the kernel ridge"
     )
 
     # ---- variant paper (Algorithm 2 of the paper; research releases only) ----
@@ -189,6 +253,15 @@ DP_ONLY: frozenset[str] = frozenset(
         "spread",
         "basis",
         "basis_dim",
+        "feature_map",
+        "rff_frequencies",
+        "rbf_width",
+        "dpkip_steps",
+        "dpkip_share",
+        "dpkip_batch",
+        "dpkip_clip",
+        "dpkip_lr",
+        "dpkip_ridge",
     }
 )
 PAPER_ONLY: frozenset[str] = frozenset(

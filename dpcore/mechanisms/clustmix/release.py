@@ -18,6 +18,8 @@ from dpcore.mechanisms.basis import basis_for
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.kmeans import (
+    Centres,
+    FourierFeatures,
     StepNoise,
     dp_kmeans,
     drop_threshold,
@@ -72,14 +74,22 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
     # Sums of up to n rows in float64, and the basis's rounding: covered by the sampler.
     n = features.shape[0]
-    error = float_error.scaled_sum(1.0, terms=n, magnitude=float(n)) + basis.excess(
-        1.0, 1.0 + float_error.INPUT_RELATIVE
-    )
+    row_error = basis.excess(1.0, 1.0 + float_error.INPUT_RELATIVE)
+    error = float_error.scaled_sum(1.0, terms=n, magnitude=float(n)) + row_error
     Z = basis.project(features).double()  # float64, norm ≤ 1 (a contraction), up to ``error``
     groups = torch.as_tensor(data.labels, device=ctx.device)
     k = len(data.classes)
     steps = kmeans_steps(params.clusters_per_class, params.kmeans_refine)
-    total = steps + 1
+    kip_steps = params.dpkip_steps if steps else 0  # the accountant's kip_steps
+    total = steps + kip_steps + 1
+    fourier = None
+    kmeans_error = error
+    if params.feature_map == "rff":
+        # Public frequencies from the release's generator (no data read).
+        fourier = FourierFeatures.draw(
+            Z.shape[1], params.rff_frequencies, params.rbf_width, ctx.generator, ctx.device
+        )
+        kmeans_error = fourier.sum_error(row_error, terms=n)
 
     def progress(done: int, _total: int) -> None:
         ctx.report(done, total, "dp k-means")
@@ -96,13 +106,48 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         else StepNoise(math.inf, math.inf),
         sampler=ctx.sampler,
         generator=ctx.generator,
-        error=error,
+        error=kmeans_error,
         drop_below=params.drop_below,
         chunk=ASSIGN_CHUNK,
         progress=progress,
+        features=fourier,
     )
+    if kip_steps:
+        from dpcore.mechanisms.clustmix import dpkip
+
+        settings = dpkip.KIPSettings(
+            steps=kip_steps,
+            batch=params.dpkip_batch,
+            clip=params.dpkip_clip,
+            lr=params.dpkip_lr,
+            ridge=params.dpkip_ridge,
+            width=params.rbf_width,
+            noise_multiplier=ctx.sigma("kip"),
+        )
+        adapted = dpkip.adapt(
+            Z,
+            groups,
+            k,
+            centres.points,
+            centres.groups,
+            settings,
+            sampler=ctx.sampler,
+            generator=ctx.generator,
+            progress=lambda done, _: ctx.report(steps + done, total, "dp-kip"),
+        )
+        centres = Centres(adapted, centres.groups)
     final = StepNoise(ctx.sigma("sums"), ctx.sigma("counts"))
-    sums, counts = step(Z, groups, centres, final, ctx.sampler, error=error, chunk=ASSIGN_CHUNK)
+    sums, counts = step(
+        Z,
+        groups,
+        centres,
+        final,
+        ctx.sampler,
+        error=error,
+        chunk=ASSIGN_CHUNK,
+        features=fourier,
+        sum_features=False,
+    )
     ctx.report(total, total, "cluster means")
     # Everything below reads the noisy sums and counts and public facts only.
     threshold = drop_threshold(params.drop_below, final.counts)
@@ -126,7 +171,14 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             "basis": basis.description,
             "labels": "each cluster's class, exact (clusters are formed within classes)",
             "clusters": f"{len(classes)} kept of {len(centres)} after {steps} DP k-means steps "
-            f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
+            + (
+                f"on {2 * params.rff_frequencies} random Fourier features (rbf width "
+                f"{params.rbf_width:g}) "
+                if fourier is not None
+                else ""
+            )
+            + (f"and {kip_steps} DP-KIP steps " if kip_steps else "")
+            + f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
             f"count is at least {threshold:.4g}; the others of a class are pooled into one, "
             "kept when its pooled noisy count clears the threshold at its pooled noise",
             "rows": (
