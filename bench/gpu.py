@@ -86,6 +86,19 @@ CASES: dict[str, Case] = {
             lambda _: {"n_samples": 2000},
             families=("linear", "logistic"),
         ),
+        # The dp variant's options: k-means on random Fourier features, DP-KIP (K = 8).
+        Case(
+            "clustmix_rff",
+            "clustmix",
+            lambda _: {"n_samples": 2000, "clusters_per_class": 8, "feature_map": "rff"},
+            families=("linear", "logistic"),
+        ),
+        Case(
+            "clustmix_dpkip",
+            "clustmix",
+            lambda _: {"n_samples": 2000, "clusters_per_class": 8, "dpkip_steps": 50},
+            families=("linear", "logistic"),
+        ),
         # Algorithm 2 of the paper (research reproduction: its own accountant).
         Case(
             "clustmix_paper",

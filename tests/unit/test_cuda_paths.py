@@ -50,6 +50,20 @@ CASES: dict[str, tuple[str, dict[str, Any], float, str, int]] = {
         "tight",
         101,
     ),
+    "clustmix_rff": (
+        "clustmix",
+        {"clusters_per_class": 2, "feature_map": "rff", "rff_frequencies": 16, "n_samples": 50},
+        0.5,
+        "tight",
+        50,
+    ),
+    "clustmix_dpkip": (
+        "clustmix",
+        {"clusters_per_class": 2, "dpkip_steps": 3, "dpkip_batch": 40, "n_samples": 50},
+        0.5,
+        "tight",
+        50,
+    ),
     "clustmix_paper": (
         "clustmix",
         {"variant": "paper", "cluster_size": 20, "slice_rows": 40, "kip_steps": 20},

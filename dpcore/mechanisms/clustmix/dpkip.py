@@ -98,6 +98,11 @@ def adapt(
     """The centres ``support`` (m, k) after ``settings.steps`` DP-KIP steps on the records ``Z``
     (n, k) of classes ``groups`` (module docstring); float64, on Z's device."""
     n = Z.shape[0]
+    # Clipped rows of norm ≤ 1 in units of C, at most n of them, summed in float64: the
+    # summation's rounding is what the sampler covers beyond the sensitivity. Bounded with n
+    # terms (not the batch's own size) so that every step has the same noise plan: the secure
+    # sampler builds its table once, not once per batch size.
+    error = float_error.scaled_sum(SENSITIVITY, terms=n, magnitude=float(n))
     eye = torch.eye(n_classes, dtype=torch.float64, device=Z.device)
     labels = eye[support_groups]
     centres = support.detach().clone().double().requires_grad_(True)
@@ -120,10 +125,6 @@ def adapt(
             norms = grads.flatten(1).norm(dim=1)
             factor = (settings.clip / norms.clamp_min(1e-300)).clamp(max=1.0)
             total += (grads * factor[:, None, None]).sum(0)
-        # Clipped rows of norm ≤ 1 in units of C, summed in float64: the summation's rounding
-        # is what the sampler covers beyond the sensitivity.
-        terms = max(len(rows), 1)
-        error = float_error.scaled_sum(SENSITIVITY, terms=terms, magnitude=float(terms))
         flat = (total / settings.clip).reshape(1, -1)
         noisy = sampler(flat, sigma=settings.noise_multiplier, sensitivity=SENSITIVITY, error=error)
         optimiser.zero_grad()
