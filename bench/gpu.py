@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
-from bench.sweet_spot import request_params  # noqa: E402
+from bench.sweet_spot import release_metadata, request_params  # noqa: E402
 from dpcore.evaluation import Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.run import (  # noqa: E402
@@ -206,13 +206,7 @@ def release_on(
 
 def as_release(mechanism: str, params: Any, parsed: ParsedDataset, drawn: Drawn) -> Release:
     """The release as ``make_release`` returns it (evaluation reads its metadata)."""
-    metadata = {
-        "mechanism": mechanism,
-        "params": params.model_dump(),
-        "classes": list(parsed.classes),
-        "feature_shape": list(parsed.feature_shape),
-        "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
-    }
+    metadata = release_metadata(mechanism, params, parsed)
     return Release(drawn.X.astype(np.float64), drawn.Y.astype(np.float64), metadata)
 
 

@@ -121,15 +121,19 @@ def make_release(
         device=torch.device("cpu"),
     )
     X32, Y32, _, _ = materialise(output)
-    metadata = {
+    X, Y = X32.astype(np.float64), Y32.astype(np.float64)
+    return Release(X, Y, release_metadata(mechanism, params, parsed), output.extra), event
+
+
+def release_metadata(mechanism: str, params: Any, parsed: Any) -> dict[str, Any]:
+    """What evaluation reads of a release's metadata (as the worker writes it)."""
+    return {
         "mechanism": mechanism,
         "params": params.model_dump(),
         "classes": list(parsed.classes),
         "feature_shape": list(parsed.feature_shape),
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
     }
-    X, Y = X32.astype(np.float64), Y32.astype(np.float64)
-    return Release(X, Y, metadata, output.extra), event
 
 
 def run_one(
