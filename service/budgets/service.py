@@ -157,9 +157,7 @@ def admit(
 ) -> LedgerEntry:
     """Reserve ``cost`` for a release, or refuse with 409 if the filter would pass the
     budget. Runs under the budget row lock; the caller's transaction commits."""
-    budget = repository.lock_budget(session, dataset_id=dataset_id)
-    if budget is None:
-        raise NotFound(f"dataset {dataset_id} not found")
+    budget = _locked_budget(session, dataset_id)
     _check_amount(cost, budget)
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
     charge, before, after = _decide(budget, holding, cost)
@@ -213,6 +211,15 @@ def admit(
     )
 
 
+def _locked_budget(session: Session, dataset_id: str) -> DatasetBudget:
+    """The dataset's budget row, locked until the transaction ends (every ledger write takes
+    it, so the ledger's order is admission's); 404 when there is none."""
+    budget = repository.lock_budget(session, dataset_id=dataset_id)
+    if budget is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    return budget
+
+
 def record_research(
     session: Session,
     *,
@@ -228,8 +235,7 @@ def record_research(
     Takes the budget row lock like every other entry, so the ledger's order is admission's."""
     if not isinstance(description.get("research"), dict):
         raise ValueError("a research entry must describe its claim")
-    if repository.lock_budget(session, dataset_id=dataset_id) is None:
-        raise NotFound(f"dataset {dataset_id} not found")
+    _locked_budget(session, dataset_id)
     now = utcnow()
     return repository.add_entry(
         session,

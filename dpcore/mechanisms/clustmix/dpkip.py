@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from dpcore.mechanisms import float_error
+from dpcore.mechanisms.clustmix.paper import square_distances
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -51,9 +52,9 @@ class KIPSettings:
 
 
 def rbf(a: torch.Tensor, b: torch.Tensor, width: float) -> torch.Tensor:
-    """exp(−‖a_i − b_j‖²/(2w²)), (len(a), len(b))."""
-    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
-    return torch.exp(-sq.clamp_min(0.0) / (2.0 * width * width))
+    """exp(−‖a_i − b_j‖²/(2w²)), (len(a), len(b)): w the bandwidth itself (the paper
+    variant's ``rbf_kernel`` takes a width per feature)."""
+    return torch.exp(-square_distances(a, b) / (2.0 * width * width))
 
 
 def per_record_gradients(

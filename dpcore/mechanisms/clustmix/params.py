@@ -142,7 +142,8 @@ class ClustMixParams(BasisParams):
         gt=0,
         lt=1,
         description="DP-KIP: share of the (nominal) μ² given to the DP-KIP steps, the rest to "
-        "the k-means and final steps (the ε is the exact PLD composition of both)",
+        "the k-means and final steps (the ε charged is the PLD composition of both, an upper "
+        "bound; the share only splits the noise)",
     )
     dpkip_batch: int = Field(
         default=256,

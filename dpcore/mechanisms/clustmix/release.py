@@ -15,6 +15,7 @@ import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import basis_for
+from dpcore.mechanisms.clustmix import accounting
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.inputs import unit_scale
 from dpcore.mechanisms.kmeans import (
@@ -80,8 +81,9 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     groups = torch.as_tensor(data.labels, device=ctx.device)
     k = len(data.classes)
     steps = kmeans_steps(params.clusters_per_class, params.kmeans_refine)
-    kip_steps = params.dpkip_steps if steps else 0  # the accountant's kip_steps
-    total = steps + kip_steps + 1
+    # The accountant's rule (none without k-means steps), so the noise drawn is the noise charged.
+    adapt_steps = accounting.kip_steps(params.model_dump())
+    total = steps + adapt_steps + 1
     fourier = None
     kmeans_error = error
     if params.feature_map == "rff":
@@ -112,11 +114,11 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         progress=progress,
         features=fourier,
     )
-    if kip_steps:
+    if adapt_steps:
         from dpcore.mechanisms.clustmix import dpkip
 
         settings = dpkip.KIPSettings(
-            steps=kip_steps,
+            steps=adapt_steps,
             batch=params.dpkip_batch,
             clip=params.dpkip_clip,
             lr=params.dpkip_lr,
@@ -177,7 +179,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
                 if fourier is not None
                 else ""
             )
-            + (f"and {kip_steps} DP-KIP steps " if kip_steps else "")
+            + (f"and {adapt_steps} DP-KIP steps " if adapt_steps else "")
             + f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
             f"count is at least {threshold:.4g}; the others of a class are pooled into one, "
             "kept when its pooled noisy count clears the threshold at its pooled noise",
