@@ -1,39 +1,62 @@
 """DPGM — DP kernel k-means and a mixture of generative networks trained with DP-SGD (Acs,
 Melis, Castelluccia, De Cristofaro).
 
-Accounting only for now: ``dprelease account dpgm`` evaluates the paper's Theorem 4 and the
-tight PLD bound (``accounting``), whose events describe three noise scales (k-means,
-DPNorm's histograms, gradients); the service does not run it yet (no release generator).
+The whole mechanism: parameters (``params``), accountants (``accounting``: ``tight``, the
+PLD bound every release is charged, and ``paper``, Theorem 4, for ``dprelease account``), the
+networks (``models``: VAE, RBM), DP-SGD with adaptive clipping (``dpsgd``), the job around
+them (``release``) and the audit (``audit``). DP kernel k-means is
+``dpcore.mechanisms.kmeans``, shared with ClustMix.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
-from dpcore.mechanisms.spec import BenchCase, BenchHints, MechanismSpec
+from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.dpgm.params import DPGMParams
+from dpcore.mechanisms.spec import (
+    AuditSpec,
+    BenchCase,
+    BenchHints,
+    EvaluationHints,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+)
 
 _MATH = f"{__name__}.accounting"
 PAPER_LAMBDA_MAX = 32
-
-
-class DPGMParams(BaseModel):
-    """No release parameters yet: the mechanism is not served."""
-
-    model_config = ConfigDict(extra="forbid")
+# DP-SGD steps one release may run (a public limit on the job's length).
+MAX_SGD_STEPS = 1_000_000
 
 
 _COMMON = (
     N,
-    Key("batch_size", int, "L: expected batch size; Poisson sampling with q = L/n"),
-    Key("sgd_steps", int, "T_S: number of DP-SGD steps"),
-    Key("kmeans_iterations", int, "T_K: DP kernel k-means iterations", required=False, default=20),
+    Key.of(DPGMParams, "batch_size", help="L: expected batch size; Poisson sampling, q = L/n"),
+    Key.of(DPGMParams, "epochs", help="DP-SGD epochs (T_S = ⌈epochs·n/L⌉ unless sgd_steps)"),
+    Key("sgd_steps", int, "T_S: DP-SGD steps (overrides epochs)", required=False),
+    Key.of(DPGMParams, "clusters_per_class", help="K: clusters per class (T_K from K)"),
+    Key.of(DPGMParams, "kmeans_refine", help="Lloyd steps after the last split (T_K from it)"),
+    Key(
+        "kmeans_iterations",
+        int,
+        "T_K: DP kernel k-means iterations (default: 1 + ⌈log₂ K⌉ + kmeans_refine, 0 for K = 1)",
+        required=False,
+    ),
+    Key.of(DPGMParams, "kmeans_share", help="share of μ² (central-limit) on k-means and sizes"),
     Key(
         "sigma_kmeans",
         float,
-        "σ_K: noise std on cluster sizes, and per C_s on cluster feature sums (paper: √2·σ′_K)",
+        "σ_K: noise std on cluster sizes, and per C_s on cluster feature sums (paper: √2·σ′_K); "
+        "default from kmeans_share",
+        required=False,
     ),
-    Key("sigma_norm", float, "σ_C: noise std per DPNorm histogram bin (paper: √2·σ′_C)"),
+    Key.of(DPGMParams, "norm_noise", help="σ_C/σ_S unless sigma_norm is given"),
+    Key(
+        "sigma_norm",
+        float,
+        "σ_C: noise std per DPNorm histogram bin (paper: √2·σ′_C); default norm_noise·σ_S",
+        required=False,
+    ),
     Key(
         "rbf",
         str,
@@ -72,19 +95,63 @@ PAPER = Accountant(
     build=lazy(_MATH, "paper"),
     guess=lazy(_MATH, "guess_sigma"),
     valid_bound=False,
+    # Theorem 4 analyses the paper's Algorithm 1 (a cluster picked per step by its private
+    # size); the service runs the tight pipeline only.
+    releases=False,
     caveat="Lemma 1 halves the Gaussian's moment, the k-means sum's replace-one "
     "sensitivity is 2·C_s (not √2·C_s) and E1/E2 are the add/remove pair: the paper's ε "
     "can be below the true replace-one ε",
 )
 
+
+def _check(params: DPGMParams, facts: PublicFacts) -> None:
+    from dpcore.mechanisms.dpgm.accounting import sgd_steps
+
+    if params.batch_size > facts.n:
+        raise InvalidParams(
+            f"batch_size {params.batch_size} exceeds the dataset's {facts.n} records"
+        )
+    steps = sgd_steps(params.epochs, facts.n, params.batch_size)
+    if steps > MAX_SGD_STEPS:
+        raise InvalidParams(
+            f"epochs {params.epochs:g} at batch_size {params.batch_size} make {steps} DP-SGD "
+            f"steps; at most {MAX_SGD_STEPS} (raise batch_size or lower epochs)"
+        )
+    facts.check_rows(params.n_samples or facts.n)
+
+
 SPEC = MechanismSpec(
     name="dpgm",
     title="DPGMRequest",
-    summary="DP kernel k-means + a mixture of generative networks trained with DP-SGD "
-    "(accounting only; not served yet)",
-    output="not served yet",
+    summary="DP kernel k-means within each class, then one generative network per cluster "
+    "(VAE or RBM) trained by DP-SGD with adaptive clipping; releases records drawn from the "
+    "mixture (Acs et al.)",
+    output="X: n_samples records drawn from the trained networks (features in [0, 1] by the "
+    "declared bounds: each row a network's mean for a random latent); y: one-hot, each "
+    "network's class (exact). Optional second artifact: the weights (safetensors)",
     params=DPGMParams,
     accountants=(TIGHT, PAPER),
+    release_only=frozenset(
+        {
+            "model",
+            "hidden",
+            "latent_dim",
+            "rff_frequencies",
+            "rbf_width",
+            "clip_max",
+            "norm_bins",
+            "learning_rate",
+            "n_samples",
+            "weights",
+        }
+    ),
+    check=_check,
+    release=lazy(f"{__name__}.release", "release"),
+    audit=AuditSpec(
+        keys=(audit_keys.N,),
+        case=lazy(f"{__name__}.audit", "case"),
+    ),
+    evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
     bench=BenchHints(
         calibration=(
             BenchCase(

@@ -92,6 +92,9 @@ HOLDER_WEIGHTS: tuple[float, ...] = tuple((i + 0.5) / 10 for i in range(10))
 #: dp_accounting's default PLD grid; coarser grids stay valid (pessimistic) but lose accuracy
 #: over thousands of compositions.
 PLD_DISCRETIZATION = 1e-4
+# Beyond these the tight event reports ε = ∞ (see ``DPGMEvent.epsilon``).
+MU_CAP = 50.0
+Z_FLOOR = 0.05
 
 _TAIL_STDS = 14.0  # integrands are ≤ e^{−98} of their peak this many σ outside the peak range
 _WINDOW = 60.0  # log-integrand values further below the maximum are dropped (e^{−60})
@@ -229,6 +232,7 @@ class DPGMPaperEvent(ApproximateDPEvent):
     sigma_norm: float
     rbf: bool = True
     lambda_max: int = PAPER_LAMBDA_MAX
+    final_counts: bool = False
 
     def __post_init__(self) -> None:
         _coerce(self)
@@ -243,7 +247,9 @@ class DPGMPaperEvent(ApproximateDPEvent):
         lam = np.arange(1, self.lambda_max + 1, dtype=float)
         sk, sc = self.sigma_kmeans / SQRT2, self.sigma_norm / SQRT2
         per_iteration = 1 / (2 * sk**2) + (0.0 if self.rbf else 1 / (4 * sc**2))
-        return self.kmeans_iterations * (lam**2 + lam) * per_iteration
+        # The final clusters' noisy sizes: one more Gaussian of Lemma 1 at σ′_K.
+        counts = 1 / (4 * sk**2) if self.final_counts else 0.0
+        return (self.kmeans_iterations * per_iteration + counts) * (lam**2 + lam)
 
     def alpha_sgd(self) -> np.ndarray:
         """Eq. 4 (T_S steps) at λ = 1 … λ_max."""
@@ -287,6 +293,9 @@ class DPGMEvent(ApproximateDPEvent):
     sigma_kmeans: float
     sigma_norm: float
     rbf: bool = True
+    # The served pipeline releases the final clusters' noisy sizes (counts only, N(0, σ_K²)
+    # each: a record moved between clusters changes two counts by 1, μ² = 2/σ_K²).
+    final_counts: bool = False
 
     def __post_init__(self) -> None:
         _coerce(self)
@@ -299,7 +308,8 @@ class DPGMEvent(ApproximateDPEvent):
     def kmeans_mu(self) -> float:
         """μ of the whole k-means phase (replace-one, noise units), exact GDP composition."""
         per_iteration = 4 / self.sigma_kmeans**2 + (0.0 if self.rbf else 2 / self.sigma_norm**2)
-        return math.sqrt(self.kmeans_iterations * per_iteration)
+        counts = 2 / self.sigma_kmeans**2 if self.final_counts else 0.0
+        return math.sqrt(self.kmeans_iterations * per_iteration + counts)
 
     @property
     def sgd_noise_multiplier(self) -> float:
@@ -309,7 +319,7 @@ class DPGMEvent(ApproximateDPEvent):
 
     def dp_event(self) -> dpa.DpEvent:
         events: list[dpa.DpEvent] = []
-        if self.kmeans_iterations > 0:
+        if self.kmeans_mu > 0:
             # dp_accounting's REPLACE_ONE Gaussian shifts the two datasets by ±1: a Gaussian
             # whose replace-one shift is μ noise stds has noise multiplier 2/μ.
             events.append(dpa.GaussianDpEvent(2.0 / self.kmeans_mu))
@@ -321,6 +331,11 @@ class DPGMEvent(ApproximateDPEvent):
     def epsilon(self, delta: float) -> float:
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
+        if self.kmeans_mu > MU_CAP or self.sgd_noise_multiplier < Z_FLOOR:
+            # Far past any budget (the k-means part alone is ε > 1000 at δ = 1e-5), and the
+            # PLD grid would not fit in memory: infinity is a valid bound. Calibration passes
+            # through here on its way down from such σ's.
+            return math.inf
         return _pld_epsilon(self, delta)
 
     def noise(self) -> NoiseDescription:
@@ -366,6 +381,7 @@ def _coerce(event: DPGMEvent | DPGMPaperEvent) -> None:
     for name in ("sigma_sgd", "sigma_kmeans", "sigma_norm"):
         setattr_(event, name, _check_sigma(name, getattr(event, name)))
     setattr_(event, "rbf", _parse_flag(event.rbf))
+    setattr_(event, "final_counts", _parse_flag(event.final_counts))
 
 
 def _noise(event: DPGMEvent | DPGMPaperEvent) -> NoiseDescription:
@@ -402,16 +418,79 @@ def _noise(event: DPGMEvent | DPGMPaperEvent) -> NoiseDescription:
     )
 
 
+def sgd_steps(epochs: float, n: int, batch_size: int) -> int:
+    """T_S = ⌈epochs · n / L⌉: the steps of ``epochs`` expected passes over n records."""
+    return max(1, math.ceil(epochs * n / batch_size - 1e-9))
+
+
+def kmeans_iterations(clusters_per_class: int, refine: int) -> int:
+    """T_K of the served k-means (``dpcore.mechanisms.kmeans.kmeans_steps``)."""
+    from dpcore.mechanisms.kmeans import kmeans_steps
+
+    return kmeans_steps(clusters_per_class, refine)
+
+
+def sgd_mu(*, q: float, steps: int, noise_multiplier: float) -> float:
+    """Central-limit μ of T_S replace-one Poisson-subsampled Gaussian steps (Bu et al. 2020,
+    shift 2/z): q·√(T_S·(e^{4/z²} − 1)). Used only to split the budget between phases; the ε
+    charged is the PLD accountant's."""
+    return q * math.sqrt(steps * math.expm1(min(4.0 / noise_multiplier**2, 700.0)))
+
+
+def kmeans_sigma(
+    *, sigma_sgd: float, sigma_norm: float, q: float, steps: int, iterations: int, share: float
+) -> float:
+    """σ_K such that the k-means phase (T_K steps at μ² = 4/σ_K² and the final sizes at
+    2/σ_K²) gets ``share`` of μ² against the DP-SGD phase's central-limit μ²."""
+    z = 1.0 / math.sqrt(1 / sigma_norm**2 + 1 / sigma_sgd**2)
+    mu_sgd = sgd_mu(q=q, steps=steps, noise_multiplier=z)
+    mu_kmeans = math.sqrt(share / (1 - share)) * mu_sgd
+    return math.sqrt(4 * iterations + 2) / mu_kmeans
+
+
+def _derived(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The served pipeline's T_S, T_K, σ_C and σ_K from the release parameters, unless given
+    explicitly (``dprelease account`` with the paper's σ's)."""
+    n, batch = int(keys["n"]), int(keys["batch_size"])
+    steps = keys.get("sgd_steps")
+    if steps is None:
+        steps = sgd_steps(float(keys["epochs"]), n, batch)
+    iterations = keys.get("kmeans_iterations")
+    if iterations is None:
+        iterations = kmeans_iterations(int(keys["clusters_per_class"]), int(keys["kmeans_refine"]))
+    sigma_norm = keys.get("sigma_norm")
+    if sigma_norm is None:
+        sigma_norm = float(keys["norm_noise"]) * sigma
+    sigma_kmeans = keys.get("sigma_kmeans")
+    if sigma_kmeans is None:
+        sigma_kmeans = kmeans_sigma(
+            sigma_sgd=sigma,
+            sigma_norm=sigma_norm,
+            q=batch / n,
+            steps=int(steps),
+            iterations=int(iterations),
+            share=float(keys["kmeans_share"]),
+        )
+    return {
+        "steps": int(steps),
+        "iterations": int(iterations),
+        "sigma_norm": float(sigma_norm),
+        "sigma_kmeans": float(sigma_kmeans),
+    }
+
+
 def _args(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
+    derived = _derived(sigma, keys)
     return {
         "n": keys["n"],
         "batch_size": keys["batch_size"],
-        "sgd_steps": keys["sgd_steps"],
-        "kmeans_iterations": keys["kmeans_iterations"],
+        "sgd_steps": derived["steps"],
+        "kmeans_iterations": derived["iterations"],
         "sigma_sgd": sigma,
-        "sigma_kmeans": keys["sigma_kmeans"],
-        "sigma_norm": keys["sigma_norm"],
+        "sigma_kmeans": derived["sigma_kmeans"],
+        "sigma_norm": derived["sigma_norm"],
         "rbf": _parse_flag(keys["rbf"]),
+        "final_counts": True,
     }
 
 
@@ -427,5 +506,6 @@ def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # Large-σ regime of the subsampled Gaussian: μ ≈ 2q√T_S/σ (replace-one), then the
     # classical Gaussian calibration; calibration brackets from here by factors of 4.
     q = keys["batch_size"] / keys["n"]
+    steps = keys.get("sgd_steps") or sgd_steps(float(keys["epochs"]), keys["n"], keys["batch_size"])
     mu = epsilon / math.sqrt(2 * math.log(1.25 / delta))
-    return max(2 * q * math.sqrt(max(keys["sgd_steps"], 1)) / mu, 0.5)
+    return max(2 * q * math.sqrt(max(steps, 1)) / mu, 0.5)

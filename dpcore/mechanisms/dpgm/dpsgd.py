@@ -1,0 +1,189 @@
+"""DP-SGD with adaptive clipping (the paper's Algorithms 3 and 4), for M networks at once.
+
+Every step, exactly as ``accounting.DPGMEvent`` assumes:
+
+1. **Poisson batch.** Each of the n records joins independently with probability q = L/n
+   exactly (``SecureRandom.bernoulli(L, n)``), whatever its cluster — not the paper's Alg. 1
+   line 4, which picks one cluster with probability |D̂_s|/|D| (a private size). Each record
+   then trains the network of its own cluster; all M networks step together.
+2. **DPNorm** (Alg. 3): every batch record's gradient norm falls in one of w bins of
+   (0, C_max] (norms above C_max in the last); the histogram gets N(0, σ_C²) per bin (a record
+   replaced moves one count from one bin to another: √2) and the threshold C is the upper edge
+   of the noisy mode. One histogram and one C per step for all networks: a record is in one
+   bin of one histogram either way, and a shared histogram holds L records, not L/M.
+3. **Clip and noise.** Each record's gradient (the whole parameter vector of its network) is
+   scaled to norm ≤ C; the clipped sums of all networks, in units of C, form ONE vector to
+   which N(0, σ_S²) is added per coordinate (a record replaced moves its network's block by
+   ≤ 1 and the other record's by ≤ 1: 2 in all). Networks without a batch record get noise
+   only: the released vector does not say which networks the batch reached.
+4. **Descent.** Network m's gradient is its noisy block × C over q·n̂_m, n̂_m its cluster's
+   noisy size (released before training): post-processing. Adam (vae) or SGD (rbm).
+
+Rounding: the clipped rows are summed in float64; their rounding is bounded over n terms (not
+the batch's own size) so that every step has the same noise plan, and covered by the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dpcore.mechanisms import float_error
+from dpcore.mechanisms.dpgm.models import RBM, VAE, Normal, Params
+from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.secure_random import SecureRandom
+
+# Sensitivities in noise units (module docstring), as the accountant's noise scales declare.
+GRADIENT_SENSITIVITY = 2.0
+HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
+
+
+@dataclass(frozen=True)
+class SGDSettings:
+    steps: int
+    batch: int
+    sigma: float  # σ_S: gradients, per unit of C
+    sigma_norm: float  # σ_C: DPNorm's histogram
+    clip_max: float
+    bins: int
+    lr: float
+
+
+def histogram_bins(norms: torch.Tensor, clip_max: float, bins: int) -> torch.Tensor:
+    """The bin of each norm: (C_{j−1}, C_j] → j − 1, C_j = j·C_max/w; 0 → bin 0; > C_max → last."""
+    index = torch.ceil(norms * (bins / clip_max)).to(torch.int64) - 1
+    return index.clamp(0, bins - 1)
+
+
+def dpnorm(
+    norms: torch.Tensor,
+    *,
+    clip_max: float,
+    bins: int,
+    sigma: float,
+    sampler: NoiseSampler,
+) -> float:
+    """Alg. 3: the upper edge of the noisy mode of the norms' histogram (a public value)."""
+    counts = torch.bincount(histogram_bins(norms, clip_max, bins), minlength=bins)
+    # Counts are exact integers in float64: no rounding to cover.
+    noisy = sampler(counts.double()[None, :], sigma=sigma, sensitivity=HISTOGRAM_SENSITIVITY)
+    mode = int(torch.argmax(noisy[0]))
+    return (mode + 1) * clip_max / bins
+
+
+def noisy_step(
+    net: VAE | RBM,
+    params: Params,
+    X: torch.Tensor,
+    assignment: torch.Tensor,
+    rows: torch.Tensor,
+    settings: SGDSettings,
+    *,
+    sampler: NoiseSampler,
+    normal: Normal,
+    error: float,
+) -> tuple[torch.Tensor, float]:
+    """One step's release: DPNorm's threshold C over the batch ``rows`` and the noisy sum of
+    every network's clipped gradients in units of C, (M, P) float64 — networks in the order of
+    ``params``' first axis, each block in ``net.names()`` order (module docstring)."""
+    models = next(iter(params.values())).shape[0]
+    names = net.names()
+    block = sum(math.prod(params[k].shape[1:]) for k in names)
+    batch_models = assignment[rows]
+    parts = []
+    for m in torch.unique(batch_models).tolist():
+        if m < 0:
+            continue
+        norms, clip_sum = net.gradients(params, m, X[rows[batch_models == m]], normal)
+        parts.append((m, norms, clip_sum))
+    all_norms = (
+        torch.cat([p[1] for p in parts])
+        if parts
+        else torch.zeros(0, dtype=torch.float64, device=X.device)
+    )
+    clip = dpnorm(
+        all_norms,
+        clip_max=settings.clip_max,
+        bins=settings.bins,
+        sigma=settings.sigma_norm,
+        sampler=sampler,
+    )
+    flat = torch.zeros((models, block), dtype=torch.float64, device=X.device)
+    for m, norms, clip_sum in parts:
+        factors = (clip / norms.clamp_min(1e-300)).clamp(max=1.0)
+        sums = clip_sum(factors)
+        flat[m] = torch.cat([sums[k].reshape(-1) for k in names]) / clip
+    noisy = sampler(
+        flat.reshape(1, -1),
+        sigma=settings.sigma,
+        sensitivity=GRADIENT_SENSITIVITY,
+        error=error,
+    )
+    return noisy.reshape(models, block).double(), clip
+
+
+def rounding_error(n: int) -> float:
+    """The sampler's cover for the float64 sum of ≤ n clipped rows of norm ≤ 1 (units of C)."""
+    return float_error.scaled_sum(GRADIENT_SENSITIVITY, terms=n, magnitude=float(n))
+
+
+Progress = Callable[[int, int], None]
+
+
+def train(
+    net: VAE | RBM,
+    params: Params,
+    X: torch.Tensor,
+    assignment: torch.Tensor,
+    sizes: torch.Tensor,
+    settings: SGDSettings,
+    *,
+    sampler: NoiseSampler,
+    generator: SecureRandom,
+    normal: Normal,
+    uniform: Callable[[tuple[int, ...]], torch.Tensor],
+    progress: Progress | None = None,
+) -> Params:
+    """``params`` of M networks after ``settings.steps`` DP-SGD steps on the records ``X`` (n, d)
+    in [0, 1], record i training network ``assignment[i]`` (module docstring); ``sizes`` (M,)
+    the clusters' noisy sizes. ``normal`` and ``uniform`` draw the public randomness of the
+    networks (reparametrisation, Gibbs chains)."""
+    n, models = X.shape[0], next(iter(params.values())).shape[0]
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    optimiser: torch.optim.Optimizer = (
+        torch.optim.Adam(list(leaves.values()), lr=settings.lr)
+        if isinstance(net, VAE)
+        else torch.optim.SGD(list(leaves.values()), lr=settings.lr)
+    )
+    names = net.names()
+    widths = [math.prod(leaves[k].shape[1:]) for k in names]
+    error = rounding_error(n)
+    expected = (settings.batch / n * sizes.double()).clamp_min(1.0)
+    if isinstance(net, RBM):
+        net.state = (uniform((models, net.chains, net.d)) < 0.5).to(X.dtype)
+    for index in range(settings.steps):
+        chosen = generator.bernoulli(settings.batch, n, (n,))
+        rows = torch.as_tensor(chosen.nonzero()[0], device=X.device)
+        current = {k: v.detach() for k, v in leaves.items()}
+        noisy, clip = noisy_step(
+            net, current, X, assignment, rows, settings, sampler=sampler, normal=normal, error=error
+        )
+        step = noisy * (clip / expected[:, None])
+        optimiser.zero_grad()
+        offset = 0
+        for k, width in zip(names, widths, strict=True):
+            chunk = step[:, offset : offset + width].reshape(leaves[k].shape)
+            leaves[k].grad = chunk.to(leaves[k].dtype)
+            offset += width
+        optimiser.step()
+        if isinstance(net, RBM):
+            with torch.no_grad():
+                updated = {k: v.detach() for k, v in leaves.items()}
+                for m in range(models):
+                    net.advance(updated, m, uniform)
+        if progress is not None:
+            progress(index + 1, settings.steps)
+    return {k: v.detach() for k, v in leaves.items()}

@@ -1,0 +1,283 @@
+"""DPGM's generative networks, M of them at once (one per cluster), as plain tensors.
+
+Every family keeps its M networks' parameters stacked (a dict of tensors whose first axis is the
+network) and answers, for a batch of records of ONE network, each record's gradient norm and
+the sum of the gradients clipped to a threshold — all DP-SGD needs (``dpsgd``). A record's
+gradient depends on that record only (and on public parameters and public randomness), which is
+what the per-record sensitivity of DP-SGD assumes.
+
+- ``VAE`` (the default, the paper's): encoder x → h (ReLU) → (μ, log σ²) of a ``latent`` -dim
+  Gaussian; decoder z → h (ReLU) → Bernoulli logits over the d features in [0, 1]. Loss per
+  record: the negative ELBO (binary cross-entropy + KL), divided by d so gradient norms do not
+  grow with the width of the data. Per-record gradients by ``torch.func`` (vmap of grad): no
+  dependency, any architecture, and the batch's records are routed to their own network —
+  Opacus would add a dependency and its own (non-secure, shuffling) data loader, and wants one
+  module per optimiser. The reparametrisation noise is drawn by the caller from the release's
+  secure source.
+- ``RBM`` (binary units, Bernoulli visible probabilities for grey values): the gradient of the
+  negative log-likelihood of a record x is −(x p(h|x)ᵀ − N_W, x − N_b, p(h|x) − N_c), with N
+  the negative phase: averages over persistent Gibbs chains (PCD, Tieleman 2008), functions of
+  the public parameters only. Norms and clipped sums in closed form (never a d × h tensor per
+  record): ‖x pᵀ − N‖² = ‖x‖²‖p‖² − 2xᵀNp + ‖N‖².
+
+Written here because no maintained library trains several small networks on records routed by
+cluster with per-record clipping; the networks are the paper's (one hidden layer of 200).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from dpcore.mechanisms.secure_random import SecureRandom
+
+Params = dict[str, torch.Tensor]
+Normal = Callable[[tuple[int, ...]], torch.Tensor]
+
+
+class Family(Protocol):
+    """One kind of network, M of them."""
+
+    def names(self) -> tuple[str, ...]: ...
+
+    def gradients(
+        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+    ) -> tuple[torch.Tensor, ClipSum]: ...
+
+    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor: ...
+
+
+ClipSum = Callable[[torch.Tensor], Params]
+"""Given per-record factors f (min(1, C/‖g‖)), Σ f_i g_i per parameter (float64)."""
+
+
+def _uniform(shape: tuple[int, ...], bound: float, normal: Normal) -> torch.Tensor:
+    # Gaussian init of the same variance as PyTorch's default uniform(−b, b): b/√3.
+    return normal(shape) * (bound / math.sqrt(3.0))
+
+
+@dataclass(frozen=True)
+class VAE:
+    d: int
+    hidden: int
+    latent: int
+
+    def names(self) -> tuple[str, ...]:
+        return (
+            "enc_w",
+            "enc_b",
+            "mu_w",
+            "mu_b",
+            "lv_w",
+            "lv_b",
+            "dec_w1",
+            "dec_b1",
+            "dec_w2",
+            "dec_b2",
+        )
+
+    def init(self, models: int, normal: Normal) -> Params:
+        d, h, z = self.d, self.hidden, self.latent
+        shapes = {
+            "enc_w": (d, h),
+            "enc_b": (h,),
+            "mu_w": (h, z),
+            "mu_b": (z,),
+            "lv_w": (h, z),
+            "lv_b": (z,),
+            "dec_w1": (z, h),
+            "dec_b1": (h,),
+            "dec_w2": (h, d),
+            "dec_b2": (d,),
+        }
+        fan_in = {"enc": d, "mu": h, "lv": h, "dec_w1": z, "dec_b1": z, "dec_w2": h, "dec_b2": h}
+        out: Params = {}
+        for name, shape in shapes.items():
+            key = name if name in fan_in else name.split("_")[0]
+            bound = 1.0 / math.sqrt(fan_in[key])
+            out[name] = _uniform((models, *shape), bound, normal).float()
+        # The log-variance starts near 0 (unit posterior), as with a default init.
+        return out
+
+    # (weight, bias, the layer's input) of each linear layer, in ``forward``'s order.
+    LAYERS = (
+        ("enc_w", "enc_b", "x"),
+        ("mu_w", "mu_b", "h"),
+        ("lv_w", "lv_b", "h"),
+        ("dec_w1", "dec_b1", "z"),
+        ("dec_w2", "dec_b2", "hd"),
+    )
+
+    @staticmethod
+    def forward(
+        p: Params, x: torch.Tensor, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[torch.Tensor]]:
+        """Per-record losses (b,), the layers' inputs, and the layers' outputs (pre-activations,
+        in ``LAYERS`` order) as the graph's leaves' descendants: the gradient of the summed loss
+        with respect to output j, row i, is record i's alone (records never mix)."""
+        s_enc = (x @ p["enc_w"] + p["enc_b"]).requires_grad_(True)
+        h = torch.relu(s_enc)
+        s_mu = h @ p["mu_w"] + p["mu_b"]
+        s_lv = h @ p["lv_w"] + p["lv_b"]
+        logvar = s_lv.clamp(-10.0, 10.0)
+        z = s_mu + torch.exp(0.5 * logvar) * eps
+        s_d1 = z @ p["dec_w1"] + p["dec_b1"]
+        hd = torch.relu(s_d1)
+        s_d2 = hd @ p["dec_w2"] + p["dec_b2"]
+        rec = torch.nn.functional.binary_cross_entropy_with_logits(s_d2, x, reduction="none").sum(1)
+        kl = -0.5 * torch.sum(1.0 + logvar - s_mu * s_mu - torch.exp(logvar), dim=1)
+        losses = (rec + kl) / x.shape[1]
+        inputs = {"x": x, "h": h.detach(), "z": z.detach(), "hd": hd.detach()}
+        return losses, inputs, [s_enc, s_mu, s_lv, s_d1, s_d2]
+
+    def gradients(
+        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+    ) -> tuple[torch.Tensor, ClipSum]:
+        """Per-record gradient norms and clipped sums without forming any record's gradient:
+        a linear layer's gradient for record i is a_i δ_iᵀ (weights) and δ_i (bias), a_i its
+        input and δ_i the loss's gradient at its output, so ‖·‖² = ‖a_i‖²‖δ_i‖² + ‖δ_i‖² and
+        Σ f_i a_i δ_iᵀ = Aᵀ diag(f) Δ (the structure Opacus' per-sample hooks use for
+        nn.Linear). Forming the b × P gradients (``torch.func.vmap``) cost 1.6 s a step of
+        500 records here, this 0.05 s."""
+        one = {k: v[model] for k, v in params.items()}
+        eps = normal((x.shape[0], self.latent)).to(x.dtype)
+        with torch.enable_grad():
+            losses, inputs, outputs = self.forward(one, x, eps)
+            deltas = torch.autograd.grad(losses.sum(), outputs)
+        acts = [inputs[source].double() for _, _, source in self.LAYERS]
+        grads = [delta.double() for delta in deltas]
+        sq = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+        for a, g in zip(acts, grads, strict=True):
+            g2 = (g * g).sum(1)
+            sq += (a * a).sum(1) * g2 + g2
+        norms = torch.sqrt(sq)
+
+        def clip_sum(factors: torch.Tensor) -> Params:
+            out: Params = {}
+            for (w, b, _), a, g in zip(self.LAYERS, acts, grads, strict=True):
+                scaled = g * factors[:, None]
+                out[w] = a.T @ scaled
+                out[b] = scaled.sum(0)
+            return out
+
+        return norms, clip_sum
+
+    def decode(self, params: Params, model: int, z: torch.Tensor) -> torch.Tensor:
+        p = {k: v[model] for k, v in params.items()}
+        logits = torch.relu(z @ p["dec_w1"] + p["dec_b1"]) @ p["dec_w2"] + p["dec_b2"]
+        return torch.sigmoid(logits)
+
+    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor:
+        """Decoder means at latent draws from the prior N(0, I)."""
+        z = normal((rows, self.latent)).to(params["dec_w1"].dtype)
+        return self.decode(params, model, z)
+
+
+@dataclass
+class RBM:
+    d: int
+    hidden: int
+    chains: int = 64
+    # Gibbs sweeps from noise before a sample is read (post-processing of the weights).
+    burn_in: int = 500
+    state: torch.Tensor | None = None  # persistent chains (M, chains, d)
+
+    def names(self) -> tuple[str, ...]:
+        return ("W", "b", "c")
+
+    def init(self, models: int, normal: Normal) -> Params:
+        # The paper: W ~ N(0, 0.01²), biases 0.
+        w = (0.01 * normal((models, self.d, self.hidden))).float()
+        zeros = torch.zeros
+        return {
+            "W": w,
+            "b": zeros((models, self.d), dtype=w.dtype, device=w.device),
+            "c": zeros((models, self.hidden), dtype=w.dtype, device=w.device),
+        }
+
+    @staticmethod
+    def _bernoulli(p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+        return (uniform < p).to(p.dtype)
+
+    def _gibbs(
+        self,
+        p: Params,
+        model: int,
+        v: torch.Tensor,
+        uniform: Callable[[tuple[int, ...]], torch.Tensor],
+    ) -> torch.Tensor:
+        W, b, c = p["W"][model], p["b"][model], p["c"][model]
+        h = self._bernoulli(torch.sigmoid(v @ W + c), uniform((v.shape[0], self.hidden)))
+        return self._bernoulli(torch.sigmoid(h @ W.T + b), uniform((v.shape[0], self.d)))
+
+    def advance(
+        self, params: Params, model: int, uniform: Callable[[tuple[int, ...]], torch.Tensor]
+    ) -> None:
+        """One Gibbs sweep of network ``model``'s persistent chains (public: reads weights)."""
+        assert self.state is not None
+        self.state[model] = self._gibbs(params, model, self.state[model], uniform)
+
+    def gradients(
+        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+    ) -> tuple[torch.Tensor, ClipSum]:
+        assert self.state is not None
+        W, c = params["W"][model].double(), params["c"][model].double()
+        x64 = x.double()
+        ph = torch.sigmoid(x64 @ W + c)  # (b, h)
+        v = self.state[model].double()
+        qh = torch.sigmoid(v @ W + c)
+        NW = v.T @ qh / v.shape[0]  # (d, h)
+        Nb, Nc = v.mean(0), qh.mean(0)
+        sq_w = (
+            (x64 * x64).sum(1) * (ph * ph).sum(1) - 2.0 * ((x64 @ NW) * ph).sum(1) + (NW * NW).sum()
+        )
+        sq_b = ((x64 - Nb) ** 2).sum(1)
+        sq_c = ((ph - Nc) ** 2).sum(1)
+        norms = torch.sqrt((sq_w + sq_b + sq_c).clamp_min(0.0))
+
+        def clip_sum(factors: torch.Tensor) -> Params:
+            total = factors.sum()
+            return {
+                "W": -(x64.T @ (factors[:, None] * ph) - total * NW),
+                "b": -((factors[:, None] * x64).sum(0) - total * Nb),
+                "c": -((factors[:, None] * ph).sum(0) - total * Nc),
+            }
+
+        return norms, clip_sum
+
+    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor:
+        """Visible probabilities after ``burn_in`` Gibbs sweeps from uniform noise."""
+        dtype, device = params["W"].dtype, params["W"].device
+
+        def uniform(shape: tuple[int, ...]) -> torch.Tensor:
+            return torch.special.ndtr(normal(shape)).to(dtype)
+
+        v = self._bernoulli(
+            torch.full((rows, self.d), 0.5, dtype=dtype, device=device), uniform((rows, self.d))
+        )
+        for _ in range(self.burn_in):
+            v = self._gibbs(params, model, v, uniform)
+        W, b, c = params["W"][model], params["b"][model], params["c"][model]
+        h = self._bernoulli(torch.sigmoid(v @ W + c), uniform((rows, self.hidden)))
+        return torch.sigmoid(h @ W.T + b)
+
+
+def family(kind: str, d: int, hidden: int, latent: int) -> VAE | RBM:
+    if kind == "vae":
+        return VAE(d, hidden, latent)
+    if kind == "rbm":
+        return RBM(d, hidden)
+    raise ValueError(f"unknown model {kind!r}")
+
+
+def secure_normal(generator: SecureRandom, device: torch.device) -> Normal:
+    """Standard normals from the release's secure source (float32 on ``device``)."""
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        return generator.normal(shape, device=device, dtype=torch.float32)
+
+    return draw
