@@ -169,7 +169,36 @@ CASES = [
     # sampler adds no noise, so which clusters survive follows the exact counts here; every
     # cluster keeps members in both neighbours. In a release survival reads noisy counts.)
     pytest.param("clustmix", {"clusters_per_class": 2, "kmeans_refine": 1}, id="clustmix"),
+    # DP-SGD on one network per class, and on two per class after DP kernel k-means: every
+    # step runs every batch record through all networks (no work sized by a cluster).
+    pytest.param("dpgm", {"epochs": 2, "batch_size": 20}, id="dpgm-vae"),
+    pytest.param(
+        "dpgm",
+        {"epochs": 1, "batch_size": 20, "clusters_per_class": 2, "kmeans_refine": 1},
+        id="dpgm-vae-kmeans",
+    ),
 ]
+
+# The RBM samples network by network, as many rows each as its noisy size asks (public; the
+# trace sampler adds no noise, so here they are exact counts): its training is compared.
+SAMPLED_BY_NOISY_SIZES = [
+    pytest.param("dpgm", {"epochs": 1, "batch_size": 20, "model": "rbm"}, id="dpgm-rbm"),
+]
+
+
+@pytest.mark.parametrize(("mechanism", "params"), SAMPLED_BY_NOISY_SIZES)
+def test_same_training_work_on_neighbouring_datasets(
+    mechanism: str, params: dict[str, Any]
+) -> None:
+    data, data_prime = neighbours()
+
+    def training(trace: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        end = next(i for i, e in enumerate(trace) if e[0] == "report" and e[3] == "sampling")
+        return trace[:end]
+
+    trace = training(_trace(mechanism, params, data))
+    assert sum(event[0] == "noise" for event in trace) > 2  # DP-SGD ran
+    assert trace == training(_trace(mechanism, params, data_prime))
 
 
 def test_every_served_mechanism_is_traced() -> None:

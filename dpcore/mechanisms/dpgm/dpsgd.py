@@ -70,8 +70,9 @@ def dpnorm(
     counts = torch.bincount(histogram_bins(norms, clip_max, bins), minlength=bins)
     # Counts are exact integers in float64: no rounding to cover.
     noisy = sampler(counts.double()[None, :], sigma=sigma, sensitivity=HISTOGRAM_SENSITIVITY)
-    mode = int(torch.argmax(noisy[0]))
-    return (mode + 1) * clip_max / bins
+    # A float read-out: the mode is a released value, not a size the job's work depends on.
+    mode = float(torch.argmax(noisy[0]).double())
+    return (mode + 1.0) * clip_max / bins
 
 
 def noisy_step(
@@ -91,38 +92,30 @@ def noisy_step(
     ``params``' first axis, each block in ``net.names()`` order (module docstring)."""
     models = next(iter(params.values())).shape[0]
     names = net.names()
-    block = sum(math.prod(params[k].shape[1:]) for k in names)
-    batch_models = assignment[rows]
-    parts = []
-    for m in torch.unique(batch_models).tolist():
-        if m < 0:
-            continue
-        norms, clip_sum = net.gradients(params, m, X[rows[batch_models == m]], normal)
-        parts.append((m, norms, clip_sum))
-    all_norms = (
-        torch.cat([p[1] for p in parts])
-        if parts
-        else torch.zeros(0, dtype=torch.float64, device=X.device)
-    )
+    # Records of no network (their class lost every cluster) train nothing: network 0 with
+    # factor 0, norm 0 (bin 0). Every step does the same work whatever the assignment.
+    own = assignment[rows]
+    orphan = own < 0
+    own = own.clamp_min(0)
+    norms, clip_sum = net.gradients(params, X[rows], own, normal)
+    norms = norms.masked_fill(orphan, 0.0)
     clip = dpnorm(
-        all_norms,
+        norms,
         clip_max=settings.clip_max,
         bins=settings.bins,
         sigma=settings.sigma_norm,
         sampler=sampler,
     )
-    flat = torch.zeros((models, block), dtype=torch.float64, device=X.device)
-    for m, norms, clip_sum in parts:
-        factors = (clip / norms.clamp_min(1e-300)).clamp(max=1.0)
-        sums = clip_sum(factors)
-        flat[m] = torch.cat([sums[k].reshape(-1) for k in names]) / clip
+    factors = (clip / norms.clamp_min(1e-300)).clamp(max=1.0).masked_fill(orphan, 0.0)
+    sums = clip_sum(factors)
+    flat = torch.cat([sums[k].reshape(models, -1) for k in names], dim=1) / clip
     noisy = sampler(
         flat.reshape(1, -1),
         sigma=settings.sigma,
         sensitivity=GRADIENT_SENSITIVITY,
         error=error,
     )
-    return noisy.reshape(models, block).double(), clip
+    return noisy.reshape(models, -1).double(), clip
 
 
 def rounding_error(n: int) -> float:

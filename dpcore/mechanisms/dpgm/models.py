@@ -45,14 +45,15 @@ class Family(Protocol):
     def names(self) -> tuple[str, ...]: ...
 
     def gradients(
-        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+        self, params: Params, x: torch.Tensor, a: torch.Tensor, normal: Normal
     ) -> tuple[torch.Tensor, ClipSum]: ...
 
-    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor: ...
+    def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor: ...
 
 
 ClipSum = Callable[[torch.Tensor], Params]
-"""Given per-record factors f (min(1, C/‖g‖)), Σ f_i g_i per parameter (float64)."""
+"""Given per-record factors f (min(1, C/‖g‖)), Σ_{i: a_i = m} f_i g_i for every network m and
+parameter, (M, …) float64."""
 
 
 def _uniform(shape: tuple[int, ...], bound: float, normal: Normal) -> torch.Tensor:
@@ -114,20 +115,25 @@ class VAE:
 
     @staticmethod
     def forward(
-        p: Params, x: torch.Tensor, eps: torch.Tensor
+        p: Params, x: torch.Tensor, a: torch.Tensor, eps: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[torch.Tensor]]:
-        """Per-record losses (b,), the layers' inputs, and the layers' outputs (pre-activations,
-        in ``LAYERS`` order) as the graph's leaves' descendants: the gradient of the summed loss
-        with respect to output j, row i, is record i's alone (records never mix)."""
-        s_enc = (x @ p["enc_w"] + p["enc_b"]).requires_grad_(True)
+        """Per-record losses (b,) of record i under network a_i, the layers' inputs, and the
+        layers' outputs (pre-activations, ``LAYERS`` order) whose gradients are wanted: the
+        gradient of the summed loss at output j, row i, is record i's alone.
+
+        Work of fixed shape whatever the assignment (no side channel on cluster sizes): the
+        wide layers run every record through all M networks at once (one matmul with the
+        networks side by side, then each record's own block is gathered), the narrow ones
+        gather each record's weights."""
+        s_enc = (_through_own(x, p["enc_w"], a) + p["enc_b"][a]).requires_grad_(True)
         h = torch.relu(s_enc)
-        s_mu = h @ p["mu_w"] + p["mu_b"]
-        s_lv = h @ p["lv_w"] + p["lv_b"]
+        s_mu = _own_small(h, p["mu_w"], a) + p["mu_b"][a]
+        s_lv = _own_small(h, p["lv_w"], a) + p["lv_b"][a]
         logvar = s_lv.clamp(-10.0, 10.0)
         z = s_mu + torch.exp(0.5 * logvar) * eps
-        s_d1 = z @ p["dec_w1"] + p["dec_b1"]
+        s_d1 = _own_small(z, p["dec_w1"], a) + p["dec_b1"][a]
         hd = torch.relu(s_d1)
-        s_d2 = hd @ p["dec_w2"] + p["dec_b2"]
+        s_d2 = _through_own(hd, p["dec_w2"], a) + p["dec_b2"][a]
         rec = torch.nn.functional.binary_cross_entropy_with_logits(s_d2, x, reduction="none").sum(1)
         kl = -0.5 * torch.sum(1.0 + logvar - s_mu * s_mu - torch.exp(logvar), dim=1)
         losses = (rec + kl) / x.shape[1]
@@ -135,46 +141,31 @@ class VAE:
         return losses, inputs, [s_enc, s_mu, s_lv, s_d1, s_d2]
 
     def gradients(
-        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+        self, params: Params, x: torch.Tensor, a: torch.Tensor, normal: Normal
     ) -> tuple[torch.Tensor, ClipSum]:
         """Per-record gradient norms and clipped sums without forming any record's gradient:
         a linear layer's gradient for record i is a_i δ_iᵀ (weights) and δ_i (bias), a_i its
         input and δ_i the loss's gradient at its output, so ‖·‖² = ‖a_i‖²‖δ_i‖² + ‖δ_i‖² and
-        Σ f_i a_i δ_iᵀ = Aᵀ diag(f) Δ (the structure Opacus' per-sample hooks use for
+        Σ f_i a_i δ_iᵀ sums outer products (the structure Opacus' per-sample hooks use for
         nn.Linear). Forming the b × P gradients (``torch.func.vmap``) cost 1.6 s a step of
-        500 records here, this 0.05 s."""
-        one = {k: v[model] for k, v in params.items()}
+        500 records here."""
         eps = normal((x.shape[0], self.latent)).to(x.dtype)
         with torch.enable_grad():
-            losses, inputs, outputs = self.forward(one, x, eps)
+            losses, inputs, outputs = self.forward(params, x, a, eps)
             deltas = torch.autograd.grad(losses.sum(), outputs)
         acts = [inputs[source].double() for _, _, source in self.LAYERS]
         grads = [delta.double() for delta in deltas]
-        sq = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-        for a, g in zip(acts, grads, strict=True):
-            g2 = (g * g).sum(1)
-            sq += (a * a).sum(1) * g2 + g2
-        norms = torch.sqrt(sq)
+        models = params["enc_w"].shape[0]
+        return _linear_norms(acts, grads), lambda factors: _linear_sums(
+            self.LAYERS, acts, grads, factors, a, models
+        )
 
-        def clip_sum(factors: torch.Tensor) -> Params:
-            out: Params = {}
-            for (w, b, _), a, g in zip(self.LAYERS, acts, grads, strict=True):
-                scaled = g * factors[:, None]
-                out[w] = a.T @ scaled
-                out[b] = scaled.sum(0)
-            return out
-
-        return norms, clip_sum
-
-    def decode(self, params: Params, model: int, z: torch.Tensor) -> torch.Tensor:
-        p = {k: v[model] for k, v in params.items()}
-        logits = torch.relu(z @ p["dec_w1"] + p["dec_b1"]) @ p["dec_w2"] + p["dec_b2"]
-        return torch.sigmoid(logits)
-
-    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor:
-        """Decoder means at latent draws from the prior N(0, I)."""
-        z = normal((rows, self.latent)).to(params["dec_w1"].dtype)
-        return self.decode(params, model, z)
+    def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor:
+        """One row per entry of ``models``: network models[i]'s decoder mean at a latent draw
+        from the prior N(0, I) (fixed-shape work whatever the networks drawn)."""
+        z = normal((models.shape[0], self.latent)).to(params["dec_w1"].dtype)
+        hd = torch.relu(_own_small(z, params["dec_w1"], models) + params["dec_b1"][models])
+        return torch.sigmoid(_through_own(hd, params["dec_w2"], models) + params["dec_b2"][models])
 
 
 @dataclass
@@ -183,7 +174,7 @@ class RBM:
     hidden: int
     chains: int = 64
     # Gibbs sweeps from noise before a sample is read (post-processing of the weights).
-    burn_in: int = 500
+    burn_in: int = 200
     state: torch.Tensor | None = None  # persistent chains (M, chains, d)
 
     def names(self) -> tuple[str, ...]:
@@ -222,48 +213,120 @@ class RBM:
         self.state[model] = self._gibbs(params, model, self.state[model], uniform)
 
     def gradients(
-        self, params: Params, model: int, x: torch.Tensor, normal: Normal
+        self, params: Params, x: torch.Tensor, a: torch.Tensor, normal: Normal
     ) -> tuple[torch.Tensor, ClipSum]:
+        """Closed form (module docstring), fixed-shape work: every network's negative phase
+        is computed every step, each record's hidden probabilities through all networks."""
         assert self.state is not None
-        W, c = params["W"][model].double(), params["c"][model].double()
+        W, c = params["W"].double(), params["c"].double()
+        models = W.shape[0]
         x64 = x.double()
-        ph = torch.sigmoid(x64 @ W + c)  # (b, h)
-        v = self.state[model].double()
-        qh = torch.sigmoid(v @ W + c)
-        NW = v.T @ qh / v.shape[0]  # (d, h)
-        Nb, Nc = v.mean(0), qh.mean(0)
-        sq_w = (
-            (x64 * x64).sum(1) * (ph * ph).sum(1) - 2.0 * ((x64 @ NW) * ph).sum(1) + (NW * NW).sum()
-        )
-        sq_b = ((x64 - Nb) ** 2).sum(1)
-        sq_c = ((ph - Nc) ** 2).sum(1)
+        ph = torch.sigmoid(_through_own(x64, W, a) + c[a])  # (b, h)
+        v = self.state.double()  # (M, chains, d)
+        qh = torch.sigmoid(torch.bmm(v, W) + c[:, None, :])  # (M, chains, h)
+        NW = torch.bmm(v.transpose(1, 2), qh) / v.shape[1]  # (M, d, h)
+        Nb, Nc = v.mean(1), qh.mean(1)  # (M, d), (M, h)
+        cross = (_through_own(x64, NW, a) * ph).sum(1)  # xᵀ N_W p per record
+        sq_w = (x64 * x64).sum(1) * (ph * ph).sum(1) - 2.0 * cross + (NW * NW).sum((1, 2))[a]
+        sq_b = ((x64 - Nb[a]) ** 2).sum(1)
+        sq_c = ((ph - Nc[a]) ** 2).sum(1)
         norms = torch.sqrt((sq_w + sq_b + sq_c).clamp_min(0.0))
 
         def clip_sum(factors: torch.Tensor) -> Params:
-            total = factors.sum()
+            total = torch.zeros(models, dtype=torch.float64, device=x.device)
+            total.index_add_(0, a, factors)
+            fp = factors[:, None] * ph
+            b_sum = torch.zeros((models, self.d), dtype=torch.float64, device=x.device)
+            b_sum.index_add_(0, a, factors[:, None] * x64)
+            c_sum = torch.zeros((models, self.hidden), dtype=torch.float64, device=x.device)
+            c_sum.index_add_(0, a, fp)
             return {
-                "W": -(x64.T @ (factors[:, None] * ph) - total * NW),
-                "b": -((factors[:, None] * x64).sum(0) - total * Nb),
-                "c": -((factors[:, None] * ph).sum(0) - total * Nc),
+                "W": -(scatter_outer(x64, fp, a, models) - total[:, None, None] * NW),
+                "b": -(b_sum - total[:, None] * Nb),
+                "c": -(c_sum - total[:, None] * Nc),
             }
 
         return norms, clip_sum
 
-    def sample(self, params: Params, model: int, rows: int, normal: Normal) -> torch.Tensor:
-        """Visible probabilities after ``burn_in`` Gibbs sweeps from uniform noise."""
+    def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor:
+        """One row per entry of ``models``: visible probabilities of network models[i] after
+        ``burn_in`` Gibbs sweeps from uniform noise. Sampled network by network (a Gibbs sweep
+        through all M networks per row would cost M times as much): the work follows how many
+        rows each network gets — the noisy sizes, public — not the data."""
         dtype, device = params["W"].dtype, params["W"].device
+        out = torch.empty((models.shape[0], self.d), dtype=dtype, device=device)
 
         def uniform(shape: tuple[int, ...]) -> torch.Tensor:
             return torch.special.ndtr(normal(shape)).to(dtype)
 
-        v = self._bernoulli(
-            torch.full((rows, self.d), 0.5, dtype=dtype, device=device), uniform((rows, self.d))
-        )
-        for _ in range(self.burn_in):
-            v = self._gibbs(params, model, v, uniform)
-        W, b, c = params["W"][model], params["b"][model], params["c"][model]
-        h = self._bernoulli(torch.sigmoid(v @ W + c), uniform((rows, self.hidden)))
-        return torch.sigmoid(h @ W.T + b)
+        for model in torch.unique(models).tolist():
+            where = torch.nonzero(models == model)[:, 0]
+            rows = where.shape[0]
+            half = torch.full((rows, self.d), 0.5, dtype=dtype, device=device)
+            v = self._bernoulli(half, uniform((rows, self.d)))
+            for _ in range(self.burn_in):
+                v = self._gibbs(params, model, v, uniform)
+            W, b, c = params["W"][model], params["b"][model], params["c"][model]
+            h = self._bernoulli(torch.sigmoid(v @ W + c), uniform((rows, self.hidden)))
+            out[where] = torch.sigmoid(h @ W.T + b)
+        return out
+
+
+def _through_own(x: torch.Tensor, weights: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """x_i W_{a_i} for every record: x through all M networks' (M, k, o) weights side by side
+    (one (b, k) × (k, M·o) product), then each record's own block (fixed-shape work)."""
+    models, k, o = weights.shape
+    wide = x @ weights.permute(1, 0, 2).reshape(k, models * o)
+    index = a[:, None, None].expand(-1, 1, o)
+    return wide.reshape(-1, models, o).gather(1, index)[:, 0, :]
+
+
+def _own_small(x: torch.Tensor, weights: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """x_i W_{a_i} with each record's own (small) weight matrix gathered: (b, k, o)."""
+    return torch.bmm(x[:, None, :], weights[a])[:, 0, :]
+
+
+def _linear_norms(acts: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
+    sq = torch.zeros(acts[0].shape[0], dtype=torch.float64, device=acts[0].device)
+    for a, g in zip(acts, grads, strict=True):
+        g2 = (g * g).sum(1)
+        sq = sq + (a * a).sum(1) * g2 + g2
+    return torch.sqrt(sq)
+
+
+# Records whose outer products are formed at once in a clipped sum (memory ≈ chunk × k × o).
+OUTER_CHUNK = 32
+
+
+def scatter_outer(
+    a: torch.Tensor, g: torch.Tensor, index: torch.Tensor, models: int
+) -> torch.Tensor:
+    """Σ_{i: index_i = m} a_i g_iᵀ for every m: (M, k, o) float64, by chunks of outer products
+    added at their network (fixed-shape work: every record's product is formed)."""
+    k, o = a.shape[1], g.shape[1]
+    out = torch.zeros((models, k * o), dtype=torch.float64, device=a.device)
+    for start in range(0, a.shape[0], OUTER_CHUNK):
+        part = slice(start, start + OUTER_CHUNK)
+        outer = (a[part][:, :, None] * g[part][:, None, :]).reshape(-1, k * o)
+        out.index_add_(0, index[part], outer)
+    return out.reshape(models, k, o)
+
+
+def _linear_sums(
+    layers: tuple[tuple[str, str, str], ...],
+    acts: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    factors: torch.Tensor,
+    index: torch.Tensor,
+    models: int,
+) -> Params:
+    out: Params = {}
+    for (w, b, _), a, g in zip(layers, acts, grads, strict=True):
+        scaled = g * factors[:, None]
+        out[w] = scatter_outer(a, scaled, index, models)
+        out[b] = torch.zeros((models, g.shape[1]), dtype=torch.float64, device=g.device)
+        out[b].index_add_(0, index, scaled)
+    return out
 
 
 def family(kind: str, d: int, hidden: int, latent: int) -> VAE | RBM:

@@ -161,7 +161,7 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
     return ReleaseOutput(
         rows=rows,
         feature_names=list(data.feature_names),
-        chunks=_samples(net, trained, repeats, classes, n_classes, normal),
+        chunks=_samples(net, trained, repeats, classes, n_classes, normal, public),
         preprocessing={
             **PREPROCESSING,
             "clusters": (
@@ -191,15 +191,19 @@ def _samples(
     classes: np.ndarray,
     n_classes: int,
     normal: Any,
+    public: torch.Generator,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for model, count in enumerate(repeats.tolist()):
-        for start in range(0, count, ROW_CHUNK):
-            size = min(ROW_CHUNK, count - start)
-            with torch.no_grad():
-                rows = net.sample(weights, model, size, normal).float()
-            labels = torch.zeros((size, n_classes), dtype=rows.dtype, device=rows.device)
-            labels[:, int(classes[model])] = 1.0
-            yield rows, labels
+    """``repeats[m]`` rows of network m, in a random order (public randomness), by chunks."""
+    device = weights[net.names()[0]].device
+    order = torch.as_tensor(np.repeat(np.arange(len(repeats)), repeats), device=device)
+    order = order[torch.randperm(order.shape[0], generator=public, device=device)]
+    cluster_class = torch.as_tensor(classes, device=device)
+    for start in range(0, order.shape[0], ROW_CHUNK):
+        models = order[start : start + ROW_CHUNK]
+        with torch.no_grad():
+            rows = net.sample_rows(weights, models, normal).float()
+        labels = torch.nn.functional.one_hot(cluster_class[models], n_classes).to(rows.dtype)
+        yield rows, labels
 
 
 def _weights_artifact(
