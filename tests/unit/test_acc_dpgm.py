@@ -441,7 +441,14 @@ def test_tight_above_paper_when_kmeans_dominates_because_lemma1_halves_the_momen
 
 # --- registry, calibration ----------------------------------------------------------------------
 
-KEYS = {"n": 60_000, "batch_size": 102, "sgd_steps": 5000, "sigma_kmeans": 40.0, "sigma_norm": 6.0}
+KEYS = {
+    "n": 60_000,
+    "batch_size": 102,
+    "sgd_steps": 5000,
+    "kmeans_iterations": 20,
+    "sigma_kmeans": 40.0,
+    "sigma_norm": 6.0,
+}
 
 
 @pytest.mark.parametrize("name", ["tight", "paper"])
