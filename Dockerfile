@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# dprelease image: the API by default; the same image runs the Celery worker with
-#   celery -A worker.celery_app worker --loglevel=info --concurrency=1 --prefetch-multiplier=1
+# dprelease image: the API by default; the same image runs the Celery workers with
+#   celery -A worker.celery_app worker -Q celery --loglevel=info --concurrency=1 --prefetch-multiplier=1
+# (-Q celery: the CPU mechanisms' queue; -Q gpu on a worker that holds a GPU; -Q celery,gpu for
+# the one worker of a CPU-only host: see docker-compose.yml).
 #
 # torch comes from the PyTorch index given by TORCH_INDEX_URL (CPU wheels by default). For a GPU
 # image build with --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128.
@@ -66,5 +68,5 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('DPRELEASE_PORT', '8000'), timeout=4)"]
 
-# The API (applies migrations at start). Worker: see the command at the top of this file.
+# The API (applies migrations at start). Workers: see the command at the top of this file.
 CMD ["dprelease-server"]

@@ -20,6 +20,7 @@ from service.db import transaction
 from service.releases import repository as release_repository
 from service.releases.endpoints import make_router as releases_router
 from service.releases.endpoints import mechanisms_router
+from service.releases.mechanisms import worker_queue
 from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime
 
@@ -110,7 +111,7 @@ def create_app(
 def _resume_unfinished(runtime: Runtime) -> None:
     """In-process jobs die with the process: queue again what a previous run left."""
     with transaction(runtime.session_factory) as session:
-        ids = release_repository.unfinished_ids(session)
-    for release_id in ids:
+        unfinished = release_repository.unfinished(session)
+    for release_id, mechanism in unfinished:
         log.info("resuming release %s", release_id)
-        runtime.dispatcher.enqueue(release_id)
+        runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))

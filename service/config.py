@@ -64,6 +64,18 @@ class Settings(BaseSettings):
         description="Seconds a job may stay unacknowledged before Redis hands it to another "
         "worker (how long a dead worker's job waits): keep it above the longest job",
     )
+    cpu_queue: str = Field(
+        default="celery",
+        min_length=1,
+        description="Celery queue of the mechanisms whose spec says queue 'cpu' (Celery's "
+        "default queue, so a worker started without -Q consumes it)",
+    )
+    gpu_queue: str = Field(
+        default="gpu",
+        min_length=1,
+        description="Celery queue of the mechanisms whose spec says queue 'gpu' (training "
+        "jobs): consumed by workers that hold a GPU, or by every worker on a CPU-only host",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

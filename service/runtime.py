@@ -16,6 +16,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from dpcore.mechanisms.spec import WorkerQueue
 from service.config import Settings
 from service.db import make_engine, make_session_factory
 from service.storage import ObjectStore, make_store
@@ -24,7 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class Dispatcher(Protocol):
-    def enqueue(self, release_id: str) -> None: ...
+    """Hands a release's job over to be run. ``queue`` is the worker pool of the release's
+    mechanism (``MechanismSpec.queue``); a dispatcher with a single pool ignores it. Called
+    after the release's row is committed; nothing may depend on it succeeding."""
+
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None: ...
     def shutdown(self) -> None: ...
 
 
@@ -42,13 +47,14 @@ DispatcherFactory = Callable[[Runtime], Dispatcher]
 
 
 class InProcessDispatcher:
-    """Embedded mode: the same task code, run on one background thread of this process."""
+    """Embedded mode: the same task code, run on one background thread of this process (every
+    job, whatever its mechanism's queue)."""
 
     def __init__(self, run: Callable[[str], None]) -> None:
         self._run = run
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dprelease-job")
 
-    def enqueue(self, release_id: str) -> None:
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
         self._pool.submit(self._safe_run, release_id)
 
     def _safe_run(self, release_id: str) -> None:

@@ -218,7 +218,8 @@ def scratch_database(base_url: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def real_services() -> Iterator[dict[str, Any]]:
     """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis, all
-    private to this session (own database, bucket and queue)."""
+    private to this session (own database, bucket and queues). The worker consumes both the
+    CPU and the GPU queue, as a CPU-only deployment's worker does."""
     from celery.contrib.testing.worker import start_worker
     from moto.server import ThreadedMotoServer
 
@@ -227,10 +228,13 @@ def real_services() -> Iterator[dict[str, Any]]:
     port = free_port()
     s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     s3.start()
+    queue = f"dprelease-test-{uuid.uuid4().hex[:8]}"
     with scratch_database(TEST_DATABASE_URL) as database_url:
         bootstrap.upgrade(database_url)
         settings = Settings(  # type: ignore[call-arg]
             database_url=database_url,
+            cpu_queue=f"{queue}-cpu",
+            gpu_queue=f"{queue}-gpu",
             celery_broker_url=TEST_REDIS_URL,
             s3_endpoint_url=f"http://127.0.0.1:{port}",
             s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
@@ -243,9 +247,12 @@ def real_services() -> Iterator[dict[str, Any]]:
         celery_module.configure(worker_runtime)
         app = celery_module.celery_app
         app.conf.broker_url = TEST_REDIS_URL
-        app.conf.task_default_queue = f"dprelease-test-{uuid.uuid4().hex[:8]}"
+        app.conf.task_default_queue = settings.cpu_queue
+        queues = [settings.cpu_queue, settings.gpu_queue]
         try:
-            with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+            with start_worker(
+                app, pool="solo", perform_ping_check=False, shutdown_timeout=30, queues=queues
+            ):
                 yield {"settings": settings, "worker_runtime": worker_runtime}
         finally:
             celery_module.configure(None)

@@ -1,8 +1,11 @@
 """The Celery application: how release jobs travel from the API to the workers.
 
-Jobs are acknowledged late and re-delivered if a worker dies (the task is idempotent by
-release id), one job is prefetched at a time, and the number of attempts is bounded both by
-Celery retries and by the attempt counter stored on the release.
+Jobs travel on two queues, one per worker pool (``MechanismSpec.queue``): the CPU queue
+(``DPRELEASE_CPU_QUEUE``, Celery's default "celery") and the GPU queue (``DPRELEASE_GPU_QUEUE``,
+"gpu"); a worker consumes the queues named by its ``-Q`` (without it, the CPU queue). Jobs are
+acknowledged late and re-delivered if a worker dies (the task is idempotent by release id), one
+job is prefetched at a time, and the number of attempts is bounded both by Celery retries and by
+the attempt counter stored on the release.
 
 Shared by the producer side (``worker.dispatch.CeleryDispatcher``) and the consumer side
 (``worker.celery_app``, the worker's composition root, and ``worker.tasks``).
@@ -23,6 +26,9 @@ celery_app.conf.update(
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
     task_ignore_result=True,
+    # Jobs go to the Celery queue of their mechanism's worker pool (worker.dispatch); a
+    # worker started without -Q consumes the CPU one.
+    task_default_queue=_settings.cpu_queue,
     task_serializer="json",
     accept_content=["json"],
     # Longer than the longest job, so a running job is not handed to a second worker; a job

@@ -8,22 +8,34 @@ the tests pass it, or one of the two below, to ``service.runtime.build_runtime``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from dpcore.mechanisms.spec import WorkerQueue
+from service.config import Settings
 from service.runtime import Dispatcher, InProcessDispatcher, Runtime
 from worker.broker import RUN_RELEASE, celery_app
 
 
 class CeleryDispatcher:
-    """Real mode: queue the job on the broker for a Celery worker."""
+    """Real mode: queue the job on the broker, on the Celery queue of its worker pool
+    (``queues``: pool → Celery queue name, from the settings), for a worker consuming it."""
 
-    def enqueue(self, release_id: str) -> None:
-        celery_app.send_task(RUN_RELEASE, args=[release_id])
+    def __init__(self, queues: Mapping[WorkerQueue, str]) -> None:
+        self.queues = dict(queues)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CeleryDispatcher:
+        return cls({"cpu": settings.cpu_queue, "gpu": settings.gpu_queue})
+
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+        celery_app.send_task(RUN_RELEASE, args=[release_id], queue=self.queues[queue])
 
     def shutdown(self) -> None:
         pass
 
 
 def celery_dispatcher(runtime: Runtime) -> Dispatcher:
-    return CeleryDispatcher()
+    return CeleryDispatcher.from_settings(runtime.settings)
 
 
 def in_process_dispatcher(runtime: Runtime) -> Dispatcher:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from dpcore.accounting.accountant import Accountant, Event, Key
 
@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from dpcore.audit.case import AuditCase
     from dpcore.mechanisms.noise import NoiseSampler
     from dpcore.mechanisms.secure_random import SecureRandom
+
+
+# The worker pools a mechanism's jobs may run on (``MechanismSpec.queue``).
+WorkerQueue = Literal["cpu", "gpu"]
+WORKER_QUEUES: tuple[WorkerQueue, ...] = get_args(WorkerQueue)
 
 
 class InvalidParams(ValueError):
@@ -245,6 +250,11 @@ class MechanismSpec:
     default_accountant: str = "tight"
     # The name of the generated API request schema (e.g. "MixingRequest").
     title: str = ""
+    # Which worker pool runs the mechanism's jobs: "cpu" (the default) or "gpu" (heavy training
+    # jobs, e.g. DPGM, run by workers that hold a GPU). Each pool is a Celery queue
+    # (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE); CPU-only deployments simply run a worker on
+    # both queues. Embedded mode runs every job in-process and ignores it.
+    queue: WorkerQueue = "cpu"
 
     @property
     def served(self) -> bool:
@@ -262,6 +272,8 @@ class MechanismSpec:
         accountant, or whose accountants belong to another mechanism."""
         if not self.name.isidentifier():
             raise SpecError(f"mechanism name {self.name!r} must be an identifier")
+        if self.queue not in WORKER_QUEUES:
+            raise SpecError(f"{self.name}: queue {self.queue!r} is not one of {WORKER_QUEUES}")
         fields = set(self.params.model_fields)
         unknown = self.release_only - fields
         if unknown:

@@ -1,6 +1,7 @@
 """The served mechanisms as the API sees them, all derived from the registry
 (``dpcore.mechanisms.registry``): one request model per mechanism, the discriminated union of
-them, the public facts admission checks read, and what ``GET /mechanisms`` says."""
+them, the public facts admission checks read, the worker pool that runs each one's jobs, and
+what ``GET /mechanisms`` says."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, create_model
 
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts, WorkerQueue
 from service.config import Settings
 from service.models import Dataset
 from service.releases.schemas import (
@@ -35,6 +36,16 @@ def facts(dataset: Dataset, settings: Settings) -> PublicFacts:
         "(DPRELEASE_MAX_RELEASE_SAMPLES)",
         class_counts=tuple(dataset.class_counts) if dataset.class_counts is not None else None,
     )
+
+
+def worker_queue(mechanism: str) -> WorkerQueue:
+    """The worker pool that runs ``mechanism``'s jobs (its spec's ``queue``). A mechanism no
+    longer registered (a release queued before an upgrade) goes to the CPU pool, whose worker
+    fails its job as any worker would."""
+    try:
+        return registry.get(mechanism).queue
+    except ValueError:
+        return "cpu"
 
 
 def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:

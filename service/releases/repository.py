@@ -25,9 +25,10 @@ def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release
     return list(session.scalars(stmt))
 
 
-def unfinished_ids(session: Session) -> list[str]:
-    stmt = select(Release.id).where(Release.status.in_(UNFINISHED))
-    return list(session.scalars(stmt.order_by(Release.created_at)))
+def unfinished(session: Session) -> list[tuple[str, str]]:
+    """(id, mechanism) of every queued or running release, oldest first."""
+    stmt = select(Release.id, Release.mechanism).where(Release.status.in_(UNFINISHED))
+    return [(r.id, r.mechanism) for r in session.execute(stmt.order_by(Release.created_at))]
 
 
 def pending_using(session: Session, *, dataset_id: str) -> list[str]:

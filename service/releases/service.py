@@ -31,7 +31,7 @@ from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases import research as research_releases
-from service.releases.mechanisms import facts
+from service.releases.mechanisms import facts, worker_queue
 from service.releases.schemas import (
     Artifact,
     Charge,
@@ -314,8 +314,8 @@ def create(
             },
         },
     )
-    release_id = release.id
-    after_commit(session, lambda: dispatcher.enqueue(release_id))
+    release_id, queue = release.id, worker_queue(request.mechanism)
+    after_commit(session, lambda: dispatcher.enqueue(release_id, queue))
     return release
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from dpcore.mechanisms.spec import WorkerQueue
 from service import bootstrap
 from service.app import create_app
 from service.config import Settings
@@ -24,7 +25,7 @@ class Dropped:
     def __init__(self) -> None:
         self.dropped: list[str] = []
 
-    def enqueue(self, release_id: str) -> None:
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
         self.dropped.append(release_id)
 
     def shutdown(self) -> None:
@@ -46,6 +47,8 @@ def test_server_dispatches_in_process_without_a_broker_and_to_celery_with_one(ho
     try:
         assert isinstance(embedded.dispatcher, InProcessDispatcher)
         assert isinstance(queued.dispatcher, CeleryDispatcher)
+        # Jobs go to the Celery queue of their mechanism's pool, named by the settings.
+        assert queued.dispatcher.queues == {"cpu": "celery", "gpu": "gpu"}
     finally:
         for runtime in (embedded, queued):
             runtime.dispatcher.shutdown()

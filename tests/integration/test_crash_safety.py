@@ -26,6 +26,7 @@ from celery import Celery
 from fastapi.testclient import TestClient
 from sqlalchemy import select as sql_select
 
+from dpcore.mechanisms.spec import WorkerQueue
 from service.app import create_app
 from service.models import LedgerEntry, Release
 from service.releases import keys
@@ -54,7 +55,8 @@ class PrivateQueue:
         self.app.conf.task_serializer = "json"
         self.queue = "unset"
 
-    def enqueue(self, release_id: str) -> None:
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+        # Every job (DPMix: the CPU pool) goes to the one private queue the spawned workers read.
         self.app.send_task(RUN_RELEASE, args=[release_id], queue=self.queue)
 
     def shutdown(self) -> None:

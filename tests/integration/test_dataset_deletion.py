@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from dpcore.mechanisms.spec import WorkerQueue
 from service.budgets import repository as budget_repository
 from service.models import Dataset, utcnow
 from service.runtime import Dispatcher
@@ -24,17 +25,17 @@ class HeldDispatcher:
 
     def __init__(self, inner: Dispatcher) -> None:
         self.inner = inner
-        self.held: list[str] = []
+        self.held: list[tuple[str, WorkerQueue]] = []
 
-    def enqueue(self, release_id: str) -> None:
-        self.held.append(release_id)
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+        self.held.append((release_id, queue))
 
     def shutdown(self) -> None:
         self.inner.shutdown()
 
     def run(self) -> None:
-        for release_id in self.held:
-            self.inner.enqueue(release_id)
+        for release_id, queue in self.held:
+            self.inner.enqueue(release_id, queue)
 
 
 def stored(h: Harness, key: str) -> bool:

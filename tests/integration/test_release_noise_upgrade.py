@@ -77,7 +77,7 @@ def test_a_legacy_queued_release_runs_with_its_charged_noise(
     X, y = toy_dataset()
     ds = h.upload(owner, npz_bytes(X, y)).json()
     # Queue without running, as if the job waited in the broker across the upgrade.
-    monkeypatch.setattr(h.runtime.dispatcher, "enqueue", lambda release_id: None)
+    monkeypatch.setattr(h.runtime.dispatcher, "enqueue", lambda release_id, queue: None)
     body = h.release_body(ds["id"], noise_ratio=2.0)
     created = h.client.post("/releases", json=body, headers=h.headers(owner)).json()
     described = created["noise"]

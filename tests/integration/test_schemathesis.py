@@ -23,6 +23,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
+from dpcore.mechanisms.spec import WorkerQueue
 from service import openapi_export
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
@@ -41,7 +42,7 @@ _lock = threading.Lock()
 class _NoJobs:
     """Admitted releases are not run here: the API is under test, not the mechanisms."""
 
-    def enqueue(self, release_id: str) -> None:
+    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
         pass
 
     def shutdown(self) -> None:

@@ -81,6 +81,15 @@ def test_a_value_the_accountant_does_not_analyse_is_refused() -> None:
         spec.accountant_keys(accountant, _Params(rows=3), facts, {"sigma_y": 1.0})
 
 
+def test_a_spec_names_one_of_the_two_worker_queues() -> None:
+    assert _spec().queue == "cpu"  # the default: CPU workers run it
+    _spec(queue="gpu").validate()
+    # A spec from a plugin escapes mypy's Literal: registration refuses an unknown pool.
+    with pytest.raises(SpecError, match="queue 'tpu' is not one of"):
+        registry.register(_spec(queue="tpu"))
+    assert "made_up" not in registry.names()
+
+
 def test_registration_refuses_duplicates_and_foreign_accountants() -> None:
     with pytest.raises(SpecError, match="already registered"):
         registry.register(dataclasses.replace(registry.get("dpmix")))
