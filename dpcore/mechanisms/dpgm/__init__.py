@@ -131,6 +131,8 @@ SPEC = MechanismSpec(
     "network's class (exact). Optional second artifact: the weights (safetensors)",
     params=DPGMParams,
     accountants=(TIGHT, PAPER),
+    # Training jobs: the GPU workers' queue (CPU-only deployments run a worker on both).
+    queue="gpu",
     release_only=frozenset(
         {
             "model",

@@ -294,22 +294,16 @@ def _linear_norms(acts: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.
     return torch.sqrt(sq)
 
 
-# Records whose outer products are formed at once in a clipped sum (memory ≈ chunk × k × o).
-OUTER_CHUNK = 32
-
-
 def scatter_outer(
     a: torch.Tensor, g: torch.Tensor, index: torch.Tensor, models: int
 ) -> torch.Tensor:
-    """Σ_{i: index_i = m} a_i g_iᵀ for every m: (M, k, o) float64, by chunks of outer products
-    added at their network (fixed-shape work: every record's product is formed)."""
-    k, o = a.shape[1], g.shape[1]
-    out = torch.zeros((models, k * o), dtype=torch.float64, device=a.device)
-    for start in range(0, a.shape[0], OUTER_CHUNK):
-        part = slice(start, start + OUTER_CHUNK)
-        outer = (a[part][:, :, None] * g[part][:, None, :]).reshape(-1, k * o)
-        out.index_add_(0, index[part], outer)
-    return out.reshape(models, k, o)
+    """Σ_{i: index_i = m} a_i g_iᵀ for every m: (M, k, o) float64 — one product Aᵀ[G ⊙ 1(m)]
+    with each record's g in its network's column block (fixed-shape work; no record's outer
+    product is formed)."""
+    b, k, o = a.shape[0], a.shape[1], g.shape[1]
+    spread = torch.zeros((b, models, o), dtype=g.dtype, device=g.device)
+    spread.scatter_(1, index[:, None, None].expand(-1, 1, o), g[:, None, :])
+    return (a.T @ spread.reshape(b, models * o)).reshape(k, models, o).permute(1, 0, 2)
 
 
 def _linear_sums(
