@@ -92,7 +92,7 @@ def test_rbm_norms_and_clipped_sums_match_the_explicit_gradients() -> None:
     factors = torch.tensor([0.3, 1.0, 0.9, 0.2, 0.6], dtype=torch.float64)
     sums = clip_sum(factors)
     for m in range(2):
-        W, b, c = params["W"][m], params["b"][m], params["c"][m]
+        W, c = params["W"][m], params["c"][m]
         v = net.state[m]
         qh = torch.sigmoid(v @ W + c)
         NW, Nb, Nc = v.T @ qh / 5, v.mean(0), qh.mean(0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms.dpgm.params import DPGMParams
+from dpcore.mechanisms.dpgm.params import DPGMParams, batch_size_for
 from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
@@ -107,14 +107,13 @@ PAPER = Accountant(
 def _check(params: DPGMParams, facts: PublicFacts) -> None:
     from dpcore.mechanisms.dpgm.accounting import sgd_steps
 
-    if params.batch_size > facts.n:
-        raise InvalidParams(
-            f"batch_size {params.batch_size} exceeds the dataset's {facts.n} records"
-        )
-    steps = sgd_steps(params.epochs, facts.n, params.batch_size)
+    batch = batch_size_for(params.batch_size, facts.n)
+    if batch > facts.n:
+        raise InvalidParams(f"batch_size {batch} exceeds the dataset's {facts.n} records")
+    steps = sgd_steps(params.epochs, facts.n, batch)
     if steps > MAX_SGD_STEPS:
         raise InvalidParams(
-            f"epochs {params.epochs:g} at batch_size {params.batch_size} make {steps} DP-SGD "
+            f"epochs {params.epochs:g} at batch_size {batch} make {steps} DP-SGD "
             f"steps; at most {MAX_SGD_STEPS} (raise batch_size or lower epochs)"
         )
     facts.check_rows(params.n_samples or facts.n)

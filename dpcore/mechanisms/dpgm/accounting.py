@@ -85,6 +85,7 @@ from dpcore.accounting.accountant import Event
 from dpcore.accounting.composition import ApproximateDPEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms.dpgm import PAPER_LAMBDA_MAX
+from dpcore.mechanisms.dpgm.params import batch_size_for
 
 SQRT2 = math.sqrt(2.0)
 #: The paper's "10 different values of j_1" (j_2 = 1 − j_1): midpoints of a tenth grid.
@@ -451,7 +452,8 @@ def kmeans_sigma(
 def _derived(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
     """The served pipeline's T_S, T_K, σ_C and σ_K from the release parameters, unless given
     explicitly (``dprelease account`` with the paper's σ's)."""
-    n, batch = int(keys["n"]), int(keys["batch_size"])
+    n = int(keys["n"])
+    batch = batch_size_for(keys["batch_size"], n)
     steps = keys.get("sgd_steps")
     if steps is None:
         steps = sgd_steps(float(keys["epochs"]), n, batch)
@@ -472,6 +474,7 @@ def _derived(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
             share=float(keys["kmeans_share"]),
         )
     return {
+        "batch": batch,
         "steps": int(steps),
         "iterations": int(iterations),
         "sigma_norm": float(sigma_norm),
@@ -483,7 +486,7 @@ def _args(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
     derived = _derived(sigma, keys)
     return {
         "n": keys["n"],
-        "batch_size": keys["batch_size"],
+        "batch_size": derived["batch"],
         "sgd_steps": derived["steps"],
         "kmeans_iterations": derived["iterations"],
         "sigma_sgd": sigma,
@@ -505,7 +508,8 @@ def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
 def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # Large-σ regime of the subsampled Gaussian: μ ≈ 2q√T_S/σ (replace-one), then the
     # classical Gaussian calibration; calibration brackets from here by factors of 4.
-    q = keys["batch_size"] / keys["n"]
-    steps = keys.get("sgd_steps") or sgd_steps(float(keys["epochs"]), keys["n"], keys["batch_size"])
+    batch = batch_size_for(keys["batch_size"], keys["n"])
+    q = batch / keys["n"]
+    steps = keys.get("sgd_steps") or sgd_steps(float(keys["epochs"]), keys["n"], batch)
     mu = epsilon / math.sqrt(2 * math.log(1.25 / delta))
     return max(2 * q * math.sqrt(max(steps, 1)) / mu, 0.5)

@@ -7,9 +7,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Learning rates when ``learning_rate`` is not given: Adam for the VAE (the paper's optimiser),
-# plain SGD for the RBM (the paper's 0.01).
-DEFAULT_LR = {"vae": 1e-3, "rbm": 0.01}
+# Learning rates when ``learning_rate`` is not given: Adam for the VAE (the paper's optimiser;
+# on MNIST-10k at ε = 1, batch 2000, 20 epochs, 5e-3 gave ridge accuracy 0.70 where 1e-3 at
+# batch 500 gave 0.36), plain SGD for the RBM (the paper's 0.01).
+DEFAULT_BATCH = 2000
+DEFAULT_LR = {"vae": 5e-3, "rbm": 0.01}
+
+
+def batch_size_for(batch_size: int | None, n: int) -> int:
+    """L: the given batch size, or the default min(2000, ⌈n/5⌉) (public: n is)."""
+    if batch_size is not None:
+        return batch_size
+    return max(1, min(DEFAULT_BATCH, -(-n // 5)))
 
 
 class DPGMParams(BaseModel):
@@ -73,16 +82,18 @@ class DPGMParams(BaseModel):
         "rows (L2 norm ≤ 1)",
     )
     epochs: float = Field(
-        default=4.0,
+        default=20.0,
         gt=0,
         le=1000,
         description="DP-SGD epochs: T_S = ⌈epochs · n / batch_size⌉ steps",
     )
-    batch_size: int = Field(
-        default=500,
+    batch_size: int | None = Field(
+        default=None,
         ge=1,
         description="L: expected batch; every step draws each record independently with "
-        "probability q = L/n (Poisson sampling, as the accountant assumes)",
+        "probability q = L/n (Poisson sampling, as the accountant assumes). Default "
+        "min(2000, ⌈n/5⌉): DP-SGD's noise is shared by the batch, so large batches and few "
+        "steps fare best at small ε",
     )
     norm_noise: float = Field(
         default=4.0,

@@ -25,7 +25,7 @@ from dpcore.mechanisms.clustmix.release import apportion
 from dpcore.mechanisms.dpgm import accounting
 from dpcore.mechanisms.dpgm.dpsgd import SGDSettings, train
 from dpcore.mechanisms.dpgm.models import RBM, VAE, Params, family
-from dpcore.mechanisms.dpgm.params import DEFAULT_LR, DPGMParams
+from dpcore.mechanisms.dpgm.params import DEFAULT_LR, DPGMParams, batch_size_for
 from dpcore.mechanisms.kmeans import (
     COUNT_SENSITIVITY,
     Centres,
@@ -123,10 +123,11 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
         return torch.rand(shape, generator=public, device=device)
 
     weights = net.init(models, normal)
-    steps = accounting.sgd_steps(epochs, n, params.batch_size)
+    batch = batch_size_for(params.batch_size, n)
+    steps = accounting.sgd_steps(epochs, n, batch)
     settings = SGDSettings(
         steps=steps,
-        batch=params.batch_size,
+        batch=batch,
         sigma=ctx.sigma("gradients"),
         sigma_norm=ctx.sigma("norm_histogram"),
         clip_max=params.clip_max,
@@ -174,7 +175,7 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
             ),
             "model": f"{params.model}, hidden {params.hidden}"
             + (f", latent {params.latent_dim}" if params.model == "vae" else "")
-            + f"; {steps} DP-SGD steps (batch rate {params.batch_size}/{n})",
+            + f"; {steps} DP-SGD steps (batch rate {batch}/{n})",
             "rows": "each cluster's network sampled in proportion to its noisy size "
             "(largest remainders); a row is the network's mean given a latent (vae) or hidden "
             "(rbm) draw",
