@@ -1,4 +1,4 @@
-"""The release generators on CUDA: ClustMix (variants dp and paper), DPMix, DP-CDA and SGDRM
+"""The release generators on CUDA: ClustMix (variants dp and paper), DPMix, DP-CDA, SGDRM and DPGM
 build a release of a small dataset on ``cuda`` through ``dpcore.mechanisms.run.build`` (the
 worker's path) with the service's samplers, and every released chunk is computed there, of the
 promised shape, finite. With the same secure stream, a release on cuda matches the same
@@ -82,7 +82,31 @@ CASES: dict[str, tuple[str, dict[str, Any], float, str, int]] = {
         60,
     ),
     "sgdrm": ("sgdrm", {"mixture_width": 8, "n_samples": 40}, 0.5, "tight", 40),
+    "dpgm_vae": (
+        "dpgm",
+        {"epochs": 2, "batch_size": 40, "hidden": 16, "n_samples": 70, "weights": True},
+        1.0,
+        "tight",
+        70,
+    ),
+    "dpgm_vae_kmeans": (
+        "dpgm",
+        {"epochs": 1, "batch_size": 40, "hidden": 16, "clusters_per_class": 2, "n_samples": 50},
+        1.0,
+        "tight",
+        50,
+    ),
+    "dpgm_rbm": (
+        "dpgm",
+        {"model": "rbm", "epochs": 1, "batch_size": 40, "hidden": 16, "n_samples": 30},
+        1.0,
+        "tight",
+        30,
+    ),
 }
+# DP-SGD over many steps amplifies float rounding (a DPNorm mode can flip): DPGM's cuda run is
+# checked for where it computes, not for agreement with the cpu run.
+AGREEING = [case for case in CASES if not case.startswith("dpgm")]
 
 
 def _release(
@@ -120,7 +144,7 @@ def test_release_is_computed_on_cuda(case: str, sampler: str) -> None:
     assert out.rows == rows and len(out.feature_names) == 6
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", AGREEING)
 def test_cuda_and_cpu_agree_on_the_same_stream(case: str) -> None:
     """Same key, same bytes: the subsets, coefficients and noise are the same draws; only
     float rounding differs between the devices."""

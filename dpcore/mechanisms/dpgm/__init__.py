@@ -154,6 +154,8 @@ SPEC = MechanismSpec(
     ),
     evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
     bench=BenchHints(
+        # No mixture degree: the study makes one release per ε with the defaults.
+        sweet_spot=lambda ell, n, min_class: {},
         calibration=(
             BenchCase(
                 "tight",
@@ -167,6 +169,6 @@ SPEC = MechanismSpec(
                     "sigma_norm": 4.0,
                 },
             ),
-        )
+        ),
     ),
 )

@@ -55,11 +55,12 @@ PREPROCESSING = {
 }
 
 
-def torch_generator(source: SecureRandom, device: torch.device) -> torch.Generator:
-    """A torch generator keyed from the release's secure source, for randomness the analysis
-    does not treat as secret (initial weights, reparametrisation, Gibbs chains, sampling from
-    the trained networks): DP-SGD's bound holds for every value of it."""
-    generator = torch.Generator(device=device)
+def torch_generator(source: SecureRandom) -> torch.Generator:
+    """A torch generator (on the CPU: the same draws whatever the device) keyed from the
+    release's secure source, for randomness the analysis does not treat as secret (initial
+    weights, reparametrisation, Gibbs chains, sampling from the trained networks): DP-SGD's
+    bound holds for every value of it."""
+    generator = torch.Generator()
     generator.manual_seed(int(source.integers(2**63, 1)[0]))
     return generator
 
@@ -114,13 +115,13 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
     sizes = sizes.double()
 
     net = family(params.model, d, params.hidden, params.latent_dim)
-    public = torch_generator(ctx.generator, device)
+    public = torch_generator(ctx.generator)
 
     def normal(shape: tuple[int, ...]) -> torch.Tensor:
-        return torch.randn(shape, generator=public, device=device)
+        return torch.randn(shape, generator=public).to(device)
 
     def uniform(shape: tuple[int, ...]) -> torch.Tensor:
-        return torch.rand(shape, generator=public, device=device)
+        return torch.rand(shape, generator=public).to(device)
 
     weights = net.init(models, normal)
     batch = batch_size_for(params.batch_size, n)
@@ -197,7 +198,7 @@ def _samples(
     """``repeats[m]`` rows of network m, in a random order (public randomness), by chunks."""
     device = weights[net.names()[0]].device
     order = torch.as_tensor(np.repeat(np.arange(len(repeats)), repeats), device=device)
-    order = order[torch.randperm(order.shape[0], generator=public, device=device)]
+    order = order[torch.randperm(order.shape[0], generator=public).to(device)]
     cluster_class = torch.as_tensor(classes, device=device)
     for start in range(0, order.shape[0], ROW_CHUNK):
         models = order[start : start + ROW_CHUNK]
