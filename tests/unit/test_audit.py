@@ -8,6 +8,7 @@ test seams (`preprocess`, `wrap`): each bug must push the lower bound above the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from dpcore.audit import releases, run_audit, stats
 from dpcore.audit.case import Neighbours
 from dpcore.audit.harness import audited
 from dpcore.mechanisms import registry, sampling
+from dpcore.mechanisms.dpgm import dpsgd
 from dpcore.mechanisms.dpmix import generate as dpmix_module
 from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
@@ -52,6 +54,9 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # One noisy step (cluster sums and counts) with record 0 moving between clusters.
     "clustmix": ("clustmix", {}, {"epsilon": 2.0}),
     "clustmix_half_counts": ("clustmix", {"count_share": 0.5}, {"epsilon": 2.0}),
+    # One DP-SGD step with record 0's clipped gradient flipping sign (q = 1, then q = 1/2).
+    "dpgm": ("dpgm", {}, {"epsilon": 2.0}),
+    "dpgm_subsampled": ("dpgm", {"n": 8, "batch_size": 4}, {"epsilon": 2.0}),
 }
 # Measured bounds are well above these floors: an audit that fell below one lost its power.
 POWER_FLOOR = {
@@ -67,9 +72,12 @@ POWER_FLOOR = {
     "sgdrm": 0.3,
     "clustmix": 1.2,
     "clustmix_half_counts": 1.2,
+    "dpgm": 1.0,
+    "dpgm_subsampled": 1.0,
 }
-# The record assignment runs once per trial (its mixtures are coupled): fewer trials.
-CASE_TRIALS = {"dpmix_record": 6_000}
+# The record assignment runs once per trial (its mixtures are coupled): fewer trials. DPGM's
+# step runs once per trial too (about 0.4 ms a step).
+CASE_TRIALS = {"dpmix_record": 6_000, "dpgm": 20_000, "dpgm_subsampled": 20_000}
 
 
 def _audit(case: str, **hooks: Any) -> dict[str, Any]:
@@ -144,6 +152,43 @@ def _one_row_per_record(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _half_step_noise(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """DPGM's step with both its noises (gradients, norm histogram) at half the scale."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(
+            dataclasses.replace(a, sigma=a.sigma / 2, sigma_norm=a.sigma_norm / 2)
+            if isinstance(a, dpsgd.SGDSettings)
+            else a
+            for a in args
+        )
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def _unclipped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A network family whose clipped sum ignores the clip factors (every gradient summed
+    whole): record 0's gradient, of norm 2·C_max, enters at ≥ twice the sensitivity."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Unclipped:
+        net: Any
+
+        def names(self) -> tuple[str, ...]:
+            names: tuple[str, ...] = self.net.names()
+            return names
+
+        def gradients(self, *args: Any) -> tuple[torch.Tensor, Callable[..., Any]]:
+            norms, clip_sum = self.net.gradients(*args)
+            return norms, lambda factors: clip_sum(torch.ones_like(factors))
+
+    def wrapped(net: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(Unclipped(net), *args, **kwargs)
+
+    return wrapped
+
+
 BUGS: list[tuple[str, dict[str, Any]]] = [
     ("local_perturbation", {"wrap": _half_noise}),
     ("dpmix", {"wrap": _half_noise}),
@@ -156,6 +201,8 @@ BUGS: list[tuple[str, dict[str, Any]]] = [
     ("dpmix_subsampled", {"wrap": _always_record_zero}),
     ("clustmix", {"wrap": _half_noise}),
     ("clustmix_half_counts", {"wrap": _one_row_per_record}),
+    ("dpgm", {"wrap": _half_step_noise}),
+    ("dpgm_subsampled", {"wrap": _unclipped}),
 ]
 
 
@@ -218,8 +265,11 @@ def _worker_params(mechanism: str, p: dict[str, Any], nb: Neighbours) -> dict[st
     }
 
 
-# ClustMix's audit runs one step of its release (test_clustmix_audit_runs_the_release_step).
-@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c][0] != "clustmix"))
+# ClustMix's and DPGM's audits run one step of their release
+# (test_clustmix_audit_runs_the_release_step, test_dpgm_audit_runs_the_training_step).
+@pytest.mark.parametrize(
+    "case", sorted(c for c in CASES if CASES[c][0] not in ("clustmix", "dpgm"))
+)
 def test_one_audit_trial_is_the_workers_release(case: str) -> None:
     mechanism, params, _ = CASES[case]
     sigma_y = 0.0 if mechanism == "dpcda" else 0.3
@@ -304,6 +354,94 @@ def test_clustmix_audit_runs_the_release_step() -> None:
     assert [(c["sigma_sums"], c["sigma_counts"]) for c in calls] == [(0.2, 0.7)] * 4
     assert release.features.shape == (2, 1, 16) and release.labels is not None
     assert release.labels.shape == (2, 1, 3)
+
+
+def test_dpgm_audit_runs_the_training_step() -> None:
+    """The function the DPGM audit runs is the step ``dpsgd.train`` takes, at the release's
+    scales and DPNorm settings, and one audit trial is the first step of ``train`` on D (same
+    seed: the same Poisson batch, histogram noise and gradient noise)."""
+    from dpcore.audit import parse_params
+    from dpcore.mechanisms.dpgm import audit as dpgm_audit
+    from dpcore.mechanisms.dpgm.params import DPGMParams
+
+    assert dpgm_audit.case().function({}) is dpsgd.noisy_step
+    calls: list[tuple[tuple[Any, ...], dict[str, Any], Any]] = []
+
+    def spy(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            calls.append((args, kwargs, out))
+            return out
+
+        return wrapped
+
+    p = parse_params("dpgm", {"n": 5, "batch_size": 2})
+    release, release_prime, nb = releases(
+        "dpgm", p, sigma_x=0.2, sigma_y=0.7, trials=2, seed=3, wrap=spy
+    )
+    assert release.features.shape == (2, 1, 8) and release.labels is None
+    assert release_prime.features.shape == (2, 1, 8) and release.projection is not None
+    assert len(calls) == 4
+    settings = calls[0][0][5]
+    assert (settings.sigma, settings.sigma_norm, settings.batch) == (0.2, 0.7, 2)
+    defaults = DPGMParams.model_fields
+    assert settings.clip_max == defaults["clip_max"].default
+    assert settings.bins == defaults["norm_bins"].default
+
+    # ``train``'s first step on D from the same seed releases the audit's first trial.
+    net = dpgm_audit.Probe()
+    generator = SecureRandom.from_seed(3)
+    X = torch.as_tensor(dpgm_audit.preprocess(nb.X, nb), dtype=torch.float32)
+    seen: list[torch.Tensor] = []
+    real = dpsgd.noisy_step
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        seen.append(out[0])
+        return out
+
+    with mock.patch.object(dpsgd, "noisy_step", step):
+        dpsgd.train(
+            net,  # type: ignore[arg-type]
+            net.init(dpgm_audit.MODELS),
+            X,
+            torch.as_tensor(nb.labels),
+            torch.ones(dpgm_audit.MODELS, dtype=torch.float64),
+            settings,
+            sampler=FastNoise(generator),
+            generator=generator,
+            normal=lambda shape: torch.zeros(shape),
+            uniform=lambda shape: torch.zeros(shape),
+        )
+    assert len(seen) == 1
+    assert torch.equal(seen[0].reshape(-1), release.features[0, 0])
+
+    # Record 0's clipped contribution, in units of C, is ±(½, ½, ½, ½) in network 1's block:
+    # antipodal and full-norm (shift 2), whatever threshold DPNorm picked.
+    noiseless = dataclasses.replace(settings, sigma=1e-300)
+    thresholds = (settings.clip_max / settings.bins, 1.0, settings.clip_max)
+    for rows, sign in ((nb.X, 1.0), (nb.X_prime, -1.0)):
+        x = torch.as_tensor(dpgm_audit.preprocess(rows, nb), dtype=torch.float32)
+        for clip in thresholds:
+            with mock.patch.object(dpsgd, "dpnorm", lambda *a, c=clip, **k: c):
+                out, _ = dpsgd.noisy_step(
+                    net,  # type: ignore[arg-type]
+                    net.init(dpgm_audit.MODELS),
+                    x,
+                    torch.as_tensor(nb.labels),
+                    torch.arange(len(rows)),
+                    noiseless,
+                    sampler=FastNoise(SecureRandom.from_seed(0)),
+                    normal=lambda shape: torch.zeros(shape),
+                    error=0.0,
+                )
+            expected = torch.zeros((2, 4), dtype=torch.float64)
+            expected[1] = sign * 0.5
+            assert torch.allclose(out, expected, atol=1e-12)
+            assert torch.allclose(
+                dpgm_audit.projection() @ torch.as_tensor(x[0], dtype=torch.float64),
+                expected.reshape(-1),
+            )
 
 
 # --- statistics ---------------------------------------------------------------------------------

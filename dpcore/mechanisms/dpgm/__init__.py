@@ -149,7 +149,21 @@ SPEC = MechanismSpec(
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(
-        keys=(audit_keys.N,),
+        keys=(
+            audit_keys.N,
+            Key.of(
+                DPGMParams,
+                "batch_size",
+                help="L: expected batch of the audited step, q = L/n; None: n (q = 1)",
+                default=None,
+            ),
+            Key.of(
+                DPGMParams,
+                "norm_noise",
+                help="σ_C/σ_S; 1000: the histogram's share of the claim ~1e-6 (served: 4)",
+                default=1000.0,
+            ),
+        ),
         case=lazy(f"{__name__}.audit", "case"),
     ),
     evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
