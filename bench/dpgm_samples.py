@@ -4,8 +4,8 @@ the service makes it), its wall time on this machine, and a PNG grid of samples 
 
     OMP_NUM_THREADS=1 python bench/dpgm_samples.py --epsilons 1 10 --out docs/results
 
-Writes OUT/dpgm_samples_eps{ε}.png and prints one JSON line per release (wall seconds split
-into calibration and the job, the networks' classes and noisy sizes).
+Writes OUT/dpgm_samples_eps{ε}[_{param}{value}…].png and prints one JSON line per release
+(wall seconds split into calibration and the job, the networks' classes and noisy sizes).
 """
 
 from __future__ import annotations
@@ -87,12 +87,14 @@ def run(epsilon: float, out: Path, request: dict[str, Any]) -> dict[str, Any]:
         with torch.no_grad():
             rows = net.sample_rows(weights, models, lambda s: torch.randn(s, generator=draw))
         images.extend(rows.numpy())
-    name = f"dpgm_samples_eps{epsilon:g}.png"
+    suffix = "".join(f"_{k}{v}" for k, v in sorted(request.items()))
+    name = f"dpgm_samples_eps{epsilon:g}{suffix}.png"
     grid(
         images,
         classes.shape[0],
         out / name,
-        f"DPGM ({params.model.upper()}, defaults) on MNIST-10k, ε = {epsilon:g}, δ = 1e-5: "
+        f"DPGM ({params.model.upper()}, {json.dumps(request) if request else 'defaults'}) "
+        f"on MNIST-10k, ε = {epsilon:g}, δ = 1e-5:\n"
         f"{PER_ROW} samples per network (row m: class {', '.join(map(str, classes.tolist()))})",
     )
     described = event.describe()

@@ -116,6 +116,10 @@ CASES: dict[str, Case] = {
         # device): the ``secure`` one rounds and draws on the CPU whatever the device.
         Case("clustmix_dp_fast", "clustmix", lambda _: {"n_samples": 2000}, sampler="fast"),
         Case("dpmix_fast", "dpmix", _sweet("dpmix", 16), sampler="fast"),
+        # DPGM with its defaults (a VAE per class, 100 DP-SGD steps of batch 2000 on
+        # MNIST-10k), secure and fast: the training job the gpu queue exists for.
+        Case("dpgm", "dpgm", lambda _: {}, families=("linear", "logistic")),
+        Case("dpgm_fast", "dpgm", lambda _: {}, families=("linear", "logistic"), sampler="fast"),
     )
 }
 SCALE = Case("clustmix_dp_scale", "clustmix", lambda _: {"n_samples": 2000}, families=())

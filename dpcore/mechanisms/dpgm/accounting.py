@@ -396,7 +396,7 @@ def _noise(event: DPGMEvent | DPGMPaperEvent) -> NoiseDescription:
                 2.0,
                 ("cluster sizes", "cluster feature sums"),
                 "every k-means iteration: cluster sizes and sums of clipped random Fourier "
-                "features (sums in units of C_s)",
+                "features (sums in units of C_s); the final clusters' sizes",
             ),
             NoiseScale(
                 "norm_histogram",
