@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
+from service import strict_json
 from service.errors import RateLimited, ServiceError
 
 
@@ -97,6 +98,9 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 def install(app: FastAPI) -> None:
+    # Duplicate JSON keys refused in every JSON body (routers are included after this).
+    strict_json.install(app)
+
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
         return error_response(exc)

@@ -158,7 +158,7 @@ def admit(
     """Reserve ``cost`` for a release, or refuse with 409 if the filter would pass the
     budget. Runs under the budget row lock; the caller's transaction commits."""
     budget = _locked_budget(session, dataset_id)
-    _check_amount(cost, budget)
+    check_amount(cost, budget)
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
     charge, before, after = _decide(budget, holding, cost)
     if not _fits(after):
@@ -278,7 +278,7 @@ def preview_free(session: Session, *, dataset_id: str) -> dict[str, Any]:
     }
 
 
-def _check_amount(cost: Cost, budget: DatasetBudget) -> None:
+def check_amount(cost: Cost, budget: DatasetBudget) -> None:
     """The ledger's own guard, whatever the caller checked: a release that reads private data
     costs a finite ε > 0, at a δ within the budget's (``Cost`` already keeps δ in [0, 1))."""
     if not (math.isfinite(cost.epsilon) and cost.epsilon > 0):

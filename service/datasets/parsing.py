@@ -129,6 +129,18 @@ def _unreadable(fmt: str, exc: BaseException) -> InvalidInput:
     return InvalidInput(f"file could not be read as {fmt}: {reason}")
 
 
+def _check_csv_header(content: bytes) -> None:
+    """pandas renames a repeated column name (``a``, ``a.1``): refuse it instead, as Parquet
+    uploads are. The header row as written, read with the same dialect."""
+    header = pd.read_csv(io.BytesIO(content), header=None, nrows=1, dtype=str)
+    names = [str(v) for v in header.iloc[0].tolist() if isinstance(v, str)] if len(header) else []
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidInput(f"column name {name!r} appears more than once")
+        seen.add(name)
+
+
 def _read_table(
     content: bytes, fmt: str, label: str | None, as_text: bool, max_bytes: int
 ) -> tuple[np.ndarray, list[str], np.ndarray, Where]:
@@ -136,6 +148,7 @@ def _read_table(
         raise InvalidInput(f"{fmt} uploads need `label_column`: the name of the label column")
     try:
         if fmt == "csv":
+            _check_csv_header(content)
             df = pd.read_csv(io.BytesIO(content), dtype={label: str} if as_text else None)
         else:
             parquet_file = pq.ParquetFile(io.BytesIO(content))

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service import idempotency
+from service import idempotency, strict_json
 from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.audit_trail import service as audit
 from service.auth.schemas import Role
@@ -29,7 +29,9 @@ UPLOAD_SCOPE = "POST /datasets"  # the Idempotency-Key scope of uploads
 
 def parse_metadata(raw: str) -> DatasetMetadata:
     try:
-        payload = json.loads(raw)
+        payload = strict_json.loads(raw)
+    except strict_json.DuplicateKey as exc:
+        raise InvalidInput(f"metadata: {exc}: give each key once") from exc
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
     try:

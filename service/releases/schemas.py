@@ -22,8 +22,11 @@ def _finite_positive(value: float | None, name: str) -> float | None:
 NoiseSamplerName = Literal["secure", "fast"]
 
 
+# Strict types: a number field takes a JSON number only (an integer where a float is asked
+# for), never a bool or a string ("epsilon": true was 1, "1" was 1.0); a bool field takes
+# true or false only. The schema already says so ("type": "number").
 class NoiseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     sigma_x: float = Field(gt=0, description="Std of the Gaussian noise on (preprocessed) features")
     sigma_y: float | None = Field(
@@ -53,7 +56,7 @@ _EPSILON_XOR_NOISE: dict[str, Any] = {
 class _ReleaseCommon(BaseModel):
     """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_EPSILON_XOR_NOISE)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_EPSILON_XOR_NOISE)
 
     dataset_id: str
     epsilon: float | None = Field(default=None, gt=0, description="Target ε; calibration meets it")

@@ -57,6 +57,8 @@ class Plan:
     sampler: str
     # A research release's claim (``research.claim``): it charges nothing.
     research: dict[str, Any] | None = None
+    # The held-out dataset of the owner-only report (``report_test_dataset_id``), checked.
+    report_dataset: Dataset | None = None
 
     @property
     def noise(self) -> Noise:
@@ -120,7 +122,9 @@ def default_delta(budget: DatasetBudget, epsilon: float, delta_left: float) -> f
 def plan(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> Plan:
-    """Calibrate (or cost) a request with the accountant the CLI uses too."""
+    """Calibrate (or cost) a request with the accountant the CLI uses too, and run every
+    check admission runs before the ledger's budget test: preview and create both plan, so a
+    request preview accepts is refused by create only for the budget (or a race)."""
     dataset = dataset_for(session, principal=principal, dataset_id=request.dataset_id, manage=True)
     require_active(dataset)
     require_declared_classes(dataset)
@@ -161,6 +165,14 @@ def plan(
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
     cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
+    if not request.research:
+        # The ledger's own guard (``admit`` runs it again under the lock).
+        ledger.check_amount(cost, budget)
+    report_dataset = None
+    if request.report_test_dataset_id is not None:
+        report_dataset = _report_dataset(
+            session, principal, dataset, request.report_test_dataset_id
+        )
     stored = request.params.model_dump()
     # Analysis parameters the accountant fixed (a coupling bound chosen for the target ε, say)
     # travel with the release's parameters where the mechanism has such a parameter.
@@ -176,6 +188,7 @@ def plan(
         research=research_releases.claim(spec, accountant, epsilon=cost.epsilon, delta=cost.delta)
         if request.research
         else None,
+        report_dataset=report_dataset,
     )
 
 
@@ -234,9 +247,7 @@ def create(
     dispatcher: Dispatcher,
 ) -> Release:
     p = plan(session, principal=principal, request=request, settings=settings)
-    used = [p.dataset]
-    if request.report_test_dataset_id is not None:
-        used.append(_report_dataset(session, principal, p.dataset, request.report_test_dataset_id))
+    used = [p.dataset] if p.report_dataset is None else [p.dataset, p.report_dataset]
     # Deletion locks the same budget rows: once we hold them, a dataset still active stays
     # active (its raw data too) until this release is queued, and a queued release blocks
     # deletion. The refresh reads what a deletion that held the lock before us committed.

@@ -1,0 +1,62 @@
+"""JSON request bodies read strictly: an object that names a key twice is refused (422), where
+``json.loads`` would keep the last value silently. Applies to every JSON body (``install``) and
+to the metadata of uploads (``loads``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+
+from service.errors import InvalidInput
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears more than once in one JSON object")
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, raising ``DuplicateKey`` for a key given twice in one object."""
+    return json.loads(text, object_pairs_hook=_unique)
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def unique_keys(request: Request) -> None:
+    """Refuse a JSON body with a duplicate key. FastAPI has read and decoded the body before
+    dependencies run (an undecodable one is already a 422); the bytes are cached, so this
+    only parses them again."""
+    if not _is_json(request.headers.get("content-type", "")):
+        return
+    body = await request.body()
+    if not body:
+        return
+    try:
+        loads(body)
+    except DuplicateKey as exc:
+        raise InvalidInput(
+            f"request body: {exc}: give each key once", detail={"key": exc.key}
+        ) from exc
+    except ValueError:
+        return  # not JSON: FastAPI answers that
+
+
+def install(app: FastAPI) -> None:
+    """Every operation added to ``app`` from now on (routers included after this call) runs
+    ``unique_keys``: call it before ``include_router``."""
+    app.router.dependencies.append(Depends(unique_keys))

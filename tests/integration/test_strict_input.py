@@ -1,0 +1,153 @@
+"""One set of checks (issue 14, item 7): preview runs every check create runs, and request
+input is read strictly (JSON types, duplicate JSON keys, duplicate CSV column names)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from service.budgets import service as ledger
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+def _error(r: Any) -> tuple[int, str]:
+    return r.status_code, r.json()["error"]["code"]
+
+
+def _both(h: Harness, key: str, body: dict[str, Any]) -> tuple[Any, Any]:
+    preview = h.client.post("/releases/preview", json=body, headers=h.headers(key))
+    create = h.client.post("/releases", json=body, headers=h.headers(key))
+    return preview, create
+
+
+def test_preview_refuses_whatever_create_refuses(embedded: Harness) -> None:
+    """Each refusal case, asked of preview and of create: the same status and code. On main,
+    preview ignored report_test_dataset_id (200 for another owner's, a deleted or a missing
+    dataset) and read true and "1" as ε = 1."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    other, _ = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()["id"]
+    theirs = h.upload(other, npz_bytes(*toy_dataset(seed=1))).json()["id"]
+    deleted = h.upload(owner, npz_bytes(*toy_dataset(seed=2))).json()["id"]
+    narrow = h.upload(owner, npz_bytes(*toy_dataset(d=4, seed=3))).json()["id"]
+    assert h.client.delete(f"/datasets/{deleted}", headers=h.headers(owner)).status_code == 200
+    cases: dict[str, tuple[dict[str, Any], tuple[int, str]]] = {
+        "report of another owner's dataset": (
+            {"report_test_dataset_id": theirs},
+            (404, "not_found"),
+        ),
+        "report of a deleted dataset": (
+            {"report_test_dataset_id": deleted},
+            (409, "dataset_deleted"),
+        ),
+        "report of a missing dataset": ({"report_test_dataset_id": "nope"}, (404, "not_found")),
+        "report of the released dataset": ({"report_test_dataset_id": ds}, (422, "invalid_input")),
+        "report with other features": ({"report_test_dataset_id": narrow}, (422, "invalid_input")),
+        "epsilon true": ({"epsilon": True}, (422, "invalid_input")),
+        "epsilon a string": ({"epsilon": "1"}, (422, "invalid_input")),
+        "delta a string": ({"delta": "1e-6"}, (422, "invalid_input")),
+        "research a string": ({"research": "false"}, (422, "invalid_input")),
+        "noise sigma true": (
+            {"epsilon": None, "noise": {"sigma_x": True}},
+            (422, "invalid_input"),
+        ),
+        "delta over the budget's": ({"delta": 1e-3}, (422, "invalid_input")),
+    }
+    for name, (overrides, expected) in cases.items():
+        body = {k: v for k, v in h.release_body(ds, **overrides).items() if v is not None}
+        preview, create = _both(h, owner, body)
+        assert _error(preview) == expected, (name, preview.text)
+        assert _error(create) == expected, (name, create.text)
+    # The ledger is untouched: nothing was admitted.
+    assert h.client.get("/releases", headers=h.headers(owner)).json()["items"] == []
+
+
+def test_integers_still_count_as_numbers(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()["id"]
+    preview, create = _both(h, owner, h.release_body(ds, epsilon=1))
+    assert preview.status_code == 200, preview.text
+    assert create.status_code == 202, create.text
+
+
+def test_a_charge_the_ledger_refuses_is_refused_by_preview_too(
+    embedded: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A charge rounded to ε = 0 (what main previewed as admissible for ε ≤ 0.01, and create
+    then refused): the ledger's own guard runs in the shared plan, so preview refuses it."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()["id"]
+    real_round_up = ledger.round_up
+    monkeypatch.setattr(ledger, "round_up", lambda v: 0.0 if v <= 0.01 else real_round_up(v))
+    preview, create = _both(h, owner, h.release_body(ds, epsilon=0.01))
+    assert _error(preview) == (422, "invalid_input"), preview.text
+    assert _error(create) == (422, "invalid_input"), create.text
+    assert "finite ε > 0" in preview.json()["error"]["message"]
+
+
+def test_duplicate_json_keys_are_refused(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()["id"]
+    body = json.dumps(h.release_body(ds))
+    twice = body[:-1] + ', "epsilon": 4.0}'  # on main: the last one won
+    nested = body.replace('"n_samples": 300', '"n_samples": 300, "n_samples": 10')
+    headers = {**h.headers(owner), "content-type": "application/json"}
+    for content in (twice, nested):
+        for path in ("/releases/preview", "/releases"):
+            r = h.client.post(path, content=content, headers=headers)
+            assert _error(r) == (422, "invalid_input"), (path, r.text)
+            assert "more than once" in r.json()["error"]["message"]
+    key = '{"name": "a", "role": "owner", "role": "admin"}'
+    r = h.client.post(
+        "/api-keys",
+        content=key,
+        headers={**h.headers(h.admin_key), "content-type": "application/json"},
+    )
+    assert _error(r) == (422, "invalid_input"), r.text
+    ok = h.client.post("/releases/preview", content=body, headers=headers)
+    assert ok.status_code == 200, ok.text
+
+
+def test_duplicate_keys_in_upload_metadata_are_refused(embedded: Harness) -> None:
+    h = embedded
+    owner, _ = h.new_key("owner")
+    meta = json.dumps({"name": "toy", "feature_range": [0, 13], "classes": [0, 1, 2]})
+    meta = meta[:-1] + ', "budget": {"epsilon": 5.0, "delta": 1e-5, "epsilon": 50.0}}'
+    r = h.client.post(
+        "/datasets",
+        files={"file": ("data.npz", npz_bytes(*toy_dataset()))},
+        data={"metadata": meta},
+        headers=h.headers(owner),
+    )
+    assert _error(r) == (422, "invalid_input"), r.text
+    assert "more than once" in r.json()["error"]["message"]
+
+
+def test_duplicate_csv_column_names_are_refused(embedded: Harness) -> None:
+    """On main, pandas renamed the second ``a`` to ``a.1`` and the upload passed."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    rows = "\n".join(f"{i % 5},{(i * 3) % 7},{i % 3}" for i in range(50))
+    r = h.upload(
+        owner,
+        f"a,a,label\n{rows}\n".encode(),
+        filename="data.csv",
+        label_column="label",
+        feature_range=[0, 10],
+    )
+    assert _error(r) == (422, "invalid_input"), r.text
+    assert "'a' appears more than once" in r.json()["error"]["message"]
+    fine = h.upload(
+        owner,
+        f"a,b,label\n{rows}\n".encode(),
+        filename="data.csv",
+        label_column="label",
+        feature_range=[0, 10],
+    )
+    assert fine.status_code == 201, fine.text
