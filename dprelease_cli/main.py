@@ -115,8 +115,12 @@ pass_state = click.make_pass_decorator(CliState, ensure=True)
 # -- option parsing ------------------------------------------------------------------------
 
 
-def parse_value(text: str) -> int | float | str:
-    """``-p`` values: an int, else a finite float, else the string as given."""
+def parse_value(text: str) -> bool | int | float | str:
+    """``-p`` values: ``true``/``false`` a bool, else an int, else a finite float, else the
+    string as given (the service takes JSON booleans only for flags such as dpgm's
+    ``weights``)."""
+    if text in ("true", "false"):
+        return text == "true"
     try:
         return int(text)
     except ValueError:
@@ -128,8 +132,8 @@ def parse_value(text: str) -> int | float | str:
     return value if math.isfinite(value) else text
 
 
-def parse_params(items: Sequence[str]) -> dict[str, int | float | str]:
-    params: dict[str, int | float | str] = {}
+def parse_params(items: Sequence[str]) -> dict[str, bool | int | float | str]:
+    params: dict[str, bool | int | float | str] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()

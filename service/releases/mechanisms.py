@@ -5,11 +5,13 @@ what ``GET /mechanisms`` says."""
 
 from __future__ import annotations
 
+import json
+import types
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import MechanismSpec, PublicFacts, WorkerQueue
@@ -48,14 +50,60 @@ def worker_queue(mechanism: str) -> WorkerQueue:
         return "cpu"
 
 
+_NUMBERS = (int, float)
+
+
+def _fits_kind(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` is of the JSON kind ``annotation`` asks for, as far as numbers and
+    bools go: a number field takes a number (an integer for a float is fine, a bool or a
+    string is not), a bool field takes a bool; lists are checked item by item. Anything else
+    (text, literals, nested objects) is left to the model's own validation."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _fits_kind(typing.get_args(annotation)[0], value)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits_kind(a, value) for a in typing.get_args(annotation))
+    if origin is Literal:
+        return value in typing.get_args(annotation)
+    if origin in (list, tuple, Sequence):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return not isinstance(value, list) or not args or all(_fits_kind(args[0], v) for v in value)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation in _NUMBERS:
+        return isinstance(value, _NUMBERS) and not isinstance(value, bool)
+    if annotation is type(None):
+        return value is None
+    return True
+
+
+def strict_params(model: type[BaseModel]) -> BeforeValidator:
+    """The request's ``params`` read with the request's strictness: a JSON number for a
+    number (never ``true`` or ``"1"``), ``true``/``false`` for a bool. At the API only: the
+    parameter models stay lax for values the service stored itself (the worker reads them)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, field in model.model_fields.items():
+                if name in value and not _fits_kind(field.annotation, value[name]):
+                    raise ValueError(
+                        f"{name}: {json.dumps(value[name])} is not of the type the schema "
+                        "gives (numbers are JSON numbers, flags true or false)"
+                    )
+        return value
+
+    return BeforeValidator(check)
+
+
 def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
     """``spec``'s request: the common fields, its ``mechanism`` literal, its ``params`` model
     (defaulted when no parameter is required) and its accountants."""
     names = tuple(a.name for a in spec.accountants)
     params_required = any(f.is_required() for f in spec.params.model_fields.values())
-    params: Any = (spec.params, ...)
+    params_type: Any = Annotated[spec.params, strict_params(spec.params)]
+    params: Any = (params_type, ...)
     if not params_required:
-        params = (spec.params, Field(default_factory=spec.params))
+        params = (params_type, Field(default_factory=spec.params))
     accountant_help = (
         f"The privacy analysis (default {spec.default_accountant}). GET /mechanisms describes "
         "each; one that is not a valid bound is refused for releases"

@@ -55,6 +55,32 @@ def test_preview_refuses_whatever_create_refuses(embedded: Harness) -> None:
             (422, "invalid_input"),
         ),
         "delta over the budget's": ({"delta": 1e-3}, (422, "invalid_input")),
+        "a parameter true": (
+            {"params": {"mixture_degree": True, "n_samples": 300}},
+            (422, "invalid_input"),
+        ),
+        "a parameter a string": (
+            {"params": {"mixture_degree": 8, "n_samples": "300"}},
+            (422, "invalid_input"),
+        ),
+        "a flag a string": (
+            {"mechanism": "dpgm", "params": {"weights": "true", "epochs": 1}},
+            (422, "invalid_input"),
+        ),
+        "a list of numbers holding a string": (
+            {
+                "mechanism": "dpcda",
+                "params": {
+                    "mixture_degree": 4,
+                    "n_samples": 30,
+                    "min_class_size": 10,
+                    "standardization": "declared",
+                    "feature_mean": [0, 0, 0, 0, 0, "0"],
+                    "feature_std": [1, 1, 1, 1, 1, 1],
+                },
+            },
+            (422, "invalid_input"),
+        ),
     }
     for name, (overrides, expected) in cases.items():
         body = {k: v for k, v in h.release_body(ds, **overrides).items() if v is not None}
@@ -72,6 +98,10 @@ def test_integers_still_count_as_numbers(embedded: Harness) -> None:
     preview, create = _both(h, owner, h.release_body(ds, epsilon=1))
     assert preview.status_code == 200, preview.text
     assert create.status_code == 202, create.text
+    # A parameter that takes a float takes an integer; a flag takes true.
+    flags = h.release_body(ds, mechanism="dpgm", params={"weights": True, "epochs": 1})
+    r = h.client.post("/releases/preview", json=flags, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
 
 
 def test_a_charge_the_ledger_refuses_is_refused_by_preview_too(

@@ -216,6 +216,7 @@ def test_param_values_parse_as_int_then_float_then_string() -> None:
     assert parse_value("0.5") == 0.5
     assert parse_value("1e-3") == 1e-3
     assert parse_value("fast") == "fast"
+    assert parse_value("true") is True and parse_value("false") is False  # JSON booleans
     assert parse_value("nan") == "nan"  # non-finite floats stay strings (not valid JSON)
     assert parse_params(["a=1", "b = x=y"]) == {"a": 1, "b": " x=y"}
 
