@@ -186,9 +186,30 @@ class ApiClient:
 
     # -- identity & keys -------------------------------------------------------------------
 
-    def create_api_key(self, *, name: str, role: str) -> JSON:
-        result: JSON = self._request("POST", "/api-keys", json={"name": name, "role": role})
+    def create_api_key(
+        self,
+        *,
+        name: str | None = None,
+        role: str | None = None,
+        principal_id: str | None = None,
+        expires_in: int | None = None,
+    ) -> JSON:
+        fields = {
+            "name": name,
+            "role": role,
+            "principal_id": principal_id,
+            "expires_in": expires_in,
+        }
+        body = {k: v for k, v in fields.items() if v is not None}
+        result: JSON = self._request("POST", "/api-keys", json=body)
         return result
+
+    def list_api_keys(self) -> JSON:
+        result: JSON = self._request("GET", "/api-keys")
+        return result
+
+    def revoke_api_key(self, key_id: str) -> None:
+        self._request("DELETE", f"/api-keys/{_seg(key_id)}")
 
     def me(self) -> JSON:
         result: JSON = self._request("GET", "/me")

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -86,6 +87,18 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+    # Refused from this instant on (None: never expires).
+    expires_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+    # Registered at start-up from the configured admin key; revoked when that setting changes.
+    bootstrap: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+    def refusal(self, now: datetime) -> str | None:
+        """Why this key may not be used at ``now``, or None when it may."""
+        if self.revoked_at is not None:
+            return "revoked API key"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired API key"
+        return None
 
 
 class Dataset(Base):

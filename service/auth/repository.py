@@ -1,18 +1,44 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import ApiKey, Principal
 
 
-def principal_by_key_hash(session: Session, *, key_hash: str) -> Principal | None:
+def key_by_hash(session: Session, *, key_hash: str) -> tuple[Principal, ApiKey] | None:
     stmt = (
-        select(Principal)
+        select(Principal, ApiKey)
         .join(ApiKey, ApiKey.principal_id == Principal.id)
-        .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        .where(ApiKey.key_hash == key_hash)
     )
-    return session.scalars(stmt).first()
+    row = session.execute(stmt).first()
+    return None if row is None else (row[0], row[1])
+
+
+def get_key(session: Session, *, key_id: str) -> ApiKey | None:
+    return session.get(ApiKey, key_id)
+
+
+def list_keys(session: Session, *, principal_id: str | None) -> list[tuple[ApiKey, Principal]]:
+    """Every key (``principal_id`` None) or one principal's, oldest first."""
+    stmt = select(ApiKey, Principal).join(Principal, ApiKey.principal_id == Principal.id)
+    if principal_id is not None:
+        stmt = stmt.where(ApiKey.principal_id == principal_id)
+    stmt = stmt.order_by(ApiKey.created_at, ApiKey.id)
+    return [(key, principal) for key, principal in session.execute(stmt).all()]
+
+
+def bootstrap_keys(session: Session) -> list[ApiKey]:
+    """The start-up admin keys, revoked ones included, newest first."""
+    stmt = (
+        select(ApiKey)
+        .where(ApiKey.bootstrap.is_(True))
+        .order_by(ApiKey.created_at.desc(), ApiKey.id)
+    )
+    return list(session.scalars(stmt))
 
 
 def get_principal(session: Session, *, principal_id: str) -> Principal | None:
@@ -20,16 +46,45 @@ def get_principal(session: Session, *, principal_id: str) -> Principal | None:
 
 
 def add_principal_with_key(
-    session: Session, *, name: str, role: str, key_hash: str, prefix: str
+    session: Session,
+    *,
+    name: str,
+    role: str,
+    key_hash: str,
+    prefix: str,
+    expires_at: datetime | None = None,
+    bootstrap: bool = False,
 ) -> tuple[Principal, ApiKey]:
     principal = Principal(name=name, role=role)
     session.add(principal)
     session.flush()
-    key = ApiKey(principal_id=principal.id, key_hash=key_hash, prefix=prefix)
-    session.add(key)
-    session.flush()
+    key = add_key(
+        session,
+        principal=principal,
+        key_hash=key_hash,
+        prefix=prefix,
+        expires_at=expires_at,
+        bootstrap=bootstrap,
+    )
     return principal, key
 
 
-def key_exists(session: Session, *, key_hash: str) -> bool:
-    return session.scalars(select(ApiKey.id).where(ApiKey.key_hash == key_hash)).first() is not None
+def add_key(
+    session: Session,
+    *,
+    principal: Principal,
+    key_hash: str,
+    prefix: str,
+    expires_at: datetime | None = None,
+    bootstrap: bool = False,
+) -> ApiKey:
+    key = ApiKey(
+        principal_id=principal.id,
+        key_hash=key_hash,
+        prefix=prefix,
+        expires_at=expires_at,
+        bootstrap=bootstrap,
+    )
+    session.add(key)
+    session.flush()
+    return key

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,11 +13,40 @@ class Role(StrEnum):
     admin = "admin"
 
 
-class ApiKeyCreate(BaseModel):
+MAX_EXPIRES_IN = 10 * 365 * 86400  # ten years, in seconds
+
+ExpiresIn = Annotated[
+    int | None,
+    Field(
+        strict=True,
+        ge=1,
+        le=MAX_EXPIRES_IN,
+        description="Seconds from now until the key is refused (default: never expires)",
+    ),
+]
+
+
+class NewPrincipalKey(BaseModel):
+    """A new principal and its key."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, description="Who the key is for")
     role: Role
+    expires_in: ExpiresIn = None
+
+
+class PrincipalKey(BaseModel):
+    """Another key for an existing principal: to rotate a key, create its successor, then
+    revoke the old one (the principal's datasets, grants and releases stay)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    principal_id: str = Field(description="The principal that gets another key")
+    expires_in: ExpiresIn = None
+
+
+ApiKeyCreate = NewPrincipalKey | PrincipalKey
 
 
 class ApiKeyCreated(BaseModel):
@@ -26,6 +56,25 @@ class ApiKeyCreated(BaseModel):
     role: Role
     key: str = Field(description="The secret; shown once, stored only as a hash")
     created_at: datetime
+    expires_at: datetime | None = None
+
+
+class ApiKeyOut(BaseModel):
+    """A key as listed: never its secret, hash or prefix."""
+
+    id: str
+    principal_id: str
+    name: str
+    role: Role
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    bootstrap: bool = Field(description="The start-up admin key (DPRELEASE_ADMIN_KEY)")
+    active: bool = Field(description="Neither revoked nor expired")
+
+
+class ApiKeyList(BaseModel):
+    items: list[ApiKeyOut]
 
 
 class Me(BaseModel):

@@ -64,6 +64,8 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
     # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
     "cancel_release": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
+    # Admins revoke any key, owners their own (a revoked key revoked again: 204 again).
+    "revoke_api_key": {OWNER: 204, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 204},
 }
 
 # Operations that destroy their object (or end it: a cancel) act on a disposable one (per path
@@ -72,6 +74,7 @@ DISPOSABLE = {
     "delete_dataset": {"dataset_id"},
     "revoke_grant": {"grant_id"},
     "cancel_release": {"release_id"},
+    "revoke_api_key": {"key_id"},
 }
 
 
@@ -129,9 +132,24 @@ def _queued_release(h: Harness, owner: str, dataset_id: str) -> str:
     return release_id
 
 
+def _spare_key(h: Harness, principal_id: str) -> str:
+    r = h.client.post(
+        "/api-keys", json={"principal_id": principal_id}, headers=h.headers(h.admin_key)
+    )
+    assert r.status_code == 201, r.text
+    key_id: str = r.json()["key_id"]
+    return key_id
+
+
+def _key_of(h: Harness, principal_id: str) -> str:
+    items = h.client.get("/api-keys", headers=h.headers(h.admin_key)).json()["items"]
+    key_id: str = next(k["id"] for k in items if k["principal_id"] == principal_id)
+    return key_id
+
+
 def build_world(h: Harness) -> World:
-    owner, _ = h.new_key("owner")
-    other, _ = h.new_key("owner")
+    owner, owner_id = h.new_key("owner")
+    other, other_id = h.new_key("owner")
     granted, granted_id = h.new_key("analyst")
     ungranted, _ = h.new_key("analyst")
     _, spare_id = h.new_key("analyst")
@@ -158,11 +176,24 @@ def build_world(h: Harness) -> World:
     for key, rid in ((owner, rel), (other, their_rel)):
         assert h.wait(key, rid)["status"] == "succeeded"
     queued = _queued_release(h, owner, ds)  # for the cancel
+    # A second key of the owner's, to revoke; the other owner's key, to fail to.
+    spare_key = _spare_key(h, owner_id)
+    their_key = _key_of(h, other_id)
     return World(
         keys={OWNER: owner, OTHER: other, GRANTED: granted, UNGRANTED: ungranted},
         ids={"dataset_id": ds, "release_id": rel, "grant_id": grant, "name": toy.WEIGHTS},
-        disposable={"dataset_id": spare_ds, "grant_id": spare_grant, "release_id": queued},
-        foreign={"dataset_id": theirs, "release_id": their_rel, "grant_id": their_grant},
+        disposable={
+            "dataset_id": spare_ds,
+            "grant_id": spare_grant,
+            "release_id": queued,
+            "key_id": spare_key,
+        },
+        foreign={
+            "dataset_id": theirs,
+            "release_id": their_rel,
+            "grant_id": their_grant,
+            "key_id": their_key,
+        },
         granted_id=granted_id,
     )
 

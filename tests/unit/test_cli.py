@@ -106,6 +106,10 @@ class FakeApi:
                 201,
                 json={"principal_id": "p-2", "key_id": "k-2", "key": "dpr_secret", **body},
             )
+        if (method, path) == ("GET", "/api-keys"):
+            return httpx.Response(200, json={"items": [{"id": "k-1", "active": True}]})
+        if (method, path) == ("DELETE", "/api-keys/k-1"):
+            return httpx.Response(204)
         if (method, path) == ("GET", "/me"):
             return httpx.Response(
                 200, json={"principal_id": "p-1", "name": "root", "role": "admin"}
@@ -295,6 +299,44 @@ def test_keys_create(run: Callable[..., Result], api: FakeApi) -> None:
 def test_keys_create_rejects_unknown_role(run: Callable[..., Result], api: FakeApi) -> None:
     assert run("keys", "create", "--name", "x", "--role", "root").exit_code == 2
     assert api.requests == []
+
+
+def test_keys_create_another_key_with_expiry(run: Callable[..., Result], api: FakeApi) -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    result = run("keys", "create", "--principal", "p-1", "--expires", "30d")
+    assert result.exit_code == 0, result.output
+    sent = json.loads(api.only("POST", "/api-keys").content)
+    assert sent == {"principal_id": "p-1", "expires_in": 30 * 86400}
+    at = (datetime.now(UTC) + timedelta(hours=2)).astimezone(timezone(timedelta(hours=1)))
+    result = run("keys", "create", "--name", "a", "--role", "owner", "--expires", at.isoformat())
+    assert result.exit_code == 0, result.output
+    seconds = json.loads(api.sent("POST", "/api-keys")[1].content)["expires_in"]
+    assert 7200 - 60 <= seconds <= 7201
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--name", "a"],
+        ["--principal", "p-1", "--role", "owner"],
+        ["--name", "a", "--role", "owner", "--expires", "2030-01-01T00:00"],
+        ["--name", "a", "--role", "owner", "--expires", "soon"],
+        ["--name", "a", "--role", "owner", "--expires", "2020-01-01T00:00+00:00"],
+        ["--name", "a", "--role", "owner", "--expires", "0d"],
+    ],
+)
+def test_keys_create_option_errors(
+    run: Callable[..., Result], api: FakeApi, args: list[str]
+) -> None:
+    assert run("keys", "create", *args).exit_code == 2
+    assert api.requests == []
+
+
+def test_keys_list_and_revoke(run: Callable[..., Result], api: FakeApi) -> None:
+    assert out(run("keys", "list"))["items"][0]["id"] == "k-1"
+    assert out(run("keys", "revoke", "k-1")) == {"revoked": "k-1"}
+    api.only("DELETE", "/api-keys/k-1")
 
 
 def test_upload_sends_file_and_metadata(
