@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,10 +19,12 @@ from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings
 from service.datasets.endpoints import router as datasets_router
 from service.db import transaction
+from service.models import utcnow
 from service.releases import repository as release_repository
 from service.releases.endpoints import make_router as releases_router
 from service.releases.endpoints import mechanisms_router
 from service.releases.mechanisms import worker_queue
+from service.releases.sweeper import Sweeper
 from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime
 
@@ -72,9 +76,18 @@ def create_app(
         app.state.runtime = rt
         if isinstance(rt.dispatcher, InProcessDispatcher):
             _resume_unfinished(rt)
+        sweeping = None
+        if rt.settings.sweep_interval_s > 0:
+            sweeping = asyncio.create_task(
+                _sweep_forever(Sweeper(rt), rt.settings.sweep_interval_s)
+            )
         try:
             yield
         finally:
+            if sweeping is not None:
+                sweeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeping
             if runtime is None:
                 rt.dispatcher.shutdown()
                 rt.engine.dispose()
@@ -112,6 +125,19 @@ def _resume_unfinished(runtime: Runtime) -> None:
     """In-process jobs die with the process: queue again what a previous run left."""
     with transaction(runtime.session_factory) as session:
         unfinished = release_repository.unfinished(session)
+        for release_id, _ in unfinished:  # handed over now: not due for the sweeper yet
+            release_repository.touch_queued(session, release_id=release_id, at=utcnow())
     for release_id, mechanism in unfinished:
         log.info("resuming release %s", release_id)
         runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
+
+
+async def _sweep_forever(sweeper: Sweeper, interval_s: float) -> None:
+    """The outbox sweeper (``service.releases.sweeper``): a pass now, then every
+    ``interval_s``, each on a worker thread so that the event loop keeps serving."""
+    while True:
+        try:
+            await asyncio.to_thread(sweeper.sweep)
+        except Exception:  # the database may be down too: try again at the next pass
+            log.exception("sweeper pass failed")
+        await asyncio.sleep(interval_s)

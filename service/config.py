@@ -76,6 +76,31 @@ class Settings(BaseSettings):
         description="Celery queue of the mechanisms whose spec says queue 'gpu' (training "
         "jobs): consumed by workers that hold a GPU, or by every worker on a CPU-only host",
     )
+    sweep_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds between passes of the outbox sweeper of each API process (one at "
+        "start-up, then on this schedule); 0: no sweeper",
+    )
+    sweep_queued_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A release still queued this long after it was last handed to the "
+        "dispatcher is handed over again by the sweeper (the broker was down, or lost it)",
+    )
+    sweep_running_after_s: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="A release running on its last attempt with no sign of life (start, "
+        "progress) for this long is ended failed by the sweeper, settled from its upload "
+        "claim: keep it above the longest stretch a job runs without writing progress",
+    )
+    sweep_lease_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a sweeper's lease (table sweeper_leases) keeps the other API "
+        "processes from sweeping; renewed at each pass, so keep it above sweep_interval_s",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

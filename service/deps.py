@@ -2,11 +2,13 @@
 
 The session commits when the endpoint returns (before the response is sent, so a failed
 commit is a 500, never a success that did not persist), then runs the callbacks registered
-with ``after_commit`` (e.g. enqueueing a job only once its row is durable).
+with ``after_commit`` (e.g. enqueueing a job only once its row is durable). A callback that
+raises is logged and does not change the answer: the unit it followed is committed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -22,6 +24,8 @@ from service.auth.service import authenticate
 from service.errors import Forbidden, InvalidInput
 from service.models import Principal
 from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -55,7 +59,13 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
         callbacks = session.info.pop("after_commit", [])
         session.close()
     for callback in callbacks:
-        callback()
+        # The unit is committed: what it did stands, and the answer says so. A callback that
+        # fails (the broker is down when a release is handed over) is logged; the outbox
+        # sweeper (service.releases.sweeper) does it again later.
+        try:
+            callback()
+        except Exception:
+            log.exception("after-commit callback failed; left to the sweeper")
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -117,6 +117,13 @@ def install(app: FastAPI) -> None:
             status_code=422,
         )
 
+    @app.exception_handler(Exception)
+    async def _unhandled_error(_request: Request, exc: Exception) -> JSONResponse:
+        """Anything else (a database or object store that did not answer, a bug): the same
+        JSON shape, with nothing of the exception in it (it may quote private data). The
+        server still logs the traceback (Starlette re-raises it after this answer)."""
+        return JSONResponse(_body("internal_error", "internal server error"), status_code=500)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         """The framework's own errors (unknown path, wrong method, a body that cannot be

@@ -187,6 +187,9 @@ class Release(Base):
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+    # The last sign of life of its job: handed to the dispatcher again by the sweeper, started
+    # for an attempt, or progress written (service.releases.sweeper reads how stale it is).
+    touched_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
     artifact_key: Mapped[str | None] = mapped_column(String(500), nullable=True)
     artifact_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     artifact_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -283,3 +286,16 @@ class AuditEvent(Base):
     object_type: Mapped[str] = mapped_column(String(32))
     object_id: Mapped[str] = mapped_column(String(64))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SweeperLease(Base):
+    """Who may sweep now (``service.releases.sweeper``): one row per sweeper name, held by one
+    process until ``expires_at``; the holder renews it at each pass, another process takes it
+    only once it has expired. Plain rows and conditional UPDATEs: the same on SQLite and
+    Postgres."""
+
+    __tablename__ = "sweeper_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(TZDateTime())

@@ -156,7 +156,6 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
             session,
             release_id,
             max_attempts=runtime.settings.task_max_attempts,
-            store=runtime.store,
         )
         return None if release is None else _job_of(session, release)
 
@@ -659,5 +658,7 @@ def _succeed(
 
 
 def fail(runtime: Runtime, release_id: str, error: str) -> None:
+    """End the release failed; refunded or charged from its recorded upload claim, without a
+    word to the object store (which may be why it failed)."""
     with transaction(runtime.session_factory) as session:
-        lifecycle.fail(session, release_id, error, store=runtime.store)
+        lifecycle.fail(session, release_id, error)

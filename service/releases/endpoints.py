@@ -100,10 +100,8 @@ def get_release(release_id: str, session: SessionDep, principal: PrincipalDep) -
     return service.to_out(release, viewer=principal)
 
 
-def cancel_release(
-    release_id: str, session: SessionDep, owner: OwnerDep, runtime: RuntimeDep
-) -> JSONResponse:
-    release = service.cancel(session, principal=owner, release_id=release_id, store=runtime.store)
+def cancel_release(release_id: str, session: SessionDep, owner: OwnerDep) -> JSONResponse:
+    release = service.cancel(session, principal=owner, release_id=release_id)
     # Serialised here: the session holds the release row lock until it commits.
     return locked_response(service.to_out(release, viewer=owner), status_code=status.HTTP_200_OK)
 

@@ -7,10 +7,13 @@ presumed dead, and a cancel request arrives at any moment) see one order of even
 function works in its caller's unit of work and never commits: the task wrapper
 (``worker.runner``, one transaction per call) or the request boundary (cancel) does.
 
-Settlement: a release whose output may exist (an attempt claimed its upload, or its artifact
-is stored) stays charged, whatever happens to it next; a release that ends otherwise without
-succeeding (failed or cancelled) is refunded (docs/privacy.md, "Ledger composition", and its
-paragraph on cancelling).
+Settlement: a release whose output may exist (an attempt claimed its upload) stays charged,
+whatever happens to it next; a release that ends otherwise without succeeding (failed or
+cancelled) is refunded (docs/privacy.md, "Ledger composition", and its paragraph on
+cancelling). It is decided from the recorded claim alone, never by asking the object store:
+the claim is recorded under the row lock before the first byte is stored, so no claim means
+nothing was stored, and a settlement must not depend on a store that may be the very thing
+that is down (an attempt that failed because S3 was unreachable must still end).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -27,9 +31,8 @@ from service.audit_trail import service as audit
 from service.budgets import service as ledger
 from service.errors import NotFound, ReleaseFinished
 from service.models import Dataset, Release, utcnow
-from service.releases import keys, repository
+from service.releases import repository
 from service.releases.status import TERMINAL, ReleaseStatus
-from service.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +41,7 @@ MAX_ERROR_CHARS = 2000
 MAX_PHASE_CHARS = 64  # releases.phase
 
 
-def start(
-    session: Session, release_id: str, *, max_attempts: int, store: ObjectStore
-) -> Release | None:
+def start(session: Session, release_id: str, *, max_attempts: int) -> Release | None:
     """Mark the release running for one more attempt and return it; None when there is
     nothing to run (unknown, already ended, out of attempts, or its dataset erased; the last
     two end it failed here)."""
@@ -51,17 +52,18 @@ def start(
     if release.status in TERMINAL:
         return None
     if release.attempts >= max_attempts:
-        _fail(session, release, f"gave up after {release.attempts} attempts", store)
+        _fail(session, release, f"gave up after {release.attempts} attempts")
         return None
     dataset = session.get(Dataset, release.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         # Deletion waits for queued releases, so only a job started by hand gets here; its raw
         # data is gone, and nothing was produced: fail (and refund).
-        _fail(session, release, "the dataset was deleted before this release ran", store)
+        _fail(session, release, "the dataset was deleted before this release ran")
         return None
     release.status = ReleaseStatus.running
     release.attempts += 1
     release.started_at = release.started_at or utcnow()
+    release.touched_at = utcnow()
     _audit(session, release, "release.running", attempt=release.attempts)
     return release
 
@@ -165,24 +167,52 @@ def succeed(
     return True
 
 
-def fail(session: Session, release_id: str, error: str, *, store: ObjectStore) -> None:
-    """End the release failed (nothing when it already ended) and settle its charge."""
+def fail(session: Session, release_id: str, error: str) -> bool:
+    """End the release failed and settle its charge from its upload claim; False (and no
+    change) when it already ended."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status in TERMINAL:
-        return
-    _fail(session, release, error, store)
+        return False
+    _fail(session, release, error)
+    return True
 
 
-def _fail(session: Session, release: Release, error: str, store: ObjectStore) -> None:
+def _fail(session: Session, release: Release, error: str) -> None:
     release.status = ReleaseStatus.failed
     release.error = error[:MAX_ERROR_CHARS]
     release.finished_at = utcnow()
-    state = _settle_unfinished(session, release, store)
+    state = _settle_unfinished(session, release)
     # The error text stays out: it may quote the raw data.
     _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
 
 
-def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore) -> Release:
+def settle_stalled(
+    session: Session, release_id: str, *, max_attempts: int, stale_before: datetime
+) -> bool:
+    """End failed a release left running on its last attempt with no sign of life (start,
+    progress) since ``stale_before``: the job that ran it died, or could not record its end
+    (``service.releases.sweeper``). Settled from its upload claim like any failure. Checked
+    again under the row lock; False when it no longer qualifies. Should the job still be
+    alive after all, it finds the release settled: it stores nothing if it had not claimed
+    the upload yet, and cannot mark it succeeded if it had (the charge then stays)."""
+    release = repository.get_for_update(session, release_id)
+    if (
+        release is None
+        or release.status != ReleaseStatus.running
+        or release.attempts < max_attempts
+        or (release.touched_at or release.started_at or release.created_at) >= stale_before
+    ):
+        return False
+    _fail(
+        session,
+        release,
+        f"abandoned: still running after its last attempt ({release.attempts} of "
+        f"{max_attempts}) with no progress since {stale_before.isoformat()}",
+    )
+    return True
+
+
+def cancel(session: Session, release_id: str, *, actor: str) -> Release:
     """Cancel a queued or running release; a cancelled one is returned as it is.
 
     Nothing of a cancelled release is ever served. Its charge is refunded unless an attempt
@@ -205,7 +235,7 @@ def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore)
     was = release.status
     release.status = ReleaseStatus.cancelled
     release.finished_at = utcnow()
-    state = _settle_unfinished(session, release, store)
+    state = _settle_unfinished(session, release)
     audit.record(
         session,
         actor=actor,
@@ -217,22 +247,20 @@ def cancel(session: Session, release_id: str, *, actor: str, store: ObjectStore)
     return release
 
 
-def output_may_exist(release: Release, store: ObjectStore) -> bool:
+def output_may_exist(release: Release) -> bool:
     """Whether output of the release may have been stored (and so may be read): an attempt
-    claimed its upload (it may be storing now), or its artifact exists (stored by a job from
-    before the claim was recorded)."""
-    return release.artifact_key is not None or store.exists(
-        keys.artifact(release.id, release.format)
-    )
+    claimed its upload (it may be storing now, or have stored it). Read from the row only:
+    every attempt records its claim before it stores anything."""
+    return release.artifact_key is not None
 
 
-def _settle_unfinished(session: Session, release: Release, store: ObjectStore) -> str:
+def _settle_unfinished(session: Session, release: Release) -> str:
     """Settle the charge of a release that ends without succeeding: committed when output may
     exist, refunded otherwise (nothing escaped). Returns the entry's state (a research
     release's entry stays ``research``: it holds nothing to settle)."""
     if release.research is not None:
         return ledger.RESEARCH
-    state = ledger.COMMITTED if output_may_exist(release, store) else ledger.REFUNDED
+    state = ledger.COMMITTED if output_may_exist(release) else ledger.REFUNDED
     return ledger.settle(session, release_id=release.id, state=state).state
 
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
-from sqlalchemy import or_, select, update
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Release
+from service.models import Release, utcnow
 from service.releases.status import UNFINISHED, ReleaseStatus
 
 
@@ -71,7 +74,53 @@ def set_progress(session: Session, *, release_id: str, progress: float, phase: s
     stmt = (
         update(Release)
         .where(Release.id == release_id, Release.status == ReleaseStatus.running)
-        .values(progress=progress, phase=phase)
+        .values(progress=progress, phase=phase, touched_at=utcnow())
         .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+
+
+def _last_sign_of_life() -> ColumnElement[Any]:
+    return func.coalesce(Release.touched_at, Release.started_at, Release.created_at)
+
+
+def stale_queued(session: Session, *, before: datetime, limit: int) -> list[tuple[str, str]]:
+    """(id, mechanism) of queued releases last handed over (or created) before ``before``,
+    oldest first, at most ``limit``."""
+    stmt = (
+        select(Release.id, Release.mechanism)
+        .where(Release.status == ReleaseStatus.queued, _last_sign_of_life() < before)
+        .order_by(Release.created_at, Release.id)
+        .limit(limit)
+    )
+    return [(r.id, r.mechanism) for r in session.execute(stmt)]
+
+
+def touch_queued(session: Session, *, release_id: str, at: datetime) -> bool:
+    """Record that a queued release is handed over again now; False when it is no longer
+    queued (started or settled meanwhile: nothing to send)."""
+    stmt = (
+        update(Release)
+        .where(Release.id == release_id, Release.status == ReleaseStatus.queued)
+        .values(touched_at=at)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
+
+
+def stale_running(
+    session: Session, *, before: datetime, min_attempts: int, limit: int
+) -> list[str]:
+    """Ids of releases running on attempt ``min_attempts`` or later with no sign of life
+    since ``before``, oldest first, at most ``limit``."""
+    stmt = (
+        select(Release.id)
+        .where(
+            Release.status == ReleaseStatus.running,
+            Release.attempts >= min_attempts,
+            _last_sign_of_life() < before,
+        )
+        .order_by(Release.created_at, Release.id)
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))

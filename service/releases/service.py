@@ -45,7 +45,6 @@ from service.releases.schemas import (
 )
 from service.releases.status import ReleaseStatus
 from service.runtime import Dispatcher
-from service.storage import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -357,12 +356,10 @@ def get(session: Session, *, principal: Principal, release_id: str) -> Release:
     return release_for(session, principal=principal, release_id=release_id)
 
 
-def cancel(
-    session: Session, *, principal: Principal, release_id: str, store: ObjectStore
-) -> Release:
+def cancel(session: Session, *, principal: Principal, release_id: str) -> Release:
     """Cancel a release of one of the caller's datasets (``lifecycle.cancel``)."""
     release_for(session, principal=principal, release_id=release_id, manage=True)
-    return lifecycle.cancel(session, release_id, actor=principal.id, store=store)
+    return lifecycle.cancel(session, release_id, actor=principal.id)
 
 
 def list_visible(session: Session, *, principal: Principal, dataset_id: str | None) -> ReleaseList:

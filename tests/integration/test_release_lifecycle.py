@@ -221,7 +221,7 @@ def test_cancel_racing_the_upload_claim(
     def cancel(release_id: str) -> None:
         # What the endpoint does once it checked access, in a transaction of its own.
         with transaction(h.runtime.session_factory) as session:
-            lifecycle.cancel(session, release_id, actor=owner_id, store=h.runtime.store)
+            lifecycle.cancel(session, release_id, actor=owner_id)
 
     def racing(runtime: Any, job: Any, *args: Any) -> bool:
         if order == "before":

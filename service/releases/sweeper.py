@@ -1,0 +1,161 @@
+"""The outbox sweeper: no release is left in limbo by a broker, a store or a job that died.
+
+A committed queued release is the outbox of its job. Admission commits it (with its ledger
+reservation) and only then hands it to the dispatcher; when that fails (the broker is down) the
+request still answers 202 and the release waits here. Each pass of the sweeper, under a lease
+so that one API process sweeps at a time:
+
+- hands over again every release still ``queued`` with no sign of life (created, or last handed
+  over) for ``sweep_queued_after_s``: a job that never reached the broker, or was lost there.
+  The release is marked handed over (``releases.touched_at``) before it is sent, under the
+  condition that it is still queued; if sending fails it is due again at the next pass, and the
+  pass stops (the broker is down: the others would fail too). A job that is sent twice runs
+  once: a job does nothing for a release that already ended;
+- ends ``failed`` every release still ``running`` on its last attempt
+  (``task_max_attempts``) with no sign of life (start, progress) for ``sweep_running_after_s``:
+  its job died or could not record its end. It is settled like any failure, from its recorded
+  upload claim (charged if an attempt claimed the upload, refunded otherwise), never by asking
+  the object store (``lifecycle.settle_stalled``).
+
+The lease is a row of ``sweeper_leases`` taken by a conditional UPDATE (or the INSERT of the
+first row: the primary key lets one of two racing processes win), held ``sweep_lease_s`` and
+renewed at each pass by its holder: the same on SQLite and Postgres, with no session-bound lock
+to lose with a pooled connection. Lease times are the API hosts' clocks (UTC): keep them in
+sync, well within ``sweep_lease_s``.
+
+``service.app`` runs a pass at start-up and then every ``sweep_interval_s``, off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, update
+from sqlalchemy.exc import IntegrityError
+
+from service.db import transaction
+from service.models import SweeperLease, utcnow
+from service.releases import lifecycle, repository
+from service.releases.mechanisms import worker_queue
+from service.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "releases"
+# Releases handled per kind and pass; the rest wait for the next pass.
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one pass did: the releases handed over again, and those it ended failed."""
+
+    resent: tuple[str, ...] = ()
+    settled: tuple[str, ...] = ()
+
+
+class Sweeper:
+    """One process's sweeper; ``holder`` names it in the lease table (unique per instance)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        holder: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.runtime = runtime
+        self.holder = (
+            holder or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        )[:64]
+        self.clock = clock
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False while another holder's lease runs."""
+        now = self.clock()
+        expires = now + timedelta(seconds=self.runtime.settings.sweep_lease_s)
+        try:
+            with transaction(self.runtime.session_factory) as session:
+                stmt = (
+                    update(SweeperLease)
+                    .where(
+                        SweeperLease.name == LEASE_NAME,
+                        or_(SweeperLease.holder == self.holder, SweeperLease.expires_at <= now),
+                    )
+                    .values(holder=self.holder, expires_at=expires)
+                    .execution_options(synchronize_session=False)
+                )
+                if session.execute(stmt).rowcount == 1:  # type: ignore[attr-defined]
+                    return True
+                if session.get(SweeperLease, LEASE_NAME) is not None:
+                    return False
+                session.add(SweeperLease(name=LEASE_NAME, holder=self.holder, expires_at=expires))
+                session.flush()
+                return True
+        except IntegrityError:  # another process inserted the first row at the same time
+            return False
+
+    def sweep(self) -> SweepResult | None:
+        """One pass; None when another process holds the lease."""
+        if not self.acquire():
+            return None
+        now = self.clock()
+        result = SweepResult(resent=self._resend(now), settled=self._settle(now))
+        if result.resent or result.settled:
+            log.info(
+                "sweeper: handed over %d queued release(s), ended %d abandoned one(s)",
+                len(result.resent),
+                len(result.settled),
+            )
+        return result
+
+    def _resend(self, now: datetime) -> tuple[str, ...]:
+        settings = self.runtime.settings
+        before = now - timedelta(seconds=settings.sweep_queued_after_s)
+        factory = self.runtime.session_factory
+        with transaction(factory) as session:
+            due = repository.stale_queued(session, before=before, limit=BATCH)
+        sent: list[str] = []
+        for release_id, mechanism in due:
+            with transaction(factory) as session:
+                if not repository.touch_queued(session, release_id=release_id, at=now):
+                    continue  # started or settled meanwhile
+            try:
+                self.runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
+            except Exception:
+                log.warning(
+                    "sweeper: release %s could not be handed over; next pass",
+                    release_id,
+                    exc_info=True,
+                )
+                with transaction(factory) as session:  # due again at the next pass
+                    repository.touch_queued(session, release_id=release_id, at=before)
+                break
+            sent.append(release_id)
+        return tuple(sent)
+
+    def _settle(self, now: datetime) -> tuple[str, ...]:
+        settings = self.runtime.settings
+        before = now - timedelta(seconds=settings.sweep_running_after_s)
+        factory = self.runtime.session_factory
+        with transaction(factory) as session:
+            stuck = repository.stale_running(
+                session, before=before, min_attempts=settings.task_max_attempts, limit=BATCH
+            )
+        settled: list[str] = []
+        for release_id in stuck:
+            with transaction(factory) as session:
+                if lifecycle.settle_stalled(
+                    session,
+                    release_id,
+                    max_attempts=settings.task_max_attempts,
+                    stale_before=before,
+                ):
+                    settled.append(release_id)
+        return tuple(settled)
