@@ -1,7 +1,7 @@
 """releases.touched_at and sweeper_leases: the outbox sweeper
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-11-24
 
 A committed queued release is the outbox of its job: when handing it to the broker fails (or
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
