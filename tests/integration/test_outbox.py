@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from dpcore.mechanisms.spec import WorkerQueue
 from service.db import transaction
 from service.models import LedgerEntry, Release, SweeperLease, utcnow
 from service.releases import lifecycle
 from service.releases import service as release_service
+from service.releases.status import ReleaseStatus
 from service.releases.sweeper import Sweeper
 from service.runtime import Dispatcher, Runtime
 from service.storage import S3ObjectStore
@@ -89,6 +90,19 @@ def _free_lease(runtime: Runtime) -> None:
         session.execute(delete(SweeperLease))
 
 
+def _park_other_queued(runtime: Runtime, release_id: str) -> None:
+    """Real mode shares one database across the session: releases other tests left queued
+    (older, so first in a pass, which stops at the first failed hand-over) are made not due,
+    so a pass here sees this test's release only."""
+    with transaction(runtime.session_factory) as session:
+        session.execute(
+            update(Release)
+            .where(Release.status == ReleaseStatus.queued, Release.id != release_id)
+            .values(touched_at=datetime(9999, 1, 1, tzinfo=UTC))
+            .execution_options(synchronize_session=False)
+        )
+
+
 def _later(seconds: float) -> Callable[[], datetime]:
     return lambda: utcnow() + timedelta(seconds=seconds)
 
@@ -129,6 +143,7 @@ def test_broker_down_at_admission_answers_202_and_the_sweeper_resends(
     assert _entries(h, release_id) == ["reserved"]
 
     _free_lease(h.runtime)
+    _park_other_queued(h.runtime, release_id)
     settings = h.runtime.settings
     # Not due yet: nothing is sent before the threshold.
     fresh = Sweeper(h.runtime, holder="test-sweeper").sweep()
@@ -293,6 +308,7 @@ def test_one_of_two_sweepers_sweeps(harness: Harness) -> None:
     h = harness
     _, release_id, _ = _held(h)
     _free_lease(h.runtime)
+    _park_other_queued(h.runtime, release_id)
     broker = Broker(down=False)
     real, h.runtime.dispatcher = h.runtime.dispatcher, broker
     try:
