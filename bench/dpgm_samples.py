@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.mnist import DELTA, load_private  # noqa: E402
-from dpcore.mechanisms import registry  # noqa: E402
+from bench.sweet_spot import calibrated, generated  # noqa: E402
 from dpcore.mechanisms.dpgm.models import family  # noqa: E402
-from dpcore.mechanisms.run import build, facts_of, materialise, params_of, randomness  # noqa: E402
+from dpcore.mechanisms.run import materialise  # noqa: E402
 
 PER_ROW = 8
 
@@ -50,24 +50,10 @@ def grid(images: list[np.ndarray], rows: int, path: Path, title: str) -> None:
 
 def run(epsilon: float, out: Path, request: dict[str, Any]) -> dict[str, Any]:
     parsed = load_private()
-    spec = registry.get("dpgm")
-    params = params_of(spec, {**request, "weights": True})
-    accountant = spec.accountant("tight")
     start = time.perf_counter()
-    event = accountant.calibrate(
-        epsilon, DELTA, spec.accountant_keys(accountant, params, facts_of(parsed))
-    )
-    calibrated = time.perf_counter()
-    generator, sampler = randomness("secure")
-    output = build(
-        spec,
-        params,
-        parsed,
-        noise=event.noise(),
-        sampler=sampler,
-        generator=generator,
-        device=torch.device("cpu"),
-    )
+    spec, params, event = calibrated("dpgm", {**request, "weights": True}, parsed, epsilon, DELTA)
+    calibrated_at = time.perf_counter()
+    output = generated(spec, params, parsed, event)
     X, _, _, _ = materialise(output)
     finished = time.perf_counter()
     (artifact,) = output.artifacts
@@ -101,8 +87,8 @@ def run(epsilon: float, out: Path, request: dict[str, Any]) -> dict[str, Any]:
     return {
         "epsilon": epsilon,
         "charge": event.epsilon(DELTA),
-        "calibration_s": round(calibrated - start, 1),
-        "job_s": round(finished - calibrated, 1),
+        "calibration_s": round(calibrated_at - start, 1),
+        "job_s": round(finished - calibrated_at, 1),
         "sgd_steps": described["sgd_steps"],
         "batch_size": described["batch_size"],
         "sigma_sgd": round(described["sigma_sgd"], 4),

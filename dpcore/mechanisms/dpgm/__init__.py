@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms.dpgm.params import DPGMParams, batch_size_for
+from dpcore.mechanisms.dpgm.params import DPGMParams
 from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
@@ -105,12 +105,11 @@ PAPER = Accountant(
 
 
 def _check(params: DPGMParams, facts: PublicFacts) -> None:
-    from dpcore.mechanisms.dpgm.accounting import sgd_steps
+    from dpcore.mechanisms.dpgm.accounting import sgd_schedule
 
-    batch = batch_size_for(params.batch_size, facts.n)
+    batch, steps = sgd_schedule(params.batch_size, params.epochs, facts.n)
     if batch > facts.n:
         raise InvalidParams(f"batch_size {batch} exceeds the dataset's {facts.n} records")
-    steps = sgd_steps(params.epochs, facts.n, batch)
     if steps > MAX_SGD_STEPS:
         raise InvalidParams(
             f"epochs {params.epochs:g} at batch_size {batch} make {steps} DP-SGD "

@@ -424,6 +424,21 @@ def sgd_steps(epochs: float, n: int, batch_size: int) -> int:
     return max(1, math.ceil(epochs * n / batch_size - 1e-9))
 
 
+def sgd_schedule(batch_size: int | None, epochs: float, n: int) -> tuple[int, int]:
+    """(L, T_S) of a release: its batch (``params.batch_size_for``) and ⌈epochs·n/L⌉ steps —
+    the one rule admission, the accountant and the job read."""
+    batch = batch_size_for(batch_size, n)
+    return batch, sgd_steps(epochs, n, batch)
+
+
+def _schedule(keys: Mapping[str, Any]) -> tuple[int, int]:
+    """(L, T_S) from an accountant's keys: ``sgd_steps`` when given, else the release's."""
+    batch, steps = sgd_schedule(keys["batch_size"], float(keys["epochs"]), int(keys["n"]))
+    if keys.get("sgd_steps") is not None:
+        steps = int(keys["sgd_steps"])
+    return batch, steps
+
+
 def kmeans_iterations(clusters_per_class: int, refine: int) -> int:
     """T_K of the served k-means (``dpcore.mechanisms.kmeans.kmeans_steps``)."""
     from dpcore.mechanisms.kmeans import kmeans_steps
@@ -453,10 +468,7 @@ def _derived(sigma: float, keys: Mapping[str, Any]) -> dict[str, Any]:
     """The served pipeline's T_S, T_K, σ_C and σ_K from the release parameters, unless given
     explicitly (``dprelease account`` with the paper's σ's)."""
     n = int(keys["n"])
-    batch = batch_size_for(keys["batch_size"], n)
-    steps = keys.get("sgd_steps")
-    if steps is None:
-        steps = sgd_steps(float(keys["epochs"]), n, batch)
+    batch, steps = _schedule(keys)
     iterations = keys.get("kmeans_iterations")
     if iterations is None:
         iterations = kmeans_iterations(int(keys["clusters_per_class"]), int(keys["kmeans_refine"]))
@@ -508,8 +520,7 @@ def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
 def guess_sigma(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:
     # Large-σ regime of the subsampled Gaussian: μ ≈ 2q√T_S/σ (replace-one), then the
     # classical Gaussian calibration; calibration brackets from here by factors of 4.
-    batch = batch_size_for(keys["batch_size"], keys["n"])
+    batch, steps = _schedule(keys)
     q = batch / keys["n"]
-    steps = keys.get("sgd_steps") or sgd_steps(float(keys["epochs"]), keys["n"], batch)
     mu = epsilon / math.sqrt(2 * math.log(1.25 / delta))
     return max(2 * q * math.sqrt(max(steps, 1)) / mu, 0.5)

@@ -43,6 +43,7 @@ harness's second scale (``label_scale``; no labels block is released: classes ar
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.audit.case import HALF, N_FEATURES, AuditCase, Neighbours, fixed, records
+from dpcore.audit.case import (
+    HALF,
+    N_FEATURES,
+    AuditCase,
+    Neighbours,
+    fixed,
+    records,
+    unit_neighbours,
+)
 from dpcore.audit.runs import Release, Run, each
 from dpcore.mechanisms.dpgm import dpsgd
 from dpcore.mechanisms.dpgm.models import ClipSum, Normal, Params, secure_normal
@@ -106,15 +115,9 @@ def batch_size(p: Mapping[str, Any]) -> int:
 
 
 def neighbours(p: Mapping[str, Any]) -> Neighbours:
-    n = records(p)
-    X = np.zeros((n, N_FEATURES))
-    X_prime = X.copy()
-    X[0, :HALF] = 1.0
-    X_prime[0, HALF:] = 1.0
-    labels = np.zeros(n, dtype=np.int64)
-    labels[0] = 1
-    lo, hi = np.zeros(N_FEATURES), np.ones(N_FEATURES)
-    return Neighbours(X, X_prime, labels, labels.copy(), lo, hi, n_classes=MODELS)
+    """``unit_neighbours`` with record 0 in class 1 in both (the same network)."""
+    nb = unit_neighbours(p)
+    return dataclasses.replace(nb, labels_prime=nb.labels.copy(), n_classes=MODELS)
 
 
 def preprocess(X: np.ndarray, nb: Neighbours) -> np.ndarray:

@@ -25,7 +25,7 @@ from dpcore.mechanisms.clustmix.release import apportion
 from dpcore.mechanisms.dpgm import accounting
 from dpcore.mechanisms.dpgm.dpsgd import SGDSettings, train
 from dpcore.mechanisms.dpgm.models import RBM, VAE, Params, family
-from dpcore.mechanisms.dpgm.params import DEFAULT_LR, DPGMParams, batch_size_for
+from dpcore.mechanisms.dpgm.params import DEFAULT_LR, DPGMParams
 from dpcore.mechanisms.kmeans import (
     COUNT_SENSITIVITY,
     Centres,
@@ -112,7 +112,6 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
     # The final clusters' noisy sizes (charged with the k-means: accounting.DPGMEvent).
     counts = torch.bincount(assignment[assignment >= 0], minlength=models).double()
     sizes = ctx.sampler(counts[:, None], sigma=sigma_k, sensitivity=COUNT_SENSITIVITY)[:, 0]
-    sizes = sizes.double()
 
     net = family(params.model, d, params.hidden, params.latent_dim)
     public = torch_generator(ctx.generator)
@@ -124,8 +123,7 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
         return torch.rand(shape, generator=public).to(device)
 
     weights = net.init(models, normal)
-    batch = batch_size_for(params.batch_size, n)
-    steps = accounting.sgd_steps(epochs, n, batch)
+    batch, steps = accounting.sgd_schedule(params.batch_size, epochs, n)
     settings = SGDSettings(
         steps=steps,
         batch=batch,
