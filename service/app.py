@@ -19,6 +19,8 @@ from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings
 from service.datasets.endpoints import router as datasets_router
 from service.db import transaction
+from service.meta.endpoints import router as meta_router
+from service.meta.metrics import RequestMetrics
 from service.models import utcnow
 from service.releases import repository as release_repository
 from service.releases.endpoints import make_router as releases_router
@@ -102,6 +104,8 @@ def create_app(
     )
     errors_http.install(app)
     app.add_middleware(RequestLimits)
+    # Outermost: times every request, refusals by the limits included.
+    app.add_middleware(RequestMetrics)
     for router in (
         auth_router,
         datasets_router,
@@ -109,13 +113,10 @@ def create_app(
         budgets_router,
         mechanisms_router,
         audit_router,
+        meta_router,
     ):
         declare_access(router)
         app.include_router(router)
-
-    @app.get("/health", tags=["meta"], summary="Liveness")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
 
     declare_access(app.router)
     return app

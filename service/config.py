@@ -101,6 +101,21 @@ class Settings(BaseSettings):
         description="How long a sweeper's lease (table sweeper_leases) keeps the other API "
         "processes from sweeping; renewed at each pass, so keep it above sweep_interval_s",
     )
+    # Item 6 of issue 14: health, readiness and metrics.
+    ready_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="Seconds each readiness check (database, broker, store) may take before "
+        "GET /ready answers 503",
+    )
+    worker_metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port on which a Celery worker serves its Prometheus metrics (job "
+        "durations); 0: none",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

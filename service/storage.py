@@ -45,6 +45,9 @@ class ObjectStore(Protocol):
 
     def local_path(self, key: str) -> Path | None: ...
     def presigned_url(self, key: str, *, filename: str) -> str | None: ...
+    def ping(self) -> None:
+        """Raise unless the store answers (readiness); cheap and bounded in time."""
+        ...
 
 
 def sha256_hex(data: bytes) -> str:
@@ -110,6 +113,10 @@ class LocalObjectStore:
     def presigned_url(self, key: str, *, filename: str) -> str | None:
         return None
 
+    def ping(self) -> None:
+        if not self.root.is_dir() or not os.access(self.root, os.W_OK | os.X_OK):
+            raise OSError("the object directory is missing or not writable")
+
 
 class S3ObjectStore:
     def __init__(self, settings: Settings) -> None:
@@ -121,6 +128,20 @@ class S3ObjectStore:
         public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
         self.presigner = _s3_client(settings, public)
         self.presign_seconds = settings.s3_presign_seconds
+        # Readiness asks with one attempt and short timeouts: the client above retries.
+        self.probe = _s3_client(
+            settings,
+            settings.s3_endpoint_url,
+            Config(
+                signature_version="s3v4",
+                retries={"max_attempts": 1, "mode": "standard"},
+                connect_timeout=1,
+                read_timeout=2,
+            ),
+        )
+
+    def ping(self) -> None:
+        self.probe.head_bucket(Bucket=self.bucket)
 
     def ensure_bucket(self) -> None:
         try:
@@ -184,7 +205,7 @@ class S3ObjectStore:
         return url
 
 
-def _s3_client(settings: Settings, endpoint_url: str | None) -> Any:
+def _s3_client(settings: Settings, endpoint_url: str | None, config: Config | None = None) -> Any:
     secret = settings.s3_secret_access_key
     return boto3.client(
         "s3",
@@ -192,7 +213,7 @@ def _s3_client(settings: Settings, endpoint_url: str | None) -> Any:
         region_name=settings.s3_region,
         aws_access_key_id=settings.s3_access_key_id,
         aws_secret_access_key=secret.get_secret_value() if secret else None,
-        config=Config(signature_version="s3v4", retries={"max_attempts": 5}),
+        config=config or Config(signature_version="s3v4", retries={"max_attempts": 5}),
     )
 
 

@@ -6,7 +6,13 @@ and re-exported here; this module builds the runtime that the tasks of this proc
 
 from __future__ import annotations
 
+import os
 import threading
+from typing import Any
+
+from celery.signals import worker_init
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from service.config import get_settings
 from service.runtime import Runtime, build_runtime
@@ -34,3 +40,17 @@ def worker_runtime() -> Runtime:
             # to queue more, which it does not do.
             _runtime = build_runtime(get_settings(), default_dispatcher)
         return _runtime
+
+
+@worker_init.connect
+def _serve_metrics(**_: Any) -> None:
+    """Job durations (``service.meta.metrics``) on ``DPRELEASE_WORKER_METRICS_PORT``: the
+    prefork pool's children each count their own, so with more than one, set
+    ``PROMETHEUS_MULTIPROC_DIR`` and this serves their sum."""
+    port = get_settings().worker_metrics_port
+    if port:
+        registry = REGISTRY
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+        start_http_server(port, registry=registry)

@@ -22,6 +22,7 @@ from service.budgets import repository
 from service.budgets.schemas import BudgetList, BudgetSummary, Ledger, LedgerEntryOut
 from service.datasets.schemas import BudgetStatus
 from service.errors import BudgetExceeded, InvalidInput, NotFound
+from service.meta import metrics
 from service.models import DatasetBudget, LedgerEntry, Principal, utcnow
 
 RESERVED, COMMITTED, REFUNDED = "reserved", "committed", "refunded"
@@ -162,6 +163,7 @@ def admit(
     holding = repository.entries(session, dataset_id=dataset_id, states=HOLDING)
     charge, before, after = _decide(budget, holding, cost)
     if not _fits(after):
+        metrics.ledger_decision(admitted=False)
         status = _status(budget, holding)
         total_after = round_up(after.epsilon)
         reason = (
@@ -190,6 +192,7 @@ def admit(
             },
         )
     consumed_epsilon, consumed_delta = consumed(before, after)
+    metrics.ledger_decision(admitted=True)
     return repository.add_entry(
         session,
         LedgerEntry(

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from service.audit_trail import service as audit
 from service.budgets import service as ledger
 from service.errors import NotFound, ReleaseFinished
+from service.meta import metrics
 from service.models import Dataset, Release, utcnow
 from service.releases import repository
 from service.releases.status import TERMINAL, ReleaseStatus
@@ -154,6 +155,7 @@ def succeed(
     release.artifact_sha256 = sha256
     release.artifacts = [a.to_json() for a in artifacts] or None
     entry = ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+    _job_ended(release)
     detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
     _audit(
         session,
@@ -174,7 +176,15 @@ def fail(session: Session, release_id: str, error: str) -> bool:
     if release is None or release.status in TERMINAL:
         return False
     _fail(session, release, error)
+    _job_ended(release)
     return True
+
+
+def _job_ended(release: Release) -> None:
+    # Timed by the process that ran the job (the sweeper's settlements are not jobs' ends).
+    if release.started_at is not None and release.finished_at is not None:
+        seconds = (release.finished_at - release.started_at).total_seconds()
+        metrics.job_ended(release.mechanism, release.status.value, seconds)
 
 
 def _fail(session: Session, release: Release, error: str) -> None:

@@ -340,7 +340,7 @@ def test_ids_in_bodies_and_queries(toy_harness: Harness) -> None:
 
 def test_every_operation_declares_who_may_call_it(embedded: Harness) -> None:
     """Every operation of the schema declares its roles (and, with ids, its object rule); all
-    but /health need a key, and answer 401 without one."""
+    but the probes (/health, /ready) need a key, and answer 401 without one."""
     h = embedded
     schema = h.client.app.openapi()  # type: ignore[attr-defined]
     public = set()
@@ -354,4 +354,4 @@ def test_every_operation_declares_who_may_call_it(embedded: Harness) -> None:
             assert ("{" in path) == ("objects" in access), op["operationId"]
             r = h.client.request(method, re.sub(r"{\w+}", str(uuid.uuid4()), path))
             assert r.status_code == 401, (method, path, r.status_code)
-    assert public == {"health"}
+    assert public == {"health", "ready"}
