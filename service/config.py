@@ -36,7 +36,6 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: SecretStr | None = None
-    s3_presign_seconds: int = Field(default=900, gt=0, le=7 * 24 * 3600)
     admin_key: SecretStr | None = Field(
         default=None, description="The first admin API key; generated in embedded mode if unset"
     )
@@ -115,6 +114,28 @@ class Settings(BaseSettings):
         le=65535,
         description="Port on which a Celery worker serves its Prometheus metrics (job "
         "durations); 0: none",
+    )
+    # Issue 14, item 5 (downloads): how an S3-stored file reaches its downloader. A presigned
+    # URL is checked by the object store alone, so it outlives a grant's revocation by at
+    # most its lifetime; hence a short one, or streaming through the API (grant checked when
+    # the bytes are sent). The local store of embedded mode is always served by the API.
+    download_mode: Literal["presigned", "stream"] = Field(
+        default="presigned",
+        description="S3 downloads: 'presigned' (307 to a URL valid s3_presign_seconds) or "
+        "'stream' (the API streams the object, checking access at request time)",
+    )
+    s3_presign_seconds: int = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="Lifetime of presigned download URLs: how long one can outlive the "
+        "revocation of the grant (or key) it was issued under",
+    )
+    download_chunk_bytes: int = Field(
+        default=1024 * 1024,
+        ge=64 * 1024,
+        le=64 * 1024 * 1024,
+        description="Chunk size of streamed downloads (memory per download in stream mode)",
     )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"

@@ -12,7 +12,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -34,6 +35,18 @@ class ObjectExists(Exception):
     """A create-only write found the key already present."""
 
 
+@dataclass
+class ObjectStream:
+    """A stored object read in chunks (streamed downloads): memory holds one chunk at a
+    time. ``close`` releases the underlying file or connection; call it once done."""
+
+    size: int
+    chunks: Iterator[bytes]
+    close: Callable[[], None]
+    etag: str | None = None
+    checksum_sha256: str | None = None  # base64, as S3's x-amz-checksum-sha256
+
+
 class ObjectStore(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
     def put_file(self, key: str, path: Path) -> None: ...
@@ -48,6 +61,8 @@ class ObjectStore(Protocol):
     def ping(self) -> None:
         """Raise unless the store answers (readiness); cheap and bounded in time."""
         ...
+
+    def open_stream(self, key: str, *, chunk_bytes: int) -> ObjectStream: ...
 
 
 def sha256_hex(data: bytes) -> str:
@@ -116,6 +131,12 @@ class LocalObjectStore:
     def ping(self) -> None:
         if not self.root.is_dir() or not os.access(self.root, os.W_OK | os.X_OK):
             raise OSError("the object directory is missing or not writable")
+
+    def open_stream(self, key: str, *, chunk_bytes: int) -> ObjectStream:
+        handle = self._path(key).open("rb")
+        size = os.fstat(handle.fileno()).st_size
+        chunks = iter(lambda: handle.read(chunk_bytes), b"")
+        return ObjectStream(size=size, chunks=chunks, close=handle.close)
 
 
 class S3ObjectStore:
@@ -203,6 +224,20 @@ class S3ObjectStore:
             ExpiresIn=self.presign_seconds,
         )
         return url
+
+    def open_stream(self, key: str, *, chunk_bytes: int) -> ObjectStream:
+        # ChecksumMode: S3 returns the SHA-256 stored with the object (every put sends one),
+        # and botocore checks the body against it as it is read, so a corrupted stream ends in
+        # an error instead of a complete-looking download.
+        response = self.client.get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        body = response["Body"]
+        return ObjectStream(
+            size=int(response["ContentLength"]),
+            chunks=body.iter_chunks(chunk_size=chunk_bytes),
+            close=body.close,
+            etag=response.get("ETag"),
+            checksum_sha256=response.get("ChecksumSHA256"),
+        )
 
 
 def _s3_client(settings: Settings, endpoint_url: str | None, config: Config | None = None) -> Any:

@@ -2,8 +2,9 @@
 
 - embedded: SQLite and a local object store under a temporary home, jobs run in-process;
 - real: Postgres (``DPRELEASE_TEST_DATABASE_URL``) built from the migrations, a moto S3 server
-  on a free port reached over HTTP, and a Celery worker consuming from Redis
-  (``DPRELEASE_TEST_REDIS_URL``).
+  behind a SigV4-verifying front (tests/sigv4_s3.py: every request, presigned URLs included,
+  must be signed with the configured credentials) on a free port reached over HTTP, and a
+  Celery worker consuming from Redis (``DPRELEASE_TEST_REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ TEST_DATABASE_URL = os.environ.get(
 )
 TEST_REDIS_URL = os.environ.get("DPRELEASE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ADMIN_KEY = "dpr_test-admin-key-" + "x" * 32
+# The one identity the real mode's S3 server accepts (tests/sigv4_s3.py checks every signature).
+S3_ACCESS_KEY = "DPRTESTACCESSKEY"
+S3_SECRET_KEY = "dpr-test-s3-secret-" + "s" * 21
 TESTS = Path(__file__).resolve().parent
 # The tier of a test is its folder: marker `unit` (no services) or `integration`.
 TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
@@ -217,16 +221,18 @@ def scratch_database(base_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def real_services() -> Iterator[dict[str, Any]]:
-    """Postgres migrated from scratch, a moto S3 server and a Celery worker on Redis, all
-    private to this session (own database, bucket and queues). The worker consumes both the
-    CPU and the GPU queue, as a CPU-only deployment's worker does."""
+    """Postgres migrated from scratch, a signature-checking S3 server (moto behind
+    tests/sigv4_s3.py) and a Celery worker on Redis, all private to this session (own
+    database, bucket and queues). The worker consumes both the CPU and the GPU queue, as a
+    CPU-only deployment's worker does. ``s3`` is the server: ``s3.verifier.offset`` moves
+    its clock (restore it), ``s3.verifier.refusals`` lists what it refused."""
     from celery.contrib.testing.worker import start_worker
-    from moto.server import ThreadedMotoServer
 
+    from tests.sigv4_s3 import SigV4S3Server
     from worker import celery_app as celery_module
 
     port = free_port()
-    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    s3 = SigV4S3Server(port, access_key=S3_ACCESS_KEY, secret_key=S3_SECRET_KEY)
     s3.start()
     queue = f"dprelease-test-{uuid.uuid4().hex[:8]}"
     with scratch_database(TEST_DATABASE_URL) as database_url:
@@ -236,10 +242,10 @@ def real_services() -> Iterator[dict[str, Any]]:
             cpu_queue=f"{queue}-cpu",
             gpu_queue=f"{queue}-gpu",
             celery_broker_url=TEST_REDIS_URL,
-            s3_endpoint_url=f"http://127.0.0.1:{port}",
+            s3_endpoint_url=s3.endpoint_url,
             s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
-            s3_access_key_id="test",
-            s3_secret_access_key="test",  # type: ignore[arg-type]
+            s3_access_key_id=S3_ACCESS_KEY,
+            s3_secret_access_key=S3_SECRET_KEY,  # type: ignore[arg-type]
             admin_key=ADMIN_KEY,  # type: ignore[arg-type]
             task_max_attempts=2,
         )
@@ -253,7 +259,7 @@ def real_services() -> Iterator[dict[str, Any]]:
             with start_worker(
                 app, pool="solo", perform_ping_check=False, shutdown_timeout=30, queues=queues
             ):
-                yield {"settings": settings, "worker_runtime": worker_runtime}
+                yield {"settings": settings, "worker_runtime": worker_runtime, "s3": s3}
         finally:
             celery_module.configure(None)
             worker_runtime.engine.dispose()

@@ -4,10 +4,17 @@ mechanisms' requests, so the router is built from the registry (``make_router``)
 import functools
 import inspect
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, status
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 
 from dpcore.mechanisms import registry
 from service import idempotency
@@ -36,6 +43,7 @@ from service.releases.schemas import (
 )
 from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
+from service.storage import ObjectStream
 
 _MEDIA = {
     "npz": "application/octet-stream",
@@ -159,13 +167,38 @@ def download_raw_release(
 
 
 def _serve(runtime: Runtime, key: str, filename: str, media_type: str) -> Response:
-    """A stored object: a redirect to a presigned URL (S3), else the local file."""
-    url = runtime.store.presigned_url(key, filename=filename)
-    if url is not None:
-        return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+    """A stored object: the local file (embedded mode's store), a redirect to a short-lived
+    presigned URL (S3, ``download_mode`` ``presigned``), or the object streamed from S3
+    (``stream``). Access was checked by the caller, now: a streamed download never outlives
+    a revoked grant, a presigned URL by at most ``s3_presign_seconds``."""
+    settings = runtime.settings
+    if settings.download_mode == "presigned":
+        url = runtime.store.presigned_url(key, filename=filename)
+        if url is not None:
+            return RedirectResponse(url, status_code=status.HTTP_307_TEMPORARY_REDIRECT)
     path = runtime.store.local_path(key)
-    assert path is not None
-    return FileResponse(path, media_type=media_type, filename=filename)
+    if path is not None:
+        return FileResponse(path, media_type=media_type, filename=filename)
+    # Opened before answering, so a missing object fails the request instead of a 200 that
+    # stops short.
+    stream = runtime.store.open_stream(key, chunk_bytes=settings.download_chunk_bytes)
+    headers = {
+        "Content-Length": str(stream.size),
+        # As the presigned URL's response-content-disposition and the local FileResponse.
+        "Content-Disposition": f'attachment; filename="{filename}"',
+    }
+    if stream.etag:
+        headers["ETag"] = stream.etag
+    if stream.checksum_sha256:
+        headers["x-amz-checksum-sha256"] = stream.checksum_sha256
+    return StreamingResponse(_chunks(stream), media_type=media_type, headers=headers)
+
+
+def _chunks(stream: ObjectStream) -> Iterator[bytes]:
+    try:
+        yield from stream.chunks
+    finally:
+        stream.close()
 
 
 def get_report(
@@ -196,6 +229,18 @@ def get_report(
 
 
 mechanisms_router = APIRouter(tags=["releases"])
+
+# How the download endpoints answer (DPRELEASE_DOWNLOAD_MODE; docs: README, "Downloads").
+_BODY_WHEN = (
+    "(the local object store of embedded mode, or S3 with DPRELEASE_DOWNLOAD_MODE=stream: "
+    "streamed by the API, with Content-Length, Content-Disposition, ETag and, when stored, "
+    "x-amz-checksum-sha256)"
+)
+_REDIRECT = (
+    "Redirect to a presigned URL of the object store (S3 with DPRELEASE_DOWNLOAD_MODE="
+    "presigned, the default), valid DPRELEASE_S3_PRESIGN_SECONDS (60 by default, at most "
+    "3600): for at most that long it outlives a revocation of the caller's grant or key"
+)
 
 
 @mechanisms_router.get(
@@ -302,8 +347,8 @@ def make_router() -> APIRouter:
         methods=["GET"],
         responses={
             **responses(401, 404, 409),
-            200: {"description": "The release file (embedded mode)"},
-            307: {"description": "Redirect to a presigned URL of the object store"},
+            200: {"description": f"The release file {_BODY_WHEN}"},
+            307: {"description": _REDIRECT},
         },
         response_class=Response,
         summary="Download a succeeded release",
@@ -321,8 +366,8 @@ def make_router() -> APIRouter:
                 e404="Not found (or not visible to this key), or the release has no artifact "
                 "of that name",
             ),
-            200: {"description": "The file (embedded mode)"},
-            307: {"description": "Redirect to a presigned URL of the object store"},
+            200: {"description": f"The file {_BODY_WHEN}"},
+            307: {"description": _REDIRECT},
         },
         response_class=Response,
         summary="Download a further file of a succeeded release (listed in its `artifacts`)",
@@ -339,8 +384,8 @@ def make_router() -> APIRouter:
                 409,
                 e404="Not found (or not yours), or the release was not post-processed",
             ),
-            200: {"description": "The rows as drawn, before post-processing (embedded mode)"},
-            307: {"description": "Redirect to a presigned URL of the object store"},
+            200: {"description": f"The rows as drawn, before post-processing {_BODY_WHEN}"},
+            307: {"description": _REDIRECT},
         },
         response_class=Response,
         summary="Download the raw noisy rows of a post-processed release (owner only)",
