@@ -140,6 +140,8 @@ def preview(session: Session, *, dataset_id: str, cost: Cost) -> dict[str, Any]:
 
 # Below this fraction of the budget's ε left, the budget is spent: no δ warning is useful.
 _EPSILON_SPENT = 1e-6
+# A δ left below this fraction of the budget's δ is floating-point dust of δ sums: none left.
+_DELTA_DUST = 1e-9
 
 
 def delta_warnings(
@@ -155,7 +157,7 @@ def delta_warnings(
     delta_left = after["delta_remaining_after"]
     if epsilon_left <= _EPSILON_SPENT * budget_epsilon:
         return []
-    if delta_left <= 0:
+    if delta_left <= _DELTA_DUST * budget_delta:
         group = (
             " Releases whose RDP curve joins the Rényi group it holds can still be admitted."
             if after["charged_as"] == "renyi" or after.get("renyi_group")

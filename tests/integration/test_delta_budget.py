@@ -4,6 +4,7 @@ previews warn when δ would be left unusable, and GET /budgets and the CLI show 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -120,6 +121,43 @@ def test_a_renyi_group_keeps_delta_for_releases_without_a_curve(harness: Harness
     assert listed["delta_remaining"] == ledger["delta_remaining"] == now["delta_remaining"]
     assert 0 < now["delta_remaining"] < 1e-5 / 2
     assert now["delta_remaining"] <= now["delta"] - now["delta_reserved"]  # rounded down
+
+
+def _cli(h: Harness, key: str, *args: str) -> tuple[Any, str]:
+    """``dprelease`` against this app: its JSON (stdout) and its stderr."""
+    from click.testing import CliRunner
+
+    from dprelease_cli.main import CliState, cli
+
+    result = CliRunner().invoke(
+        cli,
+        ["--url", "http://testserver", "--key", key, *args],
+        obj=CliState(http=h.client),
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), result.stderr
+
+
+def test_cli_shows_the_delta_left_and_preview_warnings(harness: Harness) -> None:
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner)
+    _create(h, owner, _sgdrm(ds, delta=4e-6))
+    listed, err = _cli(h, owner, "budgets")
+    (mine,) = [i for i in listed["items"] if i["dataset_id"] == ds]
+    assert mine["delta_remaining"] == pytest.approx(6e-6, rel=1e-9)
+    assert "remaining ε = 9.5 of 10, δ = 6e-06 of 1e-05" in err
+    ledger, err = _cli(h, owner, "budgets", ds)
+    assert ledger["delta_remaining"] == mine["delta_remaining"]
+    assert err.strip() == f"{ds}: remaining ε = 9.5 of 10, δ = 6e-06 of 1e-05"
+    args = ["preview", ds, "--mechanism", "sgdrm", "-p", "mixture_width=16"]
+    args += ["-p", "n_samples=150", "-p", "coefficients=gaussian", "--epsilon", "0.5"]
+    quiet, err = _cli(h, owner, *args)
+    assert quiet["warnings"] == [] and "warning" not in err
+    loud, err = _cli(h, owner, *args, "--delta", "6e-6")
+    assert [w["code"] for w in loud["warnings"]] == ["delta_exhausted"]
+    assert "warning (delta_exhausted): admitting this release leaves no δ" in err
 
 
 def test_a_huge_given_noise_gets_a_valid_default_delta(harness: Harness) -> None:
