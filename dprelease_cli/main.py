@@ -710,7 +710,12 @@ def preview(
         noise_sampler=noise_sampler,
         research=research,
     )
-    emit(state.api().preview_release(body))
+    result = state.api().preview_release(body)
+    # Warnings about the budget's δ (what admitting it would leave) go to stderr as well, so a
+    # reader of the JSON cannot miss them.
+    for warning in result.get("warnings") or []:
+        say(f"warning ({warning.get('code')}): {warning.get('message')}")
+    emit(result)
 
 
 @cli.command()
@@ -769,7 +774,24 @@ def download(state: CliState, release_id: str, output: Path, name: str | None) -
 def budgets(state: CliState, dataset_id: str | None) -> None:
     """List budgets, or show the ledger of DATASET_ID."""
     api = state.api()
-    emit(api.get_budget(dataset_id) if dataset_id else api.list_budgets())
+    result = api.get_budget(dataset_id) if dataset_id else api.list_budgets()
+    # A line per dataset on stderr: what remains of ε and of δ (both budgets under the
+    # ledger's filter); stdout keeps the JSON.
+    for item in result.get("items") or [result]:
+        say(_budget_line(item))
+    emit(result)
+
+
+def _budget_line(item: dict[str, Any]) -> str:
+    def number(key: str, spec: str) -> str:
+        value = item.get(key)
+        return format(value, spec) if isinstance(value, int | float) else "?"
+
+    name = item.get("dataset_name") or item.get("dataset_id")
+    return (
+        f"{name}: remaining ε = {number('remaining', '.6g')} of {number('epsilon', 'g')}, "
+        f"δ = {number('delta_remaining', '.3g')} of {number('delta', 'g')}"
+    )
 
 
 from dprelease_cli.account import account  # noqa: E402  (offline subcommands)

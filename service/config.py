@@ -137,6 +137,16 @@ class Settings(BaseSettings):
         le=64 * 1024 * 1024,
         description="Chunk size of streamed downloads (memory per download in stream mode)",
     )
+    # -- Issue 14, item 3 (δ handled as a budget) ------------------------------------------
+    delta_warning_ratio: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="A preview warns (delta_low) when the δ that would remain, as a fraction "
+        "of the budget's δ, is below this times the fraction of ε that would remain: δ spent "
+        "much faster than ε leaves later releases a small δ (more noise)",
+    )
+    # -- end of item 3 ---------------------------------------------------------------------
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

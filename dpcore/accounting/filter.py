@@ -9,9 +9,10 @@ bounds is not known to be one. This filter is (docs/privacy.md, "The ledger"):
 - every admitted release is charged in one of two ways, fixed at its admission:
   ``basic``: its own (ε_i, δ_i) — any valid (ε_i, δ_i) guarantee, e.g. a PLD bound;
   ``renyi``: its RDP curve ρ_i on the grid ``FILTER_ORDERS``;
-- the first ``renyi`` charge reserves δ_R, the δ then left; the ``renyi`` group is then worth
-  ε_R = min over α in the grid of Σρ_i(α) + log(|grid|/δ_R)/(α − 1) (a Rényi filter over a grid
-  of orders with δ_R split evenly between them: Feldman–Zrnic 2021, Lécuyer 2021);
+- the first ``renyi`` charge reserves δ_R, a share of the δ then left (``new_group_delta``:
+  never all of it unless the release asks for the whole ε left); the ``renyi`` group is then
+  worth ε_R = min over α in the grid of Σρ_i(α) + log(|grid|/δ_R)/(α − 1) (a Rényi filter
+  over a grid of orders with δ_R split evenly between them: Feldman–Zrnic 2021, Lécuyer 2021);
 - spent ε = Σ_basic ε_i + ε_R, spent δ = Σ_basic δ_i + δ_R (δ_R only once a ``renyi`` charge
   exists); a request is admitted only if both stay within the budget.
 
@@ -41,6 +42,12 @@ FILTER_ORDERS: tuple[float, ...] = (
     16.0, 20.0, 24.0, 32.0, 40.0, 48.0, 63.0, 128.0, 256.0, 1024.0,
 )  # fmt: skip
 _INDEX = tuple(ORDERS.index(a) for a in FILTER_ORDERS)
+
+# Share of the δ left that a new Rényi group reserves as its δ_R (unless the release opening
+# it asks for a larger share of the ε left). The rest stays for (ε, δ) releases: a group that
+# took every δ left would refuse every later release without an RDP curve while ε remains.
+# Halving δ_R costs the group log(2)/(α − 1) of ε at its best order α.
+GROUP_DELTA_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -140,12 +147,25 @@ class Spend:
             group,
         )
 
+    def new_group_delta(self, epsilon: float) -> float:
+        """δ_R of a Rényi group that a release of own ε ``epsilon`` would open now: a share of
+        the δ left — ``GROUP_DELTA_SHARE``, or the release's share of the ε left when larger
+        (all of it for a release asking the whole remaining ε). Never the whole δ left
+        otherwise, so (ε, δ) releases after it still find δ (docs/privacy.md, "Default δ").
+        A function of public figures only, as the filter's proof requires."""
+        left = self.delta_left
+        epsilon_left = self.budget_epsilon - self.epsilon
+        if epsilon_left <= 0 or epsilon >= epsilon_left:
+            return left
+        share = max(GROUP_DELTA_SHARE, epsilon / epsilon_left)
+        return left * share if share < 1 else left
+
     def options(self, epsilon: float, delta: float, rdp: Sequence[float] | None) -> list[Charge]:
         """The ways one release with guarantee (``epsilon``, ``delta``) and, if known, RDP
         curve ``rdp`` can be charged next (whether the budget admits them is not checked)."""
         out = [Charge("basic", epsilon, delta)]
         if rdp is not None:
-            group = self.group_delta if self.renyi is not None else self.delta_left
+            group = self.group_delta if self.renyi is not None else self.new_group_delta(epsilon)
             if group > 0:
                 out.append(Charge("renyi", 0.0, 0.0, tuple(rdp), group))
         return out

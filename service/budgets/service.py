@@ -135,7 +135,55 @@ def preview(session: Session, *, dataset_id: str, cost: Cost) -> dict[str, Any]:
         "delta_remaining_after": remaining(budget.delta, after.delta),
         "charged_as": charge.mode,
         "admissible": _fits(after),
+        "renyi_group": after.renyi is not None,
     }
+
+
+# Below this fraction of the budget's ε left, the budget is spent: no δ warning is useful.
+_EPSILON_SPENT = 1e-6
+# A δ left below this fraction of the budget's δ is floating-point dust of δ sums: none left.
+_DELTA_DUST = 1e-9
+
+
+def delta_warnings(
+    budget_epsilon: float, budget_delta: float, after: dict[str, Any], *, ratio: float
+) -> list[dict[str, str]]:
+    """Warnings for a preview (``preview``'s figures ``after``) whose admission would leave δ
+    unusable while ε remains: no δ left (``delta_exhausted``), or a δ left smaller than
+    ``ratio`` times its proportion of the ε left (``delta_low``). Public figures only (the
+    ledger's spends and the budget)."""
+    if not after["admissible"]:
+        return []
+    epsilon_left = after["remaining_after"]
+    delta_left = after["delta_remaining_after"]
+    if epsilon_left <= _EPSILON_SPENT * budget_epsilon:
+        return []
+    if delta_left <= _DELTA_DUST * budget_delta:
+        group = (
+            " Releases whose RDP curve joins the Rényi group it holds can still be admitted."
+            if after["charged_as"] == "renyi" or after.get("renyi_group")
+            else ""
+        )
+        return [
+            {
+                "code": "delta_exhausted",
+                "message": f"admitting this release leaves no δ of the budget's "
+                f"{budget_delta:g} while ε = {epsilon_left:.6g} remains: every later release "
+                f"that charges δ will be refused.{group} Ask for a smaller 'delta' to keep "
+                'some for later releases (docs/privacy.md, "Default δ").',
+            }
+        ]
+    if delta_left / budget_delta < ratio * (epsilon_left / budget_epsilon):
+        return [
+            {
+                "code": "delta_low",
+                "message": f"admitting this release leaves δ = {delta_left:.3g} of the budget's "
+                f"{budget_delta:g} for ε = {epsilon_left:.6g}: δ is spent much faster than ε, "
+                "so later releases get a small default δ (a share of the δ left) and need "
+                "more noise for the same ε. Ask for a smaller 'delta' to keep more.",
+            }
+        ]
+    return []
 
 
 def consumed(before: Spend, after: Spend) -> tuple[float, float]:

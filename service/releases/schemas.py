@@ -265,6 +265,15 @@ class BudgetPreview(BaseModel):
     admissible: bool
 
 
+class PreviewWarning(BaseModel):
+    code: Literal["delta_exhausted", "delta_low"] = Field(
+        description="delta_exhausted: admitting it would leave no δ while ε remains (later "
+        "releases without an RDP curve are then refused); delta_low: the δ left would be "
+        "small for the ε left (later releases get a small default δ, so more noise)"
+    )
+    message: str
+
+
 class PreviewOut(BaseModel):
     dataset_id: str
     mechanism: str
@@ -273,6 +282,11 @@ class PreviewOut(BaseModel):
     noise: Noise
     charge: Charge
     budget: BudgetPreview
+    warnings: list[PreviewWarning] = Field(
+        default_factory=list,
+        description="What admitting this release would do to the budget's δ (public ledger "
+        "figures only); empty when nothing is wrong",
+    )
     research: ResearchOut | None = Field(
         default=None, description="Set when the request is a research release"
     )

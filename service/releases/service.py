@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from dpcore.accounting.accountant import Event
 from dpcore.accounting.composition import Cost
+from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
@@ -38,6 +39,7 @@ from service.releases.schemas import (
     ExtraArtifactOut,
     Noise,
     PreviewOut,
+    PreviewWarning,
     ReleaseList,
     ReleaseOut,
     ReleaseRequestBase,
@@ -101,21 +103,31 @@ def accountant_keys(
     return spec.accountant_keys(accountant, request.params, facts(dataset, settings), asked)
 
 
-# Relative margin below the budget's δ of a default δ share, so that shares whose ε add up to
-# the budget have δ's whose floating-point sum does not pass it.
+# Relative margin below the δ left of a default δ share, so that shares whose ε add up to what
+# is left have δ's whose floating-point sum does not pass it.
 _SHARE_MARGIN = 1e-9
+# The smallest share of the δ left a default δ takes: a release whose ε is ~0 (a huge given
+# noise) still needs a δ in (0, 1), and a geometric sequence of such shares never empties it.
+MIN_DEFAULT_DELTA_SHARE = 1e-6
 
 
-def default_delta(budget: DatasetBudget, epsilon: float, delta_left: float) -> float:
-    """A release's δ when the request gives none: the budget's δ in proportion to the ε share
-    it asks for (δ·min(1, ε/ε_budget)), so releases whose ε add up to the budget also fit its
-    δ under the ledger's filter, where the δ's of ``basic`` charges add up — and one release
-    of the whole budget gets the whole δ. Capped at the δ left when some is left."""
-    share = min(1.0, epsilon / budget.epsilon)
-    delta = budget.delta if share >= 1 else budget.delta * share * (1 - _SHARE_MARGIN)
-    if 0 < delta_left < delta:
-        delta = delta_left
-    return delta
+def default_delta(budget: DatasetBudget, spent: Spend, epsilon: float) -> float:
+    """A release's δ when the request gives none: the δ left in proportion to the share of
+    the ε left it asks for, δ_left·min(1, ε/ε_left) (at least ``MIN_DEFAULT_DELTA_SHARE`` of
+    it). Only a release asking for the whole ε left gets the whole δ left, so defaults never
+    make δ the binding constraint before ε (docs/privacy.md, "Default δ"): with ``basic``
+    charges this is the budget's δ share δ_B·ε/ε_B, and where δ was spent faster (an explicit
+    δ, a Rényi group's δ_R) later defaults shrink with what is left instead of taking it all.
+    With no δ left (only a Rényi group or pure ε-DP can still be admitted) it is the budget's
+    δ share, the release's own guarantee's δ."""
+    left = spent.delta_left
+    epsilon_left = budget.epsilon - spent.epsilon
+    if left <= 0:
+        left, epsilon_left = budget.delta, budget.epsilon
+    if epsilon_left <= 0 or epsilon >= epsilon_left:
+        return left
+    share = max(MIN_DEFAULT_DELTA_SHARE, epsilon / epsilon_left)
+    return left * share * (1 - _SHARE_MARGIN)
 
 
 def plan(
@@ -134,7 +146,7 @@ def plan(
         raise InvalidInput(
             f"delta {request.delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
-    delta_left = ledger.spend_of(session, budget=budget).delta_left
+    spent = ledger.spend_of(session, budget=budget)
     spec = registry.get(request.mechanism)
     try:
         spec.check(request.params, facts(dataset, settings))
@@ -144,13 +156,15 @@ def plan(
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
-            delta = request.delta or default_delta(budget, request.epsilon, delta_left)
+            delta = request.delta or default_delta(budget, spent, request.epsilon)
             event = accountant.calibrate(target, delta, keys)
         else:
             assert request.noise is not None
             event = accountant.at_sigma(request.noise.sigma_x, keys)
+            # Its share from its ε at the δ left (at most the ε it is charged: a smaller δ
+            # only raises ε, so the share errs towards spending less δ).
             delta = request.delta or default_delta(
-                budget, event.epsilon(min(budget.delta, delta_left or budget.delta)), delta_left
+                budget, spent, event.epsilon(spent.delta_left or budget.delta)
             )
         cost = event.cost(delta)
     except (CalibrationError, InvalidParams, ValueError) as exc:
@@ -214,8 +228,12 @@ def preview(
         # Charged nothing: the budget as it is, and the claim instead of a charge.
         budget = ledger.preview_free(session, dataset_id=p.dataset.id)
         charge = p.charge
+        warnings: list[dict[str, str]] = []  # charged nothing: the budget's δ is untouched
     else:
         budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
+        warnings = ledger.delta_warnings(
+            budget["epsilon"], budget["delta"], budget, ratio=settings.delta_warning_ratio
+        )
         charge = p.charge.model_copy(
             update={
                 "charged_as": budget["charged_as"],
@@ -234,6 +252,7 @@ def preview(
         charge=charge,
         budget=budget,  # type: ignore[arg-type]
         research=research_releases.out(p.research),
+        warnings=[PreviewWarning(**w) for w in warnings],  # type: ignore[arg-type]
     )
 
 

@@ -8,7 +8,14 @@ import random
 import pytest
 
 from dpcore.accounting import gdp
-from dpcore.accounting.filter import FILTER_ORDERS, Charge, Spend, renyi_epsilon, spend
+from dpcore.accounting.filter import (
+    FILTER_ORDERS,
+    GROUP_DELTA_SHARE,
+    Charge,
+    Spend,
+    renyi_epsilon,
+    spend,
+)
 from dpcore.accounting.orders import ORDERS
 
 EPS, DELTA = 1.0, 1e-5
@@ -40,23 +47,39 @@ def test_one_release_may_use_the_whole_budget_as_a_basic_charge() -> None:
     assert after.epsilon == EPS and after.delta == DELTA
 
 
-def test_renyi_group_takes_the_delta_left_and_converts_with_the_split() -> None:
+def test_renyi_group_takes_a_share_of_the_delta_left_and_converts_with_the_split() -> None:
     mu = 0.05
     curve = _gaussian_curve(mu)
     state = spend(EPS, DELTA, [Charge("basic", 0.2, 4e-6)])
     charge, after = state.choose(0.5, 6e-6, curve)
-    assert charge.mode == "renyi" and charge.group_delta == pytest.approx(6e-6, rel=1e-12)
+    # The group reserves the release's share of the ε left (0.5 of 0.8), above the floor
+    # GROUP_DELTA_SHARE, of the 6e-6 left: never every δ left.
+    assert charge.mode == "renyi"
+    assert charge.group_delta == pytest.approx(6e-6 * 0.5 / 0.8, rel=1e-12)
     expected = min(
         a * mu * mu / 2 + math.log(len(FILTER_ORDERS) / charge.group_delta) / (a - 1)
         for a in FILTER_ORDERS
     )
     assert after.epsilon == pytest.approx(0.2 + expected, rel=1e-12)
-    assert after.delta == pytest.approx(DELTA, rel=1e-12)
-    # Every δ is now held: a later basic charge needs δ = 0, a renyi one joins the group.
-    assert not after.add(Charge("basic", 0.01, 1e-9)).within_budget()
+    assert after.delta == pytest.approx(4e-6 + charge.group_delta, rel=1e-12)
+    # The rest of δ stays for basic charges; a renyi one joins the group.
+    rest = after.delta_left
+    assert rest == pytest.approx(6e-6 - charge.group_delta, rel=1e-9)
+    assert after.add(Charge("basic", 0.01, rest)).within_budget()
+    assert not after.add(Charge("basic", 0.01, rest * 1.01)).within_budget()
     joined = after.add(Charge("renyi", 0.0, 0.0, curve, charge.group_delta))
     assert joined.delta == after.delta and joined.group_delta == charge.group_delta
     assert joined.epsilon > after.epsilon
+
+
+def test_new_group_delta_is_a_share_unless_the_whole_epsilon_left_is_asked() -> None:
+    state = spend(EPS, DELTA, [Charge("basic", 0.2, 4e-6)])
+    left = state.delta_left
+    assert state.new_group_delta(0.01) == pytest.approx(left * GROUP_DELTA_SHARE, rel=1e-12)
+    assert state.new_group_delta(0.6) == pytest.approx(left * 0.6 / 0.8, rel=1e-12)
+    assert state.new_group_delta(0.8) == left  # the whole ε left: the whole δ left
+    assert state.new_group_delta(5.0) == left
+    assert 0 < GROUP_DELTA_SHARE < 1
 
 
 def test_choice_prefers_the_smaller_spend_and_basic_on_ties() -> None:
