@@ -12,6 +12,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from service.deps import AdminDep, RuntimeDep
+from service.errors_http import responses
 from service.meta import metrics, readiness
 from service.meta.schemas import Health, Readiness, ReadinessCheck
 
@@ -46,7 +47,10 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
     "/metrics",
     summary="Prometheus metrics (admin)",
     response_class=Response,
-    responses={200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Text exposition"}},
+    responses={
+        200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Text exposition"},
+        **responses(401, 403),
+    },
 )
 def prometheus_metrics(runtime: RuntimeDep, _admin: AdminDep) -> Response:
     return Response(metrics.exposition(runtime), media_type=metrics.CONTENT_TYPE)
