@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from dpcore.accounting.events import NoiseDescription, NoiseScale
+from dpcore.mechanisms.rounded_gaussian import TAIL_SIGMAS as _TAIL_SIGMAS_OF_TABLE
 from dpcore.mechanisms.rounded_gaussian import RoundedGaussian, table_size
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -122,6 +123,17 @@ def lattice_plan(*, sigma: float, sensitivity: float, dim: int, error: float = 0
         raised = sigma * (1.0 + slack) * (1.0 + _ROUNDING_MARGIN)
         return LatticePlan(sigma, sensitivity, dim, g, raised, error)
 
+    # Coarser lattices shrink the scale σ'/g only down to σ√d/Δ (the rounding slack grows
+    # with g): past that, no lattice gives a table that can be built, and the loop below
+    # would coarsen until g overflows. Refused in words instead (the job then ends failed,
+    # refunded: nothing was released).
+    if table_size(sigma * root / sensitivity) > TABLE_LIMIT // 2:
+        raise ValueError(
+            f"the secure sampler cannot draw noise σ = {sigma:g} at sensitivity "
+            f"{sensitivity:g} over {dim} values (σ√d/Δ = {sigma * root / sensitivity:.4g}; "
+            f"at most {TABLE_LIMIT // 2 / _TAIL_SIGMAS_OF_TABLE:.4g}): ask for less noise, or "
+            "noise_sampler 'fast'"
+        )
     best = plan(lattice)
     # Very large noise multipliers would need a table too slow to build: coarsen instead.
     while table_size(best.scale) > TABLE_LIMIT:

@@ -37,7 +37,7 @@ RandomBytes = Callable[[int], bytes]
 _WORD = 64
 _HEAD_BITS = 128
 # The table stops where the folded tail P(|K| > k) falls below 2⁻¹³⁰: |N| > 13.3σ.
-_TAIL_SIGMAS = 13.3
+TAIL_SIGMAS = 13.3
 _GUARD_BITS = 64
 
 
@@ -64,7 +64,7 @@ def _fixed_point(scaled: flint.arb, bits: int) -> int:
 
 def table_size(scale: float) -> int:
     """Entries of the table for scale s (its build time grows linearly with it)."""
-    return math.ceil(_TAIL_SIGMAS * scale) + 1
+    return math.ceil(TAIL_SIGMAS * scale) + 1
 
 
 # Arb's working precision is one process-wide setting: jobs running in threads (embedded

@@ -256,3 +256,16 @@ def test_tables_build_correctly_from_concurrent_threads() -> None:
         k = sampler.size // 4
         entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
         assert abs(entry - _cdf(k, scale) * mpmath.mpf(2) ** 128) < 2
+
+
+def test_noise_too_large_for_any_table_is_refused_in_words() -> None:
+    """σ√d/Δ bounds the table's scale from below whatever the lattice: past the table limit
+    the plan is refused with a message, where it used to coarsen until g overflowed (an
+    OverflowError at σ = 1e4 over 784 values)."""
+    with pytest.raises(ValueError, match="secure sampler cannot draw noise"):
+        lattice_plan(sigma=1e4, sensitivity=2.0, dim=784)
+    # Just inside the bound a plan exists, its table within the limit.
+    sigma = 0.95 * (TABLE_LIMIT // 2) / rounded_gaussian.TAIL_SIGMAS * 2.0 / 28.0
+    plan = lattice_plan(sigma=sigma, sensitivity=2.0, dim=784)
+    assert rounded_gaussian.table_size(plan.scale) <= TABLE_LIMIT
+    assert plan.sigma_effective >= sigma
