@@ -7,11 +7,15 @@ and re-exported here; this module builds the runtime that the tasks of this proc
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutting_down
 
 from service.config import get_settings
 from service.runtime import Runtime, build_runtime
 from worker.broker import RUN_RELEASE, celery_app
 from worker.dispatch import default_dispatcher
+from worker.scratch import clean_stale
 
 __all__ = ["RUN_RELEASE", "celery_app", "configure", "worker_runtime"]
 
@@ -34,3 +38,21 @@ def worker_runtime() -> Runtime:
             # to queue more, which it does not do.
             _runtime = build_runtime(get_settings(), default_dispatcher)
         return _runtime
+
+
+@worker_ready.connect
+def _clean_scratch(**_: Any) -> None:
+    """Remove the scratch directories of jobs whose process was killed (worker.scratch)."""
+    clean_stale(get_settings().scratch_dir if _runtime is None else _runtime.settings.scratch_dir)
+
+
+@worker_shutting_down.connect
+def _stop_jobs(**_: Any) -> None:
+    """Warm shutdown (SIGTERM): the running job stops at its next chunk and its release goes
+    back to the queue (worker.tasks), instead of holding the shutdown for the rest of the
+    job. Sent in the worker's main process: jobs must run in it (``--pool threads`` or
+    ``solo``) for the flag to reach them; a prefork child finishes its job."""
+    with _runtime_lock:
+        runtime = _runtime
+    if runtime is not None:
+        runtime.stopping.set()
