@@ -52,7 +52,6 @@ def _stop_jobs(**_: Any) -> None:
     back to the queue (worker.tasks), instead of holding the shutdown for the rest of the
     job. Sent in the worker's main process: jobs must run in it (``--pool threads`` or
     ``solo``) for the flag to reach them; a prefork child finishes its job."""
-    with _runtime_lock:
-        runtime = _runtime
+    runtime = _runtime  # no lock: a signal handler, maybe interrupting its holder
     if runtime is not None:
         runtime.stopping.set()

@@ -217,11 +217,10 @@ def test_scratch_of_a_killed_process_is_removed_at_start(tmp_path: Path) -> None
         alive_proc.send_signal(signal.SIGKILL)
         alive_proc.wait(timeout=30)
         # A Celery worker's start cleans the same way (its worker_ready handler).
-        celery_module.configure(runtime)
-        try:
+        # (Its runtime set for the call only: the real harness's worker keeps its own.)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(celery_module, "_runtime", runtime)
             celery_module._clean_scratch()
-        finally:
-            celery_module.configure(None)
         assert _left(root) == []
     finally:
         for p in (proc, alive_proc):
@@ -291,6 +290,7 @@ def test_shutdown_stops_the_job_between_chunks_and_requeues(
             toy.GATE.set()
 
 
+@pytest.mark.parametrize("toy_harness", ["real"], indirect=True)  # embedded: the test above
 def test_celery_warm_shutdown_requeues_the_running_job(
     toy_harness: Harness, request: pytest.FixtureRequest, scratch_root: Path
 ) -> None:
@@ -298,8 +298,6 @@ def test_celery_warm_shutdown_requeues_the_running_job(
     at its next chunk; its release is queued again, its attempt uncounted, and its message
     goes back to the broker, so the redelivery completes it once, charged once."""
     h = toy_harness
-    if h.mode != "real":
-        pytest.skip("Celery only (embedded: the test above)")
     worker = _job_runtime(h, request)
     owner, ds = _dataset(h)
     toy.GATE.clear()
