@@ -69,6 +69,8 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 PROGRESS_EVERY_S = 0.5
 # The share of the progress bar left for storing the output once the rows are written.
 UPLOAD_SHARE = 0.05
+# How often a retry's backoff looks whether the process is shutting down.
+BACKOFF_SLICE_S = 0.25
 # The phase of a job whose progress the runner counts in rows (ReleaseOutput.progress "rows").
 ROWS_PHASE = "rows"
 
@@ -142,10 +144,18 @@ def run_release(runtime: Runtime, release_id: str) -> None:
             if attempt == attempts:
                 fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
                 return
-            # The backoff ends early at shutdown: the release, still unfinished, is resumed
-            # at the next start.
-            if runtime.stopping.wait(min(30.0, 2.0**attempt)):
-                return
+            if _backoff(runtime, min(30.0, 2.0**attempt)):
+                return  # shutting down: still unfinished, resumed at the next start
+
+
+def _backoff(runtime: Runtime, seconds: float) -> bool:
+    """Sleep ``seconds`` in short slices, ending early (True) once the process is shutting
+    down, so a backoff does not hold a shutdown up."""
+    for _ in range(math.ceil(seconds / BACKOFF_SLICE_S)):
+        if runtime.stopping.is_set():
+            return True
+        time.sleep(BACKOFF_SLICE_S)
+    return runtime.stopping.is_set()
 
 
 def execute(runtime: Runtime, release_id: str) -> None:

@@ -383,3 +383,17 @@ def test_one_owners_backlog_does_not_hold_up_anothers_release(
             toy.GATE.set()
             runtime.dispatcher.shutdown()
             runtime.engine.dispose()
+
+
+def test_a_retry_backoff_ends_at_shutdown() -> None:
+    """A job waiting to retry (up to 30 s) does not hold a shutdown up: it returns, its
+    release still unfinished, resumed at the next start."""
+    from types import SimpleNamespace
+
+    from worker import runner
+
+    runtime: Any = SimpleNamespace(stopping=threading.Event())
+    threading.Timer(0.1, runtime.stopping.set).start()
+    began = time.monotonic()
+    assert runner._backoff(runtime, 30.0) is True
+    assert time.monotonic() - began < 5
