@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # dprelease image: the API by default; the same image runs the Celery workers with
-#   celery -A worker.celery_app worker -Q celery --loglevel=info --concurrency=1 --prefetch-multiplier=1
+#   celery -A worker.celery_app worker -Q celery --loglevel=info --concurrency=1 --prefetch-multiplier=1 --pool=threads
 # (-Q celery: the CPU mechanisms' queue; -Q gpu on a worker that holds a GPU; -Q celery,gpu for
 # the one worker of a CPU-only host: see docker-compose.yml).
 #

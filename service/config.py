@@ -147,6 +147,34 @@ class Settings(BaseSettings):
         "much faster than ε leaves later releases a small δ (more noise)",
     )
     # -- end of item 3 ---------------------------------------------------------------------
+    # Issue 14, item 2b (bounded release jobs): the size cap, the scratch space and its disk
+    # check, and the embedded job pool.
+    max_release_bytes: int = Field(
+        default=2 * 1024**3,
+        gt=0,
+        description="Largest release file, estimated before admission from public figures: "
+        "rows x (features + classes) x bytes per value of the format (4 for NPZ and Parquet, "
+        "16 for CSV); larger requests answer 422 release_too_large",
+    )
+    scratch_dir: Path | None = Field(
+        default=None,
+        description="Where jobs write their scratch files (one dprelease-<pid>-* directory per "
+        "job, removed when it ends; those of dead processes are removed at start); unset: the "
+        "system's temporary directory",
+    )
+    scratch_margin_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=0,
+        description="Free disk a job leaves beyond its own estimated need: a job that would "
+        "leave less fails before writing, refunded",
+    )
+    job_threads: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Embedded mode: release jobs run at once, taken from per-owner queues in "
+        "turn (so one owner's backlog does not hold up another's release)",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -26,6 +26,13 @@ class InvalidInput(ServiceError):
     code = "invalid_input"
 
 
+class ReleaseTooLarge(InvalidInput):
+    """The release file would pass DPRELEASE_MAX_RELEASE_BYTES (422): estimated from public
+    figures only (rows asked, declared width, the format)."""
+
+    code = "release_too_large"
+
+
 class NotAuthenticated(ServiceError):
     status_code = 401
     code = "not_authenticated"

@@ -8,8 +8,9 @@ by ``worker.dispatch``, so that ``service`` never imports ``worker``.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +41,9 @@ class Runtime:
     session_factory: sessionmaker[Session]
     store: ObjectStore
     dispatcher: Dispatcher = field(init=False)
+    # Set when this process shuts down: a running job stops at its next chunk and leaves its
+    # release queued for redelivery (worker.runner).
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 # Builds the dispatcher of a runtime (an in-process one needs the runtime to run jobs with).
@@ -47,24 +51,91 @@ DispatcherFactory = Callable[[Runtime], Dispatcher]
 
 
 class InProcessDispatcher:
-    """Embedded mode: the same task code, run on one background thread of this process (every
-    job, whatever its mechanism's queue)."""
+    """Embedded mode: the same task code, run on ``workers`` background threads of this
+    process (every job, whatever its mechanism's queue), taken from per-owner queues in turn:
+    the next job goes to the owner with the fewest jobs running, the one served longest ago
+    first on a tie, so one owner's backlog does not hold up another owner's release.
 
-    def __init__(self, run: Callable[[str], None]) -> None:
+    ``owner_of(release_id)`` names a job's owner (read once, at enqueue). ``shutdown`` sets
+    ``stopping``: a running job stops at its next chunk and leaves its release queued (the
+    next start resumes it, ``service.app``); jobs not yet started are dropped (still queued)."""
+
+    def __init__(
+        self,
+        run: Callable[[str], None],
+        *,
+        owner_of: Callable[[str], str] = lambda release_id: "",
+        workers: int = 1,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self._run = run
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dprelease-job")
+        self._owner_of = owner_of
+        self.stopping = stopping or threading.Event()
+        self._lock = threading.Condition()
+        self._pending: dict[str, deque[str]] = {}  # owner → release ids, oldest first
+        self._queued: set[str] = set()  # a release handed over twice waits once
+        self._running: Counter[str] = Counter()
+        self._served: dict[str, int] = {}  # owner → turn of its latest start
+        self._turn = 0
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"dprelease-job-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
-        self._pool.submit(self._safe_run, release_id)
-
-    def _safe_run(self, release_id: str) -> None:
         try:
-            self._run(release_id)
-        except Exception:  # the job records its own failure; never kill the thread
-            log.exception("release %s: job crashed", release_id)
+            owner = self._owner_of(release_id)
+        except Exception:  # nothing may depend on the hand-over: unknown owners share a turn
+            log.exception("release %s: owner unknown", release_id)
+            owner = ""
+        with self._lock:
+            if self._closed or release_id in self._queued:
+                return
+            self._queued.add(release_id)
+            self._pending.setdefault(owner, deque()).append(release_id)
+            self._lock.notify()
+
+    def _next(self) -> tuple[str, str] | None:
+        with self._lock:
+            while not self._pending and not self._closed:
+                self._lock.wait()
+            if self._closed:
+                return None
+            owner = min(self._pending, key=lambda o: (self._running[o], self._served.get(o, -1)))
+            waiting = self._pending[owner]
+            release_id = waiting.popleft()
+            if not waiting:
+                del self._pending[owner]
+            self._queued.discard(release_id)
+            self._running[owner] += 1
+            self._turn += 1
+            self._served[owner] = self._turn
+            return owner, release_id
+
+    def _work(self) -> None:
+        while (item := self._next()) is not None:
+            owner, release_id = item
+            try:
+                self._run(release_id)
+            except Exception:  # the job records its own failure; never kill the thread
+                log.exception("release %s: job crashed", release_id)
+            finally:
+                with self._lock:
+                    self._running[owner] -= 1
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.stopping.set()
+        with self._lock:
+            self._closed = True
+            self._pending.clear()
+            self._queued.clear()
+            self._lock.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
 
 def build_runtime(settings: Settings, dispatcher: DispatcherFactory) -> Runtime:

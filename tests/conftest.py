@@ -176,8 +176,11 @@ class Harness:
         return r.content
 
 
-def _embedded_runtime(home: Path) -> Runtime:
-    settings = Settings(home=home)  # type: ignore[call-arg]
+def _embedded_runtime(home: Path, **overrides: Any) -> Runtime:
+    # One job thread unless a test asks for more: the lifecycle tests hold one release at the
+    # toy's gate to keep the next one queued (tests/integration/test_bounded_jobs.py runs the
+    # default pool of DPRELEASE_JOB_THREADS=2).
+    settings = Settings(home=home, **{"job_threads": 1, **overrides})  # type: ignore[call-arg]
     bootstrap.prepare(settings)
     return build_runtime(settings, default_dispatcher)
 

@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any
 
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready, worker_shutting_down
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -18,6 +18,7 @@ from service.config import get_settings
 from service.runtime import Runtime, build_runtime
 from worker.broker import RUN_RELEASE, celery_app
 from worker.dispatch import default_dispatcher
+from worker.scratch import clean_stale
 
 __all__ = ["RUN_RELEASE", "celery_app", "configure", "worker_runtime"]
 
@@ -54,3 +55,20 @@ def _serve_metrics(**_: Any) -> None:
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
         start_http_server(port, registry=registry)
+
+
+@worker_ready.connect
+def _clean_scratch(**_: Any) -> None:
+    """Remove the scratch directories of jobs whose process was killed (worker.scratch)."""
+    clean_stale(get_settings().scratch_dir if _runtime is None else _runtime.settings.scratch_dir)
+
+
+@worker_shutting_down.connect
+def _stop_jobs(**_: Any) -> None:
+    """Warm shutdown (SIGTERM): the running job stops at its next chunk and its release goes
+    back to the queue (worker.tasks), instead of holding the shutdown for the rest of the
+    job. Sent in the worker's main process: jobs must run in it (``--pool threads`` or
+    ``solo``) for the flag to reach them; a prefork child finishes its job."""
+    runtime = _runtime  # no lock: a signal handler, maybe interrupting its holder
+    if runtime is not None:
+        runtime.stopping.set()

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sqlalchemy import select
+
 from dpcore.mechanisms.spec import WorkerQueue
 from service.config import Settings
+from service.models import Release
 from service.runtime import Dispatcher, InProcessDispatcher, Runtime
 from worker.broker import RUN_RELEASE, celery_app
+from worker.scratch import clean_stale
 
 
 class CeleryDispatcher:
@@ -43,7 +47,21 @@ def in_process_dispatcher(runtime: Runtime) -> Dispatcher:
     # loads the runner and what it needs (torch, the mechanisms).
     from worker.runner import run_release
 
-    return InProcessDispatcher(lambda release_id: run_release(runtime, release_id))
+    # This process runs the jobs: what killed ones left in the scratch space goes first.
+    clean_stale(runtime.settings.scratch_dir)
+    return InProcessDispatcher(
+        lambda release_id: run_release(runtime, release_id),
+        owner_of=lambda release_id: _owner_of(runtime, release_id),
+        workers=runtime.settings.job_threads,
+        stopping=runtime.stopping,
+    )
+
+
+def _owner_of(runtime: Runtime, release_id: str) -> str:
+    """Whose queue a release waits in: the owner who requested it (only a dataset's owner
+    requests its releases)."""
+    with runtime.session_factory() as session:
+        return session.scalar(select(Release.requested_by).where(Release.id == release_id)) or ""
 
 
 def default_dispatcher(runtime: Runtime) -> Dispatcher:

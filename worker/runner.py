@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import platform
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -49,8 +50,10 @@ from service.errors import ClassesUndeclared
 from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
+from service.releases.mechanisms import VALUE_BYTES
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
+from worker import scratch as scratch_dirs
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
@@ -66,12 +69,25 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 PROGRESS_EVERY_S = 0.5
 # The share of the progress bar left for storing the output once the rows are written.
 UPLOAD_SHARE = 0.05
+# How often a retry's backoff looks whether the process is shutting down.
+BACKOFF_SLICE_S = 0.25
 # The phase of a job whose progress the runner counts in rows (ReleaseOutput.progress "rows").
 ROWS_PHASE = "rows"
 
 
 class TransientError(Exception):
     """Worth another attempt (a database or object store that did not answer)."""
+
+
+class Interrupted(Exception):
+    """This process is shutting down (``Runtime.stopping``): the job stopped between chunks,
+    before claiming the upload, and its release was put back in the queue, its attempt not
+    counted (``lifecycle.requeue``). The caller leaves it for redelivery."""
+
+
+class InsufficientDisk(Exception):
+    """Too little free disk for the files a job is about to write: it fails before writing,
+    before any upload claim, so its reservation is refunded."""
 
 
 @dataclass(frozen=True)
@@ -121,22 +137,42 @@ def run_release(runtime: Runtime, release_id: str) -> None:
         try:
             execute(runtime, release_id)
             return
+        except Interrupted:
+            return  # left queued: the next start resumes it (service.app)
         except TransientError as exc:
             log.warning("release %s attempt %d: %s", release_id, attempt, exc)
             if attempt == attempts:
                 fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
                 return
-            time.sleep(min(30.0, 2.0**attempt))
+            if _backoff(runtime, min(30.0, 2.0**attempt)):
+                return  # shutting down: still unfinished, resumed at the next start
+
+
+def _backoff(runtime: Runtime, seconds: float) -> bool:
+    """Sleep ``seconds`` in short slices, ending early (True) once the process is shutting
+    down, so a backoff does not hold a shutdown up."""
+    for _ in range(math.ceil(seconds / BACKOFF_SLICE_S)):
+        if runtime.stopping.is_set():
+            return True
+        time.sleep(BACKOFF_SLICE_S)
+    return runtime.stopping.is_set()
 
 
 def execute(runtime: Runtime, release_id: str) -> None:
-    """One attempt. Raises TransientError when another attempt may succeed; any other
-    failure is recorded as terminal here."""
+    """One attempt. Raises TransientError when another attempt may succeed, Interrupted when
+    the process is shutting down (the release is then queued again, this attempt uncounted);
+    any other failure is recorded as terminal here."""
+    if runtime.stopping.is_set():
+        raise Interrupted("shutting down: not starting a job")
     try:
         job = _start(runtime, release_id)
         if job is None:
             return
         _produce(runtime, job)
+    except Interrupted:
+        log.info("release %s: stopped for shutdown; queued again", release_id)
+        _requeue(runtime, release_id)
+        raise
     except Cancelled as exc:
         # Cancelled (or settled by another delivery) while this attempt ran: the lifecycle
         # recorded the outcome and settled the charge; this attempt stored nothing.
@@ -263,8 +299,9 @@ def _produce(runtime: Runtime, job: Job) -> None:
     )
     del raw
     device = _device(runtime.settings.device)
-    with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
-        path = Path(scratch) / f"release.{job.fmt}"
+    # Removed however the job ends (its process killed: at the next start, worker.scratch).
+    with scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch:
+        path = scratch / f"release.{job.fmt}"
         written = _write_release(runtime, job, parsed, device, path)
         meta = written.meta
         if not _claim_upload(runtime, job, [e.record for e in written.extras]):
@@ -391,6 +428,7 @@ def _write_release(
     progress = Progress(
         lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
         release_id=job.release_id,
+        stopping=runtime.stopping.is_set,
     )
     output = build(
         job.mechanism,
@@ -406,8 +444,13 @@ def _write_release(
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
     _check_artifacts(output.artifacts)
-    meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     post = output.postprocess
+    _check_disk(
+        runtime,
+        path.parent,
+        disk_need(output.rows, len(output.feature_names) + len(classes), job.fmt, post is not None),
+    )
+    meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
     writer_args: dict[str, Any] = {
         "rows": output.rows,
         "feature_names": output.feature_names,
@@ -459,6 +502,31 @@ def _write_release(
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
     return Written(meta, tuple(extras), raw_path)
+
+
+def disk_need(rows: int, width: int, fmt: str, postprocessed: bool) -> int:
+    """Bytes of disk a job writes for ``rows`` rows of ``width`` values: the release file (an
+    NPZ twice over while it is written: its float32 memory maps, then the zip of them), and
+    for a post-processed release also the owner's raw file and a float32 scratch copy."""
+    one = rows * width * VALUE_BYTES[fmt] * (2 if fmt == "npz" else 1)
+    if not postprocessed:
+        return one
+    return 2 * one + rows * width * 4
+
+
+def _check_disk(runtime: Runtime, where: Path, need: int) -> None:
+    """Fail before writing when the scratch disk cannot hold the job's files plus the margin
+    (a full disk mid-job fails later, and starves every other job and tenant meanwhile)."""
+    margin = runtime.settings.scratch_margin_bytes
+    free = shutil.disk_usage(where).free
+    if free < need + margin:
+        raise InsufficientDisk(
+            f"not enough free disk to write this release: it needs about {need} bytes (plus "
+            f"a margin of {margin}) in the scratch space and {free} are free. Nothing was "
+            "written or released, so its budget reservation is refunded (unless an earlier "
+            "attempt of it had begun storing output); ask again once space is freed, or for "
+            "fewer rows"
+        )
 
 
 class _Scratch:
@@ -535,9 +603,11 @@ class Progress:
         *,
         release_id: str,
         clock: Callable[[], float] = time.monotonic,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._write = write
         self._clock = clock
+        self._stopping = stopping
         self._last: float | None = None
         self.release_id = release_id
         self.done, self.total = 0.0, 0.0
@@ -555,12 +625,21 @@ class Progress:
         self.tick()
 
     def tick(self) -> None:
+        # Every chunk and every report, unthrottled: a shutdown stops the job here, between
+        # chunks, before the upload claim (nothing of this attempt is stored).
+        if self._stopping():
+            raise Interrupted(f"release {self.release_id}: this process is shutting down")
         now = self._clock()
         if self._last is not None and now - self._last < PROGRESS_EVERY_S:
             return
         self._last = now
         if not self._write(self.fraction, self.phase):
             raise Cancelled(f"release {self.release_id} is no longer running")
+
+
+def _requeue(runtime: Runtime, release_id: str) -> None:
+    with transaction(runtime.session_factory) as session:
+        lifecycle.requeue(session, release_id, reason="worker shutting down")
 
 
 def _report_progress(runtime: Runtime, release_id: str, fraction: float, phase: str | None) -> bool:

@@ -41,6 +41,15 @@ class InvalidParams(ValueError):
     """A request's parameters do not fit the dataset's public facts or the server's limits."""
 
 
+class ReleaseTooLarge(InvalidParams):
+    """The release file would pass the server's size cap (``PublicFacts.max_release_bytes``).
+    Its figures are public: rows from the parameters (or n), width from the declared schema."""
+
+    def __init__(self, message: str, *, estimate: int, limit: int) -> None:
+        super().__init__(message)
+        self.estimate, self.limit = estimate, limit
+
+
 class SpecError(TypeError):
     """A mechanism's spec is inconsistent (a programming error, found at registration)."""
 
@@ -63,6 +72,11 @@ class PublicFacts:
     # How errors name the limit (the service names its setting); default "the limit N".
     limit_hint: str | None = None
     class_counts: tuple[int, ...] | None = None
+    # The size cap on a release file, in bytes, and what one written value takes in the
+    # requested format; the estimate is rows × (features + classes) × value_bytes.
+    max_release_bytes: int | None = None
+    value_bytes: int = 4
+    bytes_hint: str | None = None
 
     def keys(self) -> dict[str, int]:
         """The facts an accountant may declare as keys (it takes those it declares)."""
@@ -78,6 +92,20 @@ class PublicFacts:
         if self.max_release_rows is not None and rows > self.max_release_rows:
             limit = self.limit_hint or f"the limit {self.max_release_rows}"
             raise InvalidParams(f"{what} {rows} exceeds {limit}")
+        estimate = self.release_bytes(rows)
+        if self.max_release_bytes is not None and estimate > self.max_release_bytes:
+            limit = self.bytes_hint or f"the limit of {self.max_release_bytes} bytes"
+            raise ReleaseTooLarge(
+                f"{what} {rows} makes a release file of about {estimate} bytes ({rows} rows × "
+                f"({self.n_features} features + {self.n_classes} classes) × {self.value_bytes} "
+                f"bytes per value), more than {limit}: ask for fewer rows",
+                estimate=estimate,
+                limit=self.max_release_bytes,
+            )
+
+    def release_bytes(self, rows: int) -> int:
+        """Estimated size of a release file of ``rows`` rows (public figures only)."""
+        return rows * (self.n_features + self.n_classes) * self.value_bytes
 
 
 class PrivateData(Protocol):

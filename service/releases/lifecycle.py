@@ -69,6 +69,26 @@ def start(session: Session, release_id: str, *, max_attempts: int) -> Release | 
     return release
 
 
+def requeue(session: Session, release_id: str, *, reason: str) -> bool:
+    """Put a running release back in the queue, its attempt not counted: its job stopped
+    before claiming the upload because its process is shutting down (``worker.runner``), so
+    nothing of this attempt was stored and its draw is discarded; the reservation stays, and
+    the next delivery runs it as if this attempt had not started. False when it is not
+    running (settled meanwhile: nothing to put back)."""
+    release = repository.get_for_update(session, release_id)
+    if release is None or release.status != ReleaseStatus.running:
+        return False
+    release.status = ReleaseStatus.queued
+    release.attempts = max(0, release.attempts - 1)
+    release.progress = 0.0
+    release.phase = None
+    release.started_at = None
+    # Handed back now: the outbox sweeper re-sends it if no delivery picks it up.
+    release.touched_at = utcnow()
+    _audit(session, release, "release.requeued", reason=reason, attempts=release.attempts)
+    return True
+
+
 def report_progress(
     session: Session, release_id: str, *, progress: float, phase: str | None
 ) -> bool:

@@ -24,10 +24,16 @@ from service.releases.schemas import (
     ReleaseRequestBase,
 )
 
+# Bytes one written value takes in each release format (worker.artifacts): float32 in NPZ and
+# Parquet (uncompressed: noise does not compress); a float32 printed as CSV text with its
+# separator stays within 16 characters.
+VALUE_BYTES = {"npz": 4, "parquet": 4, "csv": 16}
 
-def facts(dataset: Dataset, settings: Settings) -> PublicFacts:
+
+def facts(dataset: Dataset, settings: Settings, fmt: str = "npz") -> PublicFacts:
     """What admission may read of ``dataset``; ``class_counts`` is owner-only (only owners
-    request releases, so a check reading it answers nobody else)."""
+    request releases, so a check reading it answers nobody else). ``fmt`` is the release's
+    file format, which sizes the file for the byte cap."""
     return PublicFacts(
         n=dataset.n_rows,
         n_features=dataset.n_features,
@@ -37,6 +43,10 @@ def facts(dataset: Dataset, settings: Settings) -> PublicFacts:
         limit_hint=f"this server's limit {settings.max_release_samples} "
         "(DPRELEASE_MAX_RELEASE_SAMPLES)",
         class_counts=tuple(dataset.class_counts) if dataset.class_counts is not None else None,
+        max_release_bytes=settings.max_release_bytes,
+        value_bytes=VALUE_BYTES[fmt],
+        bytes_hint=f"this server's limit of {settings.max_release_bytes} bytes "
+        "(DPRELEASE_MAX_RELEASE_BYTES)",
     )
 
 

@@ -15,6 +15,7 @@ from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
+from dpcore.mechanisms.spec import ReleaseTooLarge as TooLarge
 from service.access import (
     dataset_for,
     granted_dataset_ids,
@@ -27,7 +28,13 @@ from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
 from service.config import Settings
 from service.deps import after_commit
-from service.errors import BudgetExceeded, ClassesUndeclared, InvalidInput, NotFound
+from service.errors import (
+    BudgetExceeded,
+    ClassesUndeclared,
+    InvalidInput,
+    NotFound,
+    ReleaseTooLarge,
+)
 from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import lifecycle, repository
 from service.releases import noise as release_noise
@@ -149,7 +156,7 @@ def plan(
     spent = ledger.spend_of(session, budget=budget)
     spec = registry.get(request.mechanism)
     try:
-        spec.check(request.params, facts(dataset, settings))
+        spec.check(request.params, facts(dataset, settings, request.format))
         accountant = spec.accountant(request.accountant)
         research_releases.check(spec, accountant, request.research)
         keys = accountant_keys(spec, request.accountant, dataset, request, settings)
@@ -167,6 +174,10 @@ def plan(
                 budget, spent, event.epsilon(spent.delta_left or budget.delta)
             )
         cost = event.cost(delta)
+    except TooLarge as exc:
+        raise ReleaseTooLarge(
+            str(exc), detail={"estimated_bytes": exc.estimate, "limit_bytes": exc.limit}
+        ) from exc
     except (CalibrationError, InvalidParams, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc
     except ArithmeticError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from service.budgets import service as ledger
@@ -181,3 +182,42 @@ def test_duplicate_csv_column_names_are_refused(embedded: Harness) -> None:
         feature_range=[0, 10],
     )
     assert fine.status_code == 201, fine.text
+
+
+def test_release_size_is_capped_in_bytes_alike(embedded: Harness) -> None:
+    """Issue 14, item 2b: the row cap ignored the row width, so MNIST at T = 10⁷ (784 pixels
+    + 10 classes: ~32 GB of float32, written twice) was admitted for ~5.5 h of work. The cap
+    in bytes (DPRELEASE_MAX_RELEASE_BYTES, 2 GiB) refuses it in preview and create alike,
+    naming the limit and the estimate, from public figures only (rows asked, declared width,
+    the format's bytes per value)."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(200, 28, 28)).astype(np.uint8)
+    labels = rng.integers(0, 10, size=200)
+    r = h.upload(
+        owner,
+        npz_bytes(images, labels),
+        feature_range=[0, 255],
+        classes=list(range(10)),
+        name="mnist-shaped",
+    )
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    body = h.release_body(ds, params={"mixture_degree": 8, "n_samples": 10**7})
+    preview, create = _both(h, owner, body)
+    for answer in (preview, create):
+        assert _error(answer) == (422, "release_too_large"), answer.text
+        error = answer.json()["error"]
+        estimate = 10**7 * (784 + 10) * 4
+        assert error["detail"] == {"estimated_bytes": estimate, "limit_bytes": 2 * 1024**3}
+        assert (
+            str(estimate) in error["message"] and "DPRELEASE_MAX_RELEASE_BYTES" in error["message"]
+        )
+    # CSV takes more bytes per value: a size NPZ admits can be refused as CSV.
+    fits = h.release_body(ds, params={"mixture_degree": 8, "n_samples": 300_000})
+    preview, create = _both(h, owner, {**fits, "format": "csv"})
+    assert _error(preview) == _error(create) == (422, "release_too_large")
+    ok = h.client.post("/releases/preview", json=fits, headers=h.headers(owner))
+    assert ok.status_code == 200, ok.text
+    assert h.client.get("/releases", headers=h.headers(owner)).json()["items"] == []

@@ -1,0 +1,91 @@
+"""Jobs' scratch directories: one per job, removed when the job ends however it ends, and
+those of dead processes removed at the next start.
+
+A job writes its release files under ``dprelease-<pid>-<random>/`` in the scratch root
+(``DPRELEASE_SCRATCH_DIR``, else the system's temporary directory) and holds an exclusive
+``flock`` on the directory's ``.lock`` for as long as it runs. The kernel drops the lock when
+the process dies, however it dies (SIGKILL, OOM), so ``clean_stale`` can tell a dead job's
+directory (its lock can be taken) from a live one's, in this process or another, whatever the
+pid in the name has become since (the pid is only there for people reading ``ls``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PREFIX = "dprelease-"
+LOCK = ".lock"
+# A directory with no lock file was made by a version before locks (or is being made now):
+# removed only once this old, longer than any job runs.
+UNLOCKED_AFTER_S = 24 * 3600.0
+
+
+def root_of(configured: Path | None) -> Path:
+    return Path(configured) if configured is not None else Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def job_dir(configured: Path | None) -> Iterator[Path]:
+    """A fresh scratch directory for one job, locked while the job runs and removed after it
+    (success, failure, interruption)."""
+    root = root_of(configured)
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root))
+    fd = os.open(path / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def clean_stale(configured: Path | None) -> list[Path]:
+    """Remove the scratch directories of jobs whose process died; return them. A live job's
+    directory (its lock held) is left alone."""
+    root = root_of(configured)
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(PREFIX) or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            if _remove_if_dead(entry):
+                removed.append(entry)
+        except OSError as exc:  # another user's directory, or removed meanwhile
+            log.debug("scratch %s left: %s", entry, exc)
+    for path in removed:
+        log.info("removed the scratch directory of a dead job: %s", path)
+    return removed
+
+
+def _remove_if_dead(path: Path) -> bool:
+    lock = path / LOCK
+    if not lock.exists():
+        if time.time() - path.stat().st_mtime < UNLOCKED_AFTER_S:
+            return False
+        shutil.rmtree(path)
+        return True
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live job holds it
+        shutil.rmtree(path)
+        return True
+    finally:
+        os.close(fd)
