@@ -106,16 +106,18 @@ def _parquet_bomb_uploads(url: str, key: str, stop: threading.Event) -> None:
     }
     with httpx.Client(timeout=120) as client:
         while not stop.is_set():
-            client.post(
+            r = client.post(
                 f"{url}/datasets",
                 files={"file": ("bomb.parquet", content)},
                 data={"metadata": json.dumps(meta)},
                 headers={"Authorization": f"Bearer {key}"},
             )
-            _COUNTS["uploads"] += 1
+            with _LOCK:
+                _STATUSES[r.status_code] = _STATUSES.get(r.status_code, 0) + 1
 
 
-_COUNTS = {"uploads": 0}
+_LOCK = threading.Lock()
+_STATUSES: dict[int, int] = {}  # answers to the load's uploads, by status
 # name -> (load, background threads)
 SCENARIOS: dict[str, tuple[Load, int]] = {
     "idle": (_idle, 1),
@@ -127,21 +129,22 @@ SCENARIOS: dict[str, tuple[Load, int]] = {
 class Result:
     scenario: str
     samples: list[float]
-    uploads: int
+    uploads: dict[int, int]
 
     def row(self) -> str:
         ms = sorted(s * 1000 for s in self.samples)
         p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
         return (
             f"| {self.scenario:<13} | {len(ms):>5} | {statistics.median(ms):>8.2f} | "
-            f"{p95:>8.2f} | {ms[-1]:>8.2f} | {self.uploads:>7} |"
+            f"{p95:>8.2f} | {ms[-1]:>8.2f} | "
+            f"{', '.join(f'{n} x {code}' for code, n in sorted(self.uploads.items())) or '-'} |"
         )
 
 
 def run(url: str, key: str, name: str, seconds: float) -> Result:
     load, threads = SCENARIOS[name]
     stop = threading.Event()
-    _COUNTS["uploads"] = 0
+    _STATUSES.clear()
     workers = [threading.Thread(target=load, args=(url, key, stop)) for _ in range(threads)]
     for w in workers:
         w.start()
@@ -157,7 +160,7 @@ def run(url: str, key: str, name: str, seconds: float) -> Result:
     stop.set()
     for w in workers:
         w.join()
-    return Result(name, samples, _COUNTS["uploads"])
+    return Result(name, samples, dict(_STATUSES))
 
 
 def main() -> None:
@@ -176,8 +179,8 @@ def main() -> None:
             )
             owner = r.json()["key"]
             results = [run(url, owner, name, args.seconds) for name in args.scenario or SCENARIOS]
-    print("| scenario      |     n | p50 (ms) | p95 (ms) | max (ms) | uploads |")
-    print("|---------------|-------|----------|----------|----------|---------|")
+    print("| scenario      |     n | p50 (ms) | p95 (ms) | max (ms) | uploads answered |")
+    print("|---------------|-------|----------|----------|----------|------------------|")
     for result in results:
         print(result.row())
 
