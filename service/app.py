@@ -29,6 +29,7 @@ from service.releases.mechanisms import worker_queue
 from service.releases.sweeper import Sweeper
 from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime
+from service.upload_slots import UploadSlots
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ def create_app(
         responses=errors_http.COMMON_RESPONSES,
     )
     errors_http.install(app)
+    # Added first, so it runs inside RequestLimits: rate and size checks come before a slot.
+    app.add_middleware(UploadSlots)
     app.add_middleware(RequestLimits)
     # Outermost: times every request, refusals by the limits included.
     app.add_middleware(RequestMetrics)

@@ -175,6 +175,33 @@ class Settings(BaseSettings):
         description="Embedded mode: release jobs run at once, taken from per-owner queues in "
         "turn (so one owner's backlog does not hold up another's release)",
     )
+    # --- Issue 14, item 2a: bounded uploads (service/upload_slots.py, datasets/parsing.py). ---
+    # With the defaults one upload's parse peaks near max_upload_bytes + 2 x decoded + 10 B x
+    # cells (about 3.2 GiB at most), and at most max_concurrent_uploads run per API process
+    # (README, "Bounded uploads").
+    max_concurrent_uploads: int = Field(
+        default=2,
+        ge=1,
+        description="Uploads (POST /datasets) one API process reads and parses at once; one "
+        "more is refused with 503 uploads_busy and Retry-After before its body is read",
+    )
+    upload_retry_after_s: int = Field(
+        default=5, ge=1, description="Retry-After of the 503 answered to an upload over the cap"
+    )
+    max_upload_cells: int = Field(
+        default=64_000_000,
+        gt=0,
+        description="Most values (rows x columns; NPZ: rows x features + labels) an upload may "
+        "hold, read from its metadata (Parquet footer, .npy headers) or counted while a CSV "
+        "is read in chunks: 413 dataset_too_large above, before decoding",
+    )
+    max_upload_decoded_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        gt=0,
+        description="Most bytes an upload's values may take once decoded (Parquet: the "
+        "columns' Arrow widths; NPZ: the arrays the headers declare; CSV: the frame read so "
+        "far): 413 dataset_too_large above, before decoding",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

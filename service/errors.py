@@ -92,11 +92,32 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class DatasetTooLarge(InvalidInput):
+    """An upload whose size, cell count or estimated decoded size passes a limit (413). An
+    ``InvalidInput`` (the file is unusable as it is) answered with 413: the message and
+    ``detail`` name the limit and, from the file's metadata, what it would need."""
+
+    status_code = 413
+    code = "dataset_too_large"
+
+
 class RateLimited(ServiceError):
     """Too many requests with this API key; ``retry_after`` seconds until the next fits."""
 
     status_code = 429
     code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
+        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
+        self.retry_after = retry_after
+
+
+class UploadsBusy(ServiceError):
+    """This API process already parses its maximum of uploads at once (503); retry after
+    ``retry_after`` seconds (issue 14, item 2a)."""
+
+    status_code = 503
+    code = "uploads_busy"
 
     def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
         super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})

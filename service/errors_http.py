@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from service import strict_json
-from service.errors import RateLimited, ServiceError
+from service.errors import RateLimited, ServiceError, UploadsBusy
 
 
 class ErrorBody(BaseModel):
@@ -35,14 +35,24 @@ _DESCRIPTIONS = {
     "classes, or releases of the dataset are still pending",
     410: "Erased: the object was deleted with the raw data it was computed from",
     413: "Request body too large (uploads: DPRELEASE_MAX_UPLOAD_BYTES; any other request: "
-    "DPRELEASE_MAX_REQUEST_BYTES)",
+    "DPRELEASE_MAX_REQUEST_BYTES); or, for an upload (code dataset_too_large), a file whose "
+    "metadata declares more values than DPRELEASE_MAX_UPLOAD_CELLS or more decoded bytes than "
+    "DPRELEASE_MAX_UPLOAD_DECODED_BYTES",
     422: "Invalid input; the message says what to fix",
     429: "Too many requests with this API key (DPRELEASE_RATE_LIMIT); retry after Retry-After",
+    503: "This API process already parses DPRELEASE_MAX_CONCURRENT_UPLOADS uploads (code "
+    "uploads_busy); nothing was read or stored: retry after Retry-After",
 }
 
 _RETRY_AFTER = {
     "Retry-After": {
         "description": "Seconds until a request with this key fits the rate limit again",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+_RETRY_AFTER_BUSY = {
+    "Retry-After": {
+        "description": "Seconds after which an upload slot is likely to be free",
         "schema": {"type": "integer", "minimum": 1},
     }
 }
@@ -58,6 +68,8 @@ def responses(*codes: int, **why: str) -> dict[int | str, dict[str, Any]]:
         }
         if code == 429:
             out[code]["headers"] = _RETRY_AFTER
+        if code == 503:
+            out[code]["headers"] = _RETRY_AFTER_BUSY
     return out
 
 
@@ -75,7 +87,7 @@ def error_response(exc: ServiceError) -> JSONResponse:
     headers: dict[str, str] = {}
     if exc.status_code == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | UploadsBusy):
         headers["Retry-After"] = str(exc.retry_after)
     return JSONResponse(
         _body(exc.code, exc.message, exc.detail), status_code=exc.status_code, headers=headers

@@ -16,6 +16,7 @@ from service.deps import (
     PrincipalDep,
     RuntimeDep,
     SessionDep,
+    locked_response,
 )
 from service.errors import PayloadTooLarge
 from service.errors_http import responses
@@ -25,12 +26,14 @@ router = APIRouter(prefix="/datasets", tags=["datasets"])
 _READ_CHUNK = 1 << 20
 
 
-async def _read_limited(upload: UploadFile, limit: int) -> bytes:
+def _read_limited(upload: UploadFile, limit: int) -> bytes:
     # Read at most limit + 1 bytes: enough to know the file is too large without holding it.
+    # Starlette has spooled the part to a temporary file (removed when the request ends);
+    # this runs in a worker thread, so the blocking reads never stall the event loop.
     parts: list[bytes] = []
     size = 0
     while size <= limit:
-        chunk = await upload.read(_READ_CHUNK)
+        chunk = upload.file.read(_READ_CHUNK)
         if not chunk:
             break
         parts.append(chunk)
@@ -46,10 +49,22 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
-    responses=responses(401, 403, 409, 422),
+    responses=responses(
+        401,
+        403,
+        409,
+        413,
+        422,
+        503,
+        e413="Upload larger than DPRELEASE_MAX_UPLOAD_BYTES (code payload_too_large or "
+        "dataset_too_large), or whose metadata (Parquet footer, .npy headers, CSV rows read "
+        "so far) declares more values than DPRELEASE_MAX_UPLOAD_CELLS or more decoded bytes "
+        "than DPRELEASE_MAX_UPLOAD_DECODED_BYTES (code dataset_too_large; refused before "
+        "decoding)",
+    ),
     summary="Upload a dataset (CSV, Parquet or NPZ) with its public bounds and budget",
 )
-async def create_dataset(
+def create_dataset(
     file: Annotated[UploadFile, File(description="CSV, Parquet or NPZ (arrays X and y)")],
     metadata: Annotated[str, Form(description="JSON: name, label_column, feature_range, …")],
     session: SessionDep,
@@ -57,8 +72,16 @@ async def create_dataset(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> Any:
-    limit = runtime.settings.max_upload_bytes
-    content = await _read_limited(file, limit)
+    # A sync endpoint: FastAPI runs it in a worker thread, so reading, parsing and storing
+    # never block the event loop (/health and every other tenant keep being answered). At
+    # most DPRELEASE_MAX_CONCURRENT_UPLOADS of these run at once (service/upload_slots.py).
+    content = _read_limited(file, runtime.settings.max_upload_bytes)
+    filename = file.filename or ""
+    # Parsed before the session is used: no connection, no SQLite write lock and no
+    # Idempotency-Key row lock is held while a large file is decoded.
+    upload = service.check(
+        content=content, filename=filename, metadata_json=metadata, settings=runtime.settings
+    )
     record = None
     if idempotency_key is not None:
         outcome = idempotency.begin(
@@ -66,24 +89,16 @@ async def create_dataset(
             principal_id=owner.id,
             key=idempotency_key,
             scope=service.UPLOAD_SCOPE,
-            digest=idempotency.request_hash(file.filename or "", metadata, content),
+            digest=idempotency.request_hash(filename, metadata, content),
         )
         if isinstance(outcome, idempotency.Replay):
             return JSONResponse(outcome.body, status_code=outcome.status_code)
         record = outcome
-    dataset = service.create(
-        session,
-        principal=owner,
-        content=content,
-        filename=file.filename or "",
-        metadata_json=metadata,
-        max_bytes=limit,
-        store=runtime.store,
-    )
+    dataset = service.create(session, principal=owner, upload=upload, store=runtime.store)
     out = service.to_out(session, dataset, viewer=owner)
     if record is not None:
         idempotency.finish(session, record, status_code=status.HTTP_201_CREATED, body=out)
-    return out
+    return locked_response(out, status_code=status.HTTP_201_CREATED)
 
 
 @router.get("", responses=responses(401), summary="Datasets this key may see")

@@ -23,12 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from service.datasets.schemas import DatasetMetadata, Range
-from service.errors import InvalidInput
+from service.errors import DatasetTooLarge, InvalidInput
 
 SUPPORTED_FORMATS = ("csv", "parquet", "npz")
 # Class names, not text: also keeps sorting the labels cheap.
 MAX_LABEL_CHARS = 200
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
+# CSV rows counted per chunk while checking the caps: a chunk's frame is the most the check
+# holds at once.
+CSV_CHUNK_ROWS = 65_536
 
 Label = int | str
 Where = Callable[[int], str]  # 0-based position -> "in row 4" / "at y[3]"
@@ -65,8 +68,47 @@ def detect_format(filename: str) -> str:
     return fmt
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one upload may take (issue 14, item 2a). ``max_cells`` bounds the values (rows x
+    columns) and ``max_decoded_bytes`` what decoding them may allocate; both are checked from
+    the file's metadata (Parquet footer, .npy headers) or while a CSV is read in chunks, before
+    the whole file is decoded. ``None`` (the worker re-reading a stored, admitted file): no
+    cap but the file's size."""
+
+    max_bytes: int
+    max_cells: int | None = None
+    max_decoded_bytes: int | None = None
+
+    def check(self, *, cells: int, decoded_bytes: int, what: str, so_far: bool = False) -> None:
+        """``what`` introduces the count ("file holds 3 rows x 2 columns ="); ``so_far``: the
+        figures are of the part read so far (CSV)."""
+        if self.max_cells is not None and cells > self.max_cells:
+            raise DatasetTooLarge(
+                f"{what} {cells} values; the limit is {self.max_cells} values "
+                "(DPRELEASE_MAX_UPLOAD_CELLS)",
+                detail={"cells": cells, "limit_cells": self.max_cells},
+            )
+        if self.max_decoded_bytes is not None and decoded_bytes > self.max_decoded_bytes:
+            least = "at least " if so_far else ""
+            raise DatasetTooLarge(
+                f"the file's values take {least}{decoded_bytes} bytes once decoded; the limit "
+                f"is {self.max_decoded_bytes} bytes (DPRELEASE_MAX_UPLOAD_DECODED_BYTES)",
+                detail={
+                    "decoded_bytes": decoded_bytes,
+                    "limit_decoded_bytes": self.max_decoded_bytes,
+                },
+            )
+
+
 def parse_dataset(
-    *, content: bytes, filename: str, metadata: DatasetMetadata, max_bytes: int
+    *,
+    content: bytes,
+    filename: str,
+    metadata: DatasetMetadata,
+    max_bytes: int,
+    max_cells: int | None = None,
+    max_decoded_bytes: int | None = None,
 ) -> ParsedDataset:
     """Validate and parse one upload.
 
@@ -81,8 +123,9 @@ def parse_dataset(
     compared with ``str()`` of each declared class. Whole-number float labels (1.0) are ints.
     """
     fmt = detect_format(filename)
+    limits = Limits(max_bytes, max_cells, max_decoded_bytes)
     if len(content) > max_bytes:
-        raise InvalidInput(
+        raise DatasetTooLarge(
             f"file is {len(content)} bytes; the limit is {max_bytes} bytes",
             detail={"size_bytes": len(content), "limit_bytes": max_bytes},
         )
@@ -91,13 +134,13 @@ def parse_dataset(
 
     declared = metadata.classes
     if fmt == "npz":
-        X, feature_shape, raw_labels, where = _read_npz(content, max_bytes)
+        X, feature_shape, raw_labels, where = _read_npz(content, limits)
         names = [str(i) for i in range(X.shape[1])]
         as_text = False
     else:
         read_text = declared is not None and any(isinstance(c, str) for c in declared)
         X, names, raw_labels, where = _read_table(
-            content, fmt, metadata.label_column, fmt == "csv" and read_text, max_bytes
+            content, fmt, metadata.label_column, fmt == "csv" and read_text, limits
         )
         feature_shape = (X.shape[1],)
         as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
@@ -142,39 +185,25 @@ def _check_csv_header(content: bytes) -> None:
 
 
 def _read_table(
-    content: bytes, fmt: str, label: str | None, as_text: bool, max_bytes: int
+    content: bytes, fmt: str, label: str | None, as_text: bool, limits: Limits
 ) -> tuple[np.ndarray, list[str], np.ndarray, Where]:
     if label is None:
         raise InvalidInput(f"{fmt} uploads need `label_column`: the name of the label column")
     try:
         if fmt == "csv":
             _check_csv_header(content)
-            df = pd.read_csv(io.BytesIO(content), dtype={label: str} if as_text else None)
+            dtype = {label: str} if as_text else None
+            rows = _check_csv_size(content, dtype, limits)
+            # Within the caps: read once more in one piece, so that each column's type is
+            # inferred from all of it (chunks may infer differently), and no further.
+            df = pd.read_csv(io.BytesIO(content), dtype=dtype, nrows=rows)
         else:
             parquet_file = pq.ParquetFile(io.BytesIO(content))
             fields = parquet_file.schema_arrow.names
             if len(set(fields)) != len(fields):
                 dup = next(f for f in fields if fields.count(f) > 1)
                 raise InvalidInput(f"column name {dup!r} appears more than once")
-            meta = parquet_file.metadata
-            groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-            # Parquet compresses well, so bound what decoding may allocate before doing it: no
-            # more values than max_bytes, which an uncompressed upload could not exceed either,
-            # and no more decompressed pages than max_bytes.
-            rows = max(meta.num_rows, sum(g.num_rows for g in groups))
-            cells = rows * meta.num_columns
-            if cells > max_bytes:
-                raise InvalidInput(
-                    f"file holds {rows} rows x {meta.num_columns} columns = {cells} "
-                    f"values; the limit is {max_bytes} values"
-                )
-            pages = sum(
-                g.column(j).total_uncompressed_size for g in groups for j in range(g.num_columns)
-            )
-            if pages > max_bytes:
-                raise InvalidInput(
-                    f"file takes {pages} bytes uncompressed; the limit is {max_bytes} bytes"
-                )
+            _check_parquet_size(parquet_file, limits)
             # Text stays dictionary-encoded (pandas categoricals): a value stored once and
             # referenced by every row must not be copied into every row.
             text = [f.name for f in parquet_file.schema_arrow if _is_text(f.type)]
@@ -208,6 +237,79 @@ def _read_table(
         raise InvalidInput(f"column {names[j]!r} {problem} in row {i + 1}")
 
     return X, names, _table_labels(df[label], label), _row_position
+
+
+def _check_csv_size(
+    content: bytes, dtype: dict[str, type[str]] | None, limits: Limits
+) -> int | None:
+    """Count a CSV's rows in chunks, stopping at the first chunk that takes the file past a
+    cap: a CSV has no metadata, and a file of short numbers decodes to far more bytes than it
+    holds. Returns the rows to read (None: no cap to check, read everything)."""
+    if limits.max_cells is None and limits.max_decoded_bytes is None:
+        return None
+    rows = cells = decoded = 0
+    with pd.read_csv(io.BytesIO(content), dtype=dtype, chunksize=CSV_CHUNK_ROWS) as chunks:
+        for chunk in chunks:
+            rows += len(chunk)
+            cells += chunk.size
+            decoded += int(chunk.memory_usage(index=False, deep=True).sum())
+            limits.check(
+                cells=cells,
+                decoded_bytes=decoded,
+                what=f"file holds at least {rows} rows x {chunk.shape[1]} columns =",
+                so_far=True,
+            )
+    return rows
+
+
+def _parquet_decoded_bytes(parquet_file: pq.ParquetFile, rows: int) -> int:
+    """What decoding the columns takes in Arrow, from the schema and the footer: fixed-width
+    values take their width per row; text (kept dictionary-encoded) an index per row plus its
+    dictionary, which is at most the column's uncompressed pages; anything else at least 8
+    bytes per row plus its uncompressed pages."""
+    meta = parquet_file.metadata
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    total = 0
+    for j, field in enumerate(parquet_file.schema_arrow):
+        pages = sum(g.column(j).total_uncompressed_size for g in groups if j < g.num_columns)
+        validity = (rows + 7) // 8
+        if _is_text(field.type):
+            total += rows * 4 + pages + validity
+        elif pa.types.is_boolean(field.type):
+            total += validity * 2
+        else:
+            try:
+                width = max(1, field.type.bit_width // 8)
+            except ValueError:  # not fixed-width (nested, decimal, …)
+                total += rows * 8 + pages + validity
+                continue
+            total += rows * width + validity
+    return total
+
+
+def _check_parquet_size(parquet_file: pq.ParquetFile, limits: Limits) -> None:
+    """Parquet compresses well (40 M rows of zeros fit in a few hundred KB), so bound what
+    decoding may allocate from the footer before doing it."""
+    meta = parquet_file.metadata
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    rows = max(meta.num_rows, sum(g.num_rows for g in groups))
+    columns = max([meta.num_columns, *(g.num_columns for g in groups)])
+    cells = rows * columns
+    what = f"file holds {rows} rows x {columns} columns ="
+    if limits.max_cells is None and cells > limits.max_bytes:
+        # The worker's re-read of an admitted file: no more values than bytes allowed.
+        raise DatasetTooLarge(
+            f"{what} {cells} values; the limit is {limits.max_bytes} values",
+            detail={"cells": cells, "limit_cells": limits.max_bytes},
+        )
+    limits.check(cells=cells, decoded_bytes=_parquet_decoded_bytes(parquet_file, rows), what=what)
+    # No more decompressed pages than the file-size limit either.
+    pages = sum(g.column(j).total_uncompressed_size for g in groups for j in range(g.num_columns))
+    if pages > limits.max_bytes:
+        raise DatasetTooLarge(
+            f"file takes {pages} bytes uncompressed; the limit is {limits.max_bytes} bytes",
+            detail={"uncompressed_bytes": pages, "limit_bytes": limits.max_bytes},
+        )
 
 
 def _is_text(kind: pa.DataType) -> bool:
@@ -310,7 +412,7 @@ def _long_label(length: int, where: str) -> str:
 
 
 def _read_npz(
-    content: bytes, max_bytes: int
+    content: bytes, limits: Limits
 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, Where]:
     if not zipfile.is_zipfile(io.BytesIO(content)):
         reason = (
@@ -332,13 +434,25 @@ def _read_npz(
                 k: npz.zip.getinfo(f"{k}.npy" if f"{k}.npy" in members else k) for k in ("X", "y")
             }
             size = sum(info.file_size for info in infos.values())
-            # Compression must not let an upload expand past what an uncompressed one may hold.
-            if size > max_bytes:
-                raise InvalidInput(
-                    f"arrays X and y take {size} bytes uncompressed; the limit is {max_bytes} bytes"
+            # Compression must not let an upload expand past what an uncompressed one may hold
+            # (the sizes the zip's central directory declares; reading never exceeds them).
+            if size > limits.max_bytes:
+                raise DatasetTooLarge(
+                    f"arrays X and y take {size} bytes uncompressed; the limit is "
+                    f"{limits.max_bytes} bytes",
+                    detail={"uncompressed_bytes": size, "limit_bytes": limits.max_bytes},
                 )
-            for key, info in infos.items():
-                _check_npy_header(npz.zip, info, key)
+            headers = {key: _check_npy_header(npz.zip, info, key) for key, info in infos.items()}
+            # From the headers, before numpy allocates anything: X's values (which become a
+            # float64 matrix, 8 bytes each whatever their dtype) and y's labels.
+            cells = sum(math.prod(shape) for shape, _ in headers.values())
+            declared = sum(math.prod(shape) * dtype.itemsize for shape, dtype in headers.values())
+            (x_shape, _), (y_shape, _) = headers["X"], headers["y"]
+            limits.check(
+                cells=cells,
+                decoded_bytes=declared,
+                what=f"arrays X {tuple(x_shape)} and y {tuple(y_shape)} hold",
+            )
             X, y = npz["X"], npz["y"]
     except (InvalidInput, MemoryError):
         raise
@@ -389,7 +503,9 @@ def _read_npz(
     return features, feature_shape, labels, _y_position
 
 
-def _check_npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> None:
+def _check_npy_header(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """numpy allocates what a member's header declares before reading its data: a file of a
     few hundred bytes may declare terabytes. The data must fit in the member's stored size
     (which the zip reader never exceeds, and which is within the limit)."""
@@ -416,6 +532,7 @@ def _check_npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str)
             f"file could not be read as npz: array {key!r} declares shape {shape} of {dtype} "
             f"({needed} bytes) but holds {info.file_size - header_bytes} bytes"
         )
+    return tuple(shape), dtype
 
 
 def _y_position(i: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import ValidationError
@@ -14,8 +15,9 @@ from service.audit_trail import service as audit
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
 from service.budgets import service as ledger
+from service.config import Settings
 from service.datasets import repository
-from service.datasets.parsing import detect_format, parse_dataset
+from service.datasets.parsing import ParsedDataset, detect_format, parse_dataset
 from service.datasets.schemas import DatasetMetadata, DatasetOut, GrantOut
 from service.deps import on_rollback
 from service.errors import InvalidInput, NotFound, ReleasesPending
@@ -44,22 +46,43 @@ def parse_metadata(raw: str) -> DatasetMetadata:
         raise InvalidInput(f"invalid metadata: {problems}") from exc
 
 
-def create(
-    session: Session,
-    *,
-    principal: Principal,
-    content: bytes,
-    filename: str,
-    metadata_json: str,
-    max_bytes: int,
-    store: ObjectStore,
-) -> Dataset:
-    """Validate everything first; store nothing unless all of it is usable."""
+@dataclass(frozen=True, eq=False)
+class CheckedUpload:
+    """An upload validated and parsed, before anything is stored or any row locked."""
+
+    content: bytes
+    filename: str
+    fmt: str
+    metadata: DatasetMetadata
+    parsed: ParsedDataset
+
+
+def check(
+    *, content: bytes, filename: str, metadata_json: str, settings: Settings
+) -> CheckedUpload:
+    """Validate and parse an upload: a pure function of the request (no session, no store),
+    so the endpoint runs it, off the event loop, before it takes a database connection or an
+    Idempotency-Key row lock. Sizes are bounded from the file's metadata before decoding
+    (``parsing.parse_dataset``, issue 14 item 2a)."""
     metadata = parse_metadata(metadata_json)
     fmt = detect_format(filename)
     parsed = parse_dataset(
-        content=content, filename=filename, metadata=metadata, max_bytes=max_bytes
+        content=content,
+        filename=filename,
+        metadata=metadata,
+        max_bytes=settings.max_upload_bytes,
+        max_cells=settings.max_upload_cells,
+        max_decoded_bytes=settings.max_upload_decoded_bytes,
     )
+    return CheckedUpload(content, filename, fmt, metadata, parsed)
+
+
+def create(
+    session: Session, *, principal: Principal, upload: CheckedUpload, store: ObjectStore
+) -> Dataset:
+    """Record and store a checked upload; stores nothing unless the unit commits."""
+    content, filename, fmt = upload.content, upload.filename, upload.fmt
+    metadata, parsed = upload.metadata, upload.parsed
     dataset_id = new_id()
     key = f"datasets/{dataset_id}/raw.{fmt}"
     dataset = repository.add(

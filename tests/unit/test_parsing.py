@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from service.datasets import parsing
 from service.datasets.parsing import (
     SUPPORTED_FORMATS,
     ParsedDataset,
@@ -21,7 +22,7 @@ from service.datasets.parsing import (
     parse_dataset,
 )
 from service.datasets.schemas import DatasetMetadata
-from service.errors import InvalidInput
+from service.errors import DatasetTooLarge, InvalidInput
 from tests import mnist
 
 LIMIT = 10_000_000
@@ -540,3 +541,48 @@ def test_mnist_t10k_as_npz() -> None:
     np.testing.assert_array_equal(parsed.labels, labels)
     np.testing.assert_array_equal(parsed.X[17], images[17].reshape(-1))
     assert elapsed < 2.0  # typically ~0.03 s; a generous guard against accidental O(n·d) Python
+
+
+# --- caps from metadata (issue 14, item 2a) --------------------------------------------------
+
+
+def _capped(content: bytes, filename: str, **caps: int) -> ParsedDataset:
+    return parse_dataset(
+        content=content,
+        filename=filename,
+        metadata=meta(label_column="y", classes=[0, 1]),
+        max_bytes=LIMIT,
+        **caps,
+    )
+
+
+def test_parquet_decoded_bytes_estimated_from_the_footer(monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 10_000
+    content = parquet_bytes(pa.table({"x": np.zeros(n), "y": np.arange(n) % 2}))
+    # x: float64, y: int64, each 8 bytes a row, plus a validity bit each.
+    decoded = 2 * (8 * n + (n + 7) // 8)
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("decoded"))
+    with pytest.raises(DatasetTooLarge, match=f"take {decoded} bytes once decoded; the limit"):
+        _capped(content, "a.parquet", max_decoded_bytes=decoded - 1)
+    with pytest.raises(DatasetTooLarge, match=f"= {2 * n} values; the limit is {2 * n - 1}"):
+        _capped(content, "a.parquet", max_cells=2 * n - 1)
+    monkeypatch.undo()
+    assert _capped(content, "a.parquet", max_cells=2 * n, max_decoded_bytes=decoded).n_rows == n
+
+
+def test_npz_caps_read_from_the_headers() -> None:
+    content = npz_bytes(X=np.zeros((50, 4), dtype=np.uint8), y=np.arange(50) % 2)
+    with pytest.raises(DatasetTooLarge, match=r"X \(50, 4\) and y \(50,\) hold 250 values"):
+        _capped(content, "a.npz", max_cells=249)
+    with pytest.raises(DatasetTooLarge, match="take 600 bytes once decoded"):
+        _capped(content, "a.npz", max_decoded_bytes=599)  # 200 uint8 + 50 int64
+    assert _capped(content, "a.npz", max_cells=250, max_decoded_bytes=600).n_rows == 50
+
+
+def test_csv_caps_stop_at_the_first_chunk_past_them() -> None:
+    rows = parsing.CSV_CHUNK_ROWS + 10
+    content = b"x,y\n" + b"1,0\n" * rows
+    with pytest.raises(DatasetTooLarge, match=r"at least \d+ rows x 2 columns") as info:
+        _capped(content, "a.csv", max_cells=2 * rows - 1)
+    assert info.value.status_code == 413 and info.value.code == "dataset_too_large"
+    assert _capped(content, "a.csv", max_cells=2 * rows).n_rows == rows

@@ -1,0 +1,189 @@
+"""Latency of ``GET /health`` while the API is busy (issue 14, item 2a).
+
+Starts the embedded server under uvicorn (a temporary ``DPRELEASE_HOME``, one process), then
+runs each scenario: a background load (or none) while ``/health`` is polled for a few seconds,
+and prints p50 / p95 / max of its latency. Scenarios:
+
+- ``idle``: nothing else;
+- ``parquet_bomb``: uploads of the issue's Parquet bomb (40 M rows of zeros, zstd, ~364 KB),
+  sent back to back by two clients (the default upload cap) for the whole window.
+
+A scenario is a function ``(url, owner_key, stop) -> None`` run in background threads until
+``stop`` is set; add one to ``SCENARIOS`` (e.g. a burst of POSTs). Runs in well under two
+minutes on 2 cores::
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/health_latency.py [--seconds 8] [--scenario NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+Load = Callable[[str, str, threading.Event], None]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def embedded_server(home: Path) -> Iterator[str]:
+    """``uvicorn service.run:app_factory --factory`` in embedded mode; yields its URL."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPRELEASE_")}
+    env |= {"DPRELEASE_HOME": str(home), "PYTHONPATH": str(ROOT), "DPRELEASE_RATE_LIMIT": ""}
+    log = (home.parent / "server.log").open("w")
+    command = [sys.executable, "-m", "uvicorn", "service.run:app_factory", "--factory"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((home.parent / "server.log").read_text()[-3000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def parquet_bomb(rows: int = 40_000_000) -> bytes:
+    zeros = pa.array(np.zeros(rows, dtype=np.int64))
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"x": zeros, "y": zeros}), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def _idle(url: str, key: str, stop: threading.Event) -> None:
+    stop.wait()
+
+
+def _parquet_bomb_uploads(url: str, key: str, stop: threading.Event) -> None:
+    content = parquet_bomb()
+    meta = {
+        "name": "bomb",
+        "label_column": "y",
+        "feature_range": [0, 1],
+        "classes": [0, 1],
+        "budget": {"epsilon": 1, "delta": 1e-5},
+    }
+    with httpx.Client(timeout=120) as client:
+        while not stop.is_set():
+            r = client.post(
+                f"{url}/datasets",
+                files={"file": ("bomb.parquet", content)},
+                data={"metadata": json.dumps(meta)},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            with _LOCK:
+                _STATUSES[r.status_code] = _STATUSES.get(r.status_code, 0) + 1
+
+
+_LOCK = threading.Lock()
+_STATUSES: dict[int, int] = {}  # answers to the load's uploads, by status
+# name -> (load, background threads)
+SCENARIOS: dict[str, tuple[Load, int]] = {
+    "idle": (_idle, 1),
+    "parquet_bomb": (_parquet_bomb_uploads, 2),
+}
+
+
+@dataclass
+class Result:
+    scenario: str
+    samples: list[float]
+    uploads: dict[int, int]
+
+    def row(self) -> str:
+        ms = sorted(s * 1000 for s in self.samples)
+        p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
+        return (
+            f"| {self.scenario:<13} | {len(ms):>5} | {statistics.median(ms):>8.2f} | "
+            f"{p95:>8.2f} | {ms[-1]:>8.2f} | "
+            f"{', '.join(f'{n} x {code}' for code, n in sorted(self.uploads.items())) or '-'} |"
+        )
+
+
+def run(url: str, key: str, name: str, seconds: float) -> Result:
+    load, threads = SCENARIOS[name]
+    stop = threading.Event()
+    _STATUSES.clear()
+    workers = [threading.Thread(target=load, args=(url, key, stop)) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    time.sleep(1.0)  # let the load start (the bomb is built in each thread first)
+    samples: list[float] = []
+    with httpx.Client(timeout=120) as client:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            assert client.get(f"{url}/health").status_code == 200
+            samples.append(time.perf_counter() - start)
+            time.sleep(0.01)
+    stop.set()
+    for w in workers:
+        w.join()
+    return Result(name, samples, dict(_STATUSES))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="polling window per scenario")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dprelease-bench-") as tmp:
+        home = Path(tmp) / "home"
+        with embedded_server(home) as url:
+            admin = (home / "admin.key").read_text().strip()
+            r = httpx.post(
+                f"{url}/api-keys",
+                json={"name": "bench-owner", "role": "owner"},
+                headers={"Authorization": f"Bearer {admin}"},
+            )
+            owner = r.json()["key"]
+            results = [run(url, owner, name, args.seconds) for name in args.scenario or SCENARIOS]
+    print("| scenario      |     n | p50 (ms) | p95 (ms) | max (ms) | uploads answered |")
+    print("|---------------|-------|----------|----------|----------|------------------|")
+    for result in results:
+        print(result.row())
+
+
+if __name__ == "__main__":
+    main()
