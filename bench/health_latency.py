@@ -6,7 +6,14 @@ and prints p50 / p95 / max of its latency. Scenarios:
 
 - ``idle``: nothing else;
 - ``parquet_bomb``: uploads of the issue's Parquet bomb (40 M rows of zeros, zstd, ~364 KB),
-  sent back to back by two clients (the default upload cap) for the whole window.
+  sent back to back by two clients (the default upload cap) for the whole window;
+- ``release_burst``: 400 ``POST /releases`` (DPMix, ε = 1, on a 2,000-row dataset with
+  budget ε = 10) sent by 50 clients at once; the ledger admits 10 (whose jobs then run in the
+  server) and refuses the rest; ``/health`` is polled until the last answer (at least the
+  window).
+
+``--repo PATH`` serves the API from another checkout (e.g. an older commit in a git worktree)
+with the same scenarios, for a before/after comparison in one run.
 
 A scenario is a function ``(url, owner_key, stop) -> None`` run in background threads until
 ``stop`` is set; add one to ``SCENARIOS`` (e.g. a burst of POSTs). Runs in well under two
@@ -50,18 +57,18 @@ def _free_port() -> int:
 
 
 @contextmanager
-def embedded_server(home: Path) -> Iterator[str]:
+def embedded_server(home: Path, repo: Path = ROOT) -> Iterator[str]:
     """``uvicorn service.run:app_factory --factory`` in embedded mode; yields its URL."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPRELEASE_")}
-    env |= {"DPRELEASE_HOME": str(home), "PYTHONPATH": str(ROOT), "DPRELEASE_RATE_LIMIT": ""}
+    env |= {"DPRELEASE_HOME": str(home), "PYTHONPATH": str(repo), "DPRELEASE_RATE_LIMIT": ""}
     log = (home.parent / "server.log").open("w")
     command = [sys.executable, "-m", "uvicorn", "service.run:app_factory", "--factory"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
     proc = subprocess.Popen(
         command,
         env=env,
-        cwd=ROOT,
+        cwd=repo,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -116,12 +123,72 @@ def _parquet_bomb_uploads(url: str, key: str, stop: threading.Event) -> None:
                 _STATUSES[r.status_code] = _STATUSES.get(r.status_code, 0) + 1
 
 
+BURST = 400
+_burst_sent = 0
+_burst_done = threading.Event()
+
+
+def _toy_dataset(url: str, key: str) -> str:
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    np.savez(
+        buffer, X=rng.integers(0, 14, (2000, 6)).astype(np.float32), y=rng.integers(0, 3, 2000)
+    )
+    meta = {
+        "name": "burst",
+        "feature_range": [0, 13],
+        "classes": [0, 1, 2],
+        "budget": {"epsilon": 10.0, "delta": 1e-5},
+    }
+    r = httpx.post(
+        f"{url}/datasets",
+        files={"file": ("toy.npz", buffer.getvalue())},
+        data={"metadata": json.dumps(meta)},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+_dataset: dict[str, str] = {}
+
+
+def _release_burst(url: str, key: str, stop: threading.Event) -> None:
+    global _burst_sent
+    with _LOCK:
+        if "id" not in _dataset:
+            _dataset["id"] = _toy_dataset(url, key)
+    body = {
+        "dataset_id": _dataset["id"],
+        "mechanism": "dpmix",
+        "params": {"mixture_degree": 8, "n_samples": 300},
+        "epsilon": 1.0,
+        "format": "npz",
+    }
+    with httpx.Client(timeout=300) as client:
+        while True:
+            with _LOCK:
+                if _burst_sent >= BURST:
+                    break
+                _burst_sent += 1
+            r = client.post(
+                f"{url}/releases", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
+            with _LOCK:
+                _STATUSES[r.status_code] = _STATUSES.get(r.status_code, 0) + 1
+                if sum(_STATUSES.values()) >= BURST:
+                    _burst_done.set()
+    stop.wait()
+
+
 _LOCK = threading.Lock()
 _STATUSES: dict[int, int] = {}  # answers to the load's uploads, by status
 # name -> (load, background threads)
 SCENARIOS: dict[str, tuple[Load, int]] = {
     "idle": (_idle, 1),
     "parquet_bomb": (_parquet_bomb_uploads, 2),
+    "release_burst": (_release_burst, 50),
 }
 
 
@@ -152,7 +219,8 @@ def run(url: str, key: str, name: str, seconds: float) -> Result:
     samples: list[float] = []
     with httpx.Client(timeout=120) as client:
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        burst = name == "release_burst"
+        while time.monotonic() < end or (burst and not _burst_done.is_set()):
             start = time.perf_counter()
             assert client.get(f"{url}/health").status_code == 200
             samples.append(time.perf_counter() - start)
@@ -167,10 +235,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="polling window per scenario")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--repo", type=Path, default=ROOT, help="checkout that serves the API")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dprelease-bench-") as tmp:
         home = Path(tmp) / "home"
-        with embedded_server(home) as url:
+        with embedded_server(home, args.repo.resolve()) as url:
             admin = (home / "admin.key").read_text().strip()
             r = httpx.post(
                 f"{url}/api-keys",
@@ -179,8 +248,9 @@ def main() -> None:
             )
             owner = r.json()["key"]
             results = [run(url, owner, name, args.seconds) for name in args.scenario or SCENARIOS]
-    print("| scenario      |     n | p50 (ms) | p95 (ms) | max (ms) | uploads answered |")
-    print("|---------------|-------|----------|----------|----------|------------------|")
+    print(f"server: {args.repo.resolve()}")
+    print("| scenario      |     n | p50 (ms) | p95 (ms) | max (ms) | load's answers |")
+    print("|---------------|-------|----------|----------|----------|----------------|")
     for result in results:
         print(result.row())
 
