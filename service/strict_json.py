@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 
 from service.errors import InvalidInput
 
@@ -35,6 +35,21 @@ class StrictBody(BaseModel):
 # tuple ``Annotated[tuple[float, float], FROM_JSON]``): that one conversion is lax (an enum
 # still takes only its values; a tuple still no string), its items stay strict.
 FROM_JSON = Strict(False)
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON number (an integer), not a string or a bool")
+    return value
+
+
+# An integer field: a JSON number with no fraction. Strict ints refuse 60.0, which JSON Schema
+# (and so the schema's "type": "integer") counts as an integer, as mechanism parameters do:
+# the number is read laxly (60.0 is 60, 60.5 is refused), after refusing a bool or a string.
+# Bounds go before these two (``Annotated[int, Field(ge=1), FROM_JSON, JSON_NUMBER]``), or the
+# schema loses its minimum and maximum.
+JSON_NUMBER = BeforeValidator(_json_number)
+JsonInt = Annotated[int, FROM_JSON, JSON_NUMBER]
 
 
 class DuplicateKey(ValueError):

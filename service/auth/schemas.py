@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from service.strict_json import FROM_JSON, StrictBody
+from service.strict_json import FROM_JSON, JSON_NUMBER, StrictBody
 
 
 class Role(StrEnum):
@@ -18,12 +18,8 @@ class Role(StrEnum):
 MAX_EXPIRES_IN = 10 * 365 * 86400  # ten years, in seconds
 
 ExpiresIn = Annotated[
-    int | None,
-    Field(
-        ge=1,
-        le=MAX_EXPIRES_IN,
-        description="Seconds from now until the key is refused (default: never expires)",
-    ),
+    Annotated[int, Field(ge=1, le=MAX_EXPIRES_IN), FROM_JSON, JSON_NUMBER] | None,
+    Field(description="Seconds from now until the key is refused (default: never expires)"),
 ]
 
 

@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from service.strict_json import FROM_JSON, StrictBody
+from service.strict_json import FROM_JSON, JsonInt, StrictBody
 
-ClassLabel = Annotated[int | str, Field(description="A class label as it appears in the file")]
+ClassLabel = Annotated[JsonInt | str, Field(description="A class label as it appears in the file")]
 
 
 class Budget(StrictBody):
