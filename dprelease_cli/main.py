@@ -354,7 +354,7 @@ def keys_create(
 @keys.command("list")
 @pass_state
 def keys_list(state: CliState) -> None:
-    """List API keys, never their secrets (admin: every key; owner: their own)."""
+    """List API keys, never their secrets (admin: every key; owner, analyst: their own)."""
     emit(state.api().list_api_keys())
 
 
@@ -362,7 +362,8 @@ def keys_list(state: CliState) -> None:
 @click.argument("key_id")
 @pass_state
 def keys_revoke(state: CliState, key_id: str) -> None:
-    """Revoke KEY_ID: its next request is refused (admin; owner: their own keys)."""
+    """Revoke KEY_ID: its next request is refused (admin: any key but the last active admin
+    key; owner, analyst: their own keys)."""
     state.api().revoke_api_key(key_id)
     emit({"revoked": key_id})
 

@@ -90,9 +90,10 @@ class Settings(BaseSettings):
     sweep_running_after_s: float = Field(
         default=6 * 3600.0,
         gt=0,
-        description="A release running on its last attempt with no sign of life (start, "
-        "progress) for this long is ended failed by the sweeper, settled from its upload "
-        "claim: keep it above the longest stretch a job runs without writing progress",
+        description="A release running with no sign of life (start, progress) for this long "
+        "is queued again and handed over by the sweeper if it has attempts left, else ended "
+        "failed, settled from its upload claim: keep it above the longest stretch a job runs "
+        "without writing progress",
     )
     sweep_lease_s: float = Field(
         default=120.0,

@@ -80,6 +80,13 @@ class ReleasesPending(Conflict):
     code = "releases_pending"
 
 
+class LastAdminKey(Conflict):
+    """Revoking this key would leave no active admin key, and nobody able to create keys or
+    audit (409): create another admin key first."""
+
+    code = "last_admin_key"
+
+
 class Gone(ServiceError):
     """The object existed and was erased for good (410)."""
 

@@ -32,7 +32,8 @@ _DESCRIPTIONS = {
     404: "Not found (or not visible to this key)",
     409: "Conflict: the privacy budget would be exceeded, the release is not ready (or was "
     "cancelled), the release already finished, the dataset was deleted or has no declared "
-    "classes, or releases of the dataset are still pending",
+    "classes, releases of the dataset are still pending, or the key is the last active admin "
+    "key",
     410: "Erased: the object was deleted with the raw data it was computed from",
     413: "Request body too large (uploads: DPRELEASE_MAX_UPLOAD_BYTES; any other request: "
     "DPRELEASE_MAX_REQUEST_BYTES); or, for an upload (code dataset_too_large), a file whose "

@@ -1,15 +1,55 @@
-"""JSON request bodies read strictly: an object that names a key twice is refused (422), where
-``json.loads`` would keep the last value silently. Applies to every JSON body (``install``) and
-to the metadata of uploads (``loads``)."""
+"""JSON request bodies read strictly.
+
+- An object that names a key twice is refused (422), where ``json.loads`` would keep the last
+  value silently. Applies to every JSON body (``install``) and to the metadata of uploads
+  (``loads``).
+- Every JSON request body model (and the upload's ``metadata``) derives from ``StrictBody``:
+  a number field takes a JSON number only (an integer where a float is asked for), never a
+  bool or a string (lax pydantic read ``"epsilon": true`` as 1 and ``"1"`` as 1.0); a bool
+  field takes ``true``/``false`` only; a string field a string. The schema already says so.
+  Mechanism parameters (``dpcore`` models, lax for the values the service stored itself) are
+  checked alike at the API by ``service.releases.mechanisms.strict_params``.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 
 from service.errors import InvalidInput
+
+
+class StrictBody(BaseModel):
+    """The base of every JSON request body: unknown keys refused, JSON types taken as the
+    schema gives them (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# FastAPI validates a body in pydantic's Python mode, where strictness also refuses a string
+# for an enum (it wants the enum's instance) and an array for a tuple (it wants a tuple): the
+# JSON forms the schema documents. Annotate such a field ``Annotated[Role, FROM_JSON]`` (or a
+# tuple ``Annotated[tuple[float, float], FROM_JSON]``): that one conversion is lax (an enum
+# still takes only its values; a tuple still no string), its items stay strict.
+FROM_JSON = Strict(False)
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON number (an integer), not a string or a bool")
+    return value
+
+
+# An integer field: a JSON number with no fraction. Strict ints refuse 60.0, which JSON Schema
+# (and so the schema's "type": "integer") counts as an integer, as mechanism parameters do:
+# the number is read laxly (60.0 is 60, 60.5 is refused), after refusing a bool or a string.
+# Bounds go before these two (``Annotated[int, Field(ge=1), FROM_JSON, JSON_NUMBER]``), or the
+# schema loses its minimum and maximum.
+JSON_NUMBER = BeforeValidator(_json_number)
+JsonInt = Annotated[int, FROM_JSON, JSON_NUMBER]
 
 
 class DuplicateKey(ValueError):

@@ -51,6 +51,7 @@ from service.models import Dataset, DatasetBudget, Release, utcnow
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
 from service.releases.mechanisms import VALUE_BYTES
+from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
 from worker import scratch as scratch_dirs
@@ -77,6 +78,10 @@ ROWS_PHASE = "rows"
 
 class TransientError(Exception):
     """Worth another attempt (a database or object store that did not answer)."""
+
+
+# What another attempt may fix (a TransientError is also raised by the runner itself).
+RETRYABLE: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, TransientError)
 
 
 class Interrupted(Exception):
@@ -164,6 +169,7 @@ def execute(runtime: Runtime, release_id: str) -> None:
     any other failure is recorded as terminal here."""
     if runtime.stopping.is_set():
         raise Interrupted("shutting down: not starting a job")
+    job: Job | None = None
     try:
         job = _start(runtime, release_id)
         if job is None:
@@ -171,19 +177,45 @@ def execute(runtime: Runtime, release_id: str) -> None:
         _produce(runtime, job)
     except Interrupted:
         log.info("release %s: stopped for shutdown; queued again", release_id)
-        _requeue(runtime, release_id)
+        _requeue(runtime, release_id, None if job is None else job.attempt)
         raise
     except Cancelled as exc:
-        # Cancelled (or settled by another delivery) while this attempt ran: the lifecycle
-        # recorded the outcome and settled the charge; this attempt stored nothing.
+        # Cancelled (or settled by another delivery, or handed over again by the sweeper)
+        # while this attempt ran: the lifecycle recorded the outcome; this attempt stored
+        # nothing of its own.
         log.info("release %s: %s; stopped", release_id, exc)
-    except TRANSIENT_ERRORS as exc:
+    except RETRYABLE as exc:
+        if job is not None and _superseded(runtime, job):
+            # The sweeper handed the release over again: a later attempt owns it, and this
+            # one's retry would only start yet another attempt beside it.
+            log.info("release %s: attempt %d superseded; not retried", release_id, job.attempt)
+            return
+        if isinstance(exc, TransientError):
+            raise
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-    except TransientError:
-        raise
     except Exception as exc:
         log.exception("release %s failed", release_id)
-        fail(runtime, release_id, f"{type(exc).__name__}: {exc}")
+        fail(
+            runtime,
+            release_id,
+            f"{type(exc).__name__}: {exc}",
+            attempt=None if job is None else job.attempt,
+        )
+
+
+def _superseded(runtime: Runtime, job: Job) -> bool:
+    """Whether the release is no longer this job's attempt (queued again by the sweeper, or
+    started again by another delivery). False when that cannot be read (the database may be
+    what failed): the usual retry then follows, bounded by the attempts."""
+    try:
+        with transaction(runtime.session_factory) as session:
+            release = session.get(Release, job.release_id)
+            return release is None or not (
+                release.status == ReleaseStatus.running and release.attempts == job.attempt
+            )
+    except Exception:
+        log.warning("release %s: could not read its state", job.release_id, exc_info=True)
+        return False
 
 
 def _start(runtime: Runtime, release_id: str) -> Job | None:
@@ -426,7 +458,9 @@ def _write_release(
     # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
     generator, noise = randomness(job.noise_sampler)
     progress = Progress(
-        lambda fraction, phase: _report_progress(runtime, job.release_id, fraction, phase),
+        lambda fraction, phase: _report_progress(
+            runtime, job.release_id, job.attempt, fraction, phase
+        ),
         release_id=job.release_id,
         stopping=runtime.stopping.is_set,
     )
@@ -637,14 +671,20 @@ class Progress:
             raise Cancelled(f"release {self.release_id} is no longer running")
 
 
-def _requeue(runtime: Runtime, release_id: str) -> None:
+def _requeue(runtime: Runtime, release_id: str, attempt: int | None) -> None:
     with transaction(runtime.session_factory) as session:
-        lifecycle.requeue(session, release_id, reason="worker shutting down")
+        lifecycle.requeue(session, release_id, reason="worker shutting down", attempt=attempt)
 
 
-def _report_progress(runtime: Runtime, release_id: str, fraction: float, phase: str | None) -> bool:
+def _report_progress(
+    runtime: Runtime, release_id: str, attempt: int, fraction: float, phase: str | None
+) -> bool:
+    # Fenced by the attempt: once the sweeper hands the release over again and a later attempt
+    # starts, this one stops here (Cancelled) instead of computing beside it.
     with transaction(runtime.session_factory) as session:
-        return lifecycle.report_progress(session, release_id, progress=fraction, phase=phase)
+        return lifecycle.report_progress(
+            session, release_id, progress=fraction, phase=phase, attempt=attempt
+        )
 
 
 def _versions() -> dict[str, str]:
@@ -712,7 +752,11 @@ def _claim_upload(
     """Record that this attempt is about to store output; False if the release is settled."""
     with transaction(runtime.session_factory) as session:
         return lifecycle.claim_upload(
-            session, job.release_id, artifact_key=job.artifact_key, artifacts=artifacts
+            session,
+            job.release_id,
+            artifact_key=job.artifact_key,
+            artifacts=artifacts,
+            attempt=job.attempt,
         )
 
 
@@ -736,8 +780,9 @@ def _succeed(
         )
 
 
-def fail(runtime: Runtime, release_id: str, error: str) -> None:
+def fail(runtime: Runtime, release_id: str, error: str, *, attempt: int | None = None) -> None:
     """End the release failed; refunded or charged from its recorded upload claim, without a
-    word to the object store (which may be why it failed)."""
+    word to the object store (which may be why it failed). Given the job's ``attempt``, only
+    while that attempt is the release's current one."""
     with transaction(runtime.session_factory) as session:
-        lifecycle.fail(session, release_id, error)
+        lifecycle.fail(session, release_id, error, attempt=attempt)

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response, status
 from service.access_schema import objects
 from service.auth import service
 from service.auth.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, Me, PrincipalKey, Role
-from service.deps import AdminDep, OwnerOrAdminDep, PrincipalDep, SessionDep
+from service.deps import AdminDep, PrincipalDep, SessionDep
 from service.errors_http import responses
 from service.models import utcnow
 
@@ -37,10 +37,10 @@ def create_api_key(body: ApiKeyCreate, session: SessionDep, admin: AdminDep) -> 
 
 @router.get(
     "/api-keys",
-    responses=responses(401, 403),
-    summary="API keys, never their secrets (admin: every key; owner: their own)",
+    responses=responses(401),
+    summary="API keys, never their secrets (admin: every key; owner, analyst: their own)",
 )
-def list_api_keys(session: SessionDep, principal: OwnerOrAdminDep) -> ApiKeyList:
+def list_api_keys(session: SessionDep, principal: PrincipalDep) -> ApiKeyList:
     return ApiKeyList(items=service.list_keys(session, principal=principal))
 
 
@@ -48,11 +48,18 @@ def list_api_keys(session: SessionDep, principal: OwnerOrAdminDep) -> ApiKeyList
     "/api-keys/{key_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
-    responses=responses(401, 403, 404),
-    summary="Revoke an API key: its next request is refused with 401 (admin; owner: their own)",
-    openapi_extra=objects("admins: any key; owners: their own keys"),
+    responses=responses(
+        401,
+        404,
+        409,
+        e409="the key is the last active (unrevoked, unexpired) admin key: create another "
+        "admin key first (code last_admin_key)",
+    ),
+    summary="Revoke an API key: its next request is refused with 401 (admin: any key; owner, "
+    "analyst: their own)",
+    openapi_extra=objects("admins: any key; owners and analysts: their own keys"),
 )
-def revoke_api_key(key_id: str, session: SessionDep, principal: OwnerOrAdminDep) -> Response:
+def revoke_api_key(key_id: str, session: SessionDep, principal: PrincipalDep) -> Response:
     service.revoke_key(session, principal=principal, key_id=key_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from service.auth.schemas import Role
 from service.models import ApiKey, Principal
 
 
@@ -29,6 +30,24 @@ def list_keys(session: Session, *, principal_id: str | None) -> list[tuple[ApiKe
         stmt = stmt.where(ApiKey.principal_id == principal_id)
     stmt = stmt.order_by(ApiKey.created_at, ApiKey.id)
     return [(key, principal) for key, principal in session.execute(stmt).all()]
+
+
+def lock_active_admin_keys(session: Session, *, now: datetime) -> list[ApiKey]:
+    """The admin keys neither revoked nor expired at ``now``, locked until the transaction
+    ends (``FOR UPDATE`` on Postgres; SQLite's transactions hold the write lock from ``BEGIN
+    IMMEDIATE``): two revocations at once cannot each see the other's key as the spare one."""
+    stmt = (
+        select(ApiKey)
+        .join(Principal, ApiKey.principal_id == Principal.id)
+        .where(
+            Principal.role == Role.admin.value,
+            ApiKey.revoked_at.is_(None),
+            or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now),
+        )
+        .order_by(ApiKey.id)
+        .with_for_update(of=ApiKey)
+    )
+    return list(session.scalars(stmt))
 
 
 def bootstrap_keys(session: Session) -> list[ApiKey]:

@@ -4,7 +4,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from service.strict_json import FROM_JSON, JSON_NUMBER, StrictBody
 
 
 class Role(StrEnum):
@@ -16,31 +18,22 @@ class Role(StrEnum):
 MAX_EXPIRES_IN = 10 * 365 * 86400  # ten years, in seconds
 
 ExpiresIn = Annotated[
-    int | None,
-    Field(
-        strict=True,
-        ge=1,
-        le=MAX_EXPIRES_IN,
-        description="Seconds from now until the key is refused (default: never expires)",
-    ),
+    Annotated[int, Field(ge=1, le=MAX_EXPIRES_IN), FROM_JSON, JSON_NUMBER] | None,
+    Field(description="Seconds from now until the key is refused (default: never expires)"),
 ]
 
 
-class NewPrincipalKey(BaseModel):
+class NewPrincipalKey(StrictBody):
     """A new principal and its key."""
 
-    model_config = ConfigDict(extra="forbid")
-
     name: str = Field(min_length=1, max_length=200, description="Who the key is for")
-    role: Role
+    role: Annotated[Role, FROM_JSON]
     expires_in: ExpiresIn = None
 
 
-class PrincipalKey(BaseModel):
+class PrincipalKey(StrictBody):
     """Another key for an existing principal: to rotate a key, create its successor, then
     revoke the old one (the principal's datasets, grants and releases stay)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     principal_id: str = Field(description="The principal that gets another key")
     expires_in: ExpiresIn = None

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.audit_trail import service as audit
 from service.auth import repository
 from service.auth.schemas import ApiKeyCreated, ApiKeyOut, Role
-from service.errors import InvalidInput, NotAuthenticated, NotFound
+from service.errors import InvalidInput, LastAdminKey, NotAuthenticated, NotFound
 from service.models import ApiKey, Principal, utcnow
 
 log = logging.getLogger(__name__)
@@ -111,20 +111,29 @@ def _key_out(key: ApiKey, principal: Principal, now: datetime) -> ApiKeyOut:
 
 
 def list_keys(session: Session, *, principal: Principal) -> list[ApiKeyOut]:
-    """Admins see every key; anyone else the keys of their own principal."""
+    """Admins see every key; anyone else (owners, analysts) the keys of their own principal."""
     only = None if principal.role == Role.admin else principal.id
     now = utcnow()
     return [_key_out(k, p, now) for k, p in repository.list_keys(session, principal_id=only)]
 
 
 def revoke_key(session: Session, *, principal: Principal, key_id: str) -> None:
-    """Revoke a key: admins any key, anyone else only their own (another's is a missing one).
-    Revoking a revoked key changes nothing."""
+    """Revoke a key: admins any key, anyone else (owners and analysts) only their own
+    (another's is a missing one). Revoking a revoked key changes nothing. The last active
+    admin key is refused (``LastAdminKey``): with it gone nobody could create a key, audit or
+    revoke one until a new start-up key is configured and the API restarted."""
     key = repository.get_key(session, key_id=key_id)
     if key is None or (principal.role != Role.admin and key.principal_id != principal.id):
         raise NotFound(f"API key {key_id} not found")
-    if key.revoked_at is None:
-        _revoke(session, key, actor=principal.id, reason="revoked")
+    if key.revoked_at is not None:
+        return
+    active_admin = repository.lock_active_admin_keys(session, now=utcnow())
+    if [k.id for k in active_admin] == [key.id]:
+        raise LastAdminKey(
+            f"API key {key_id} is the last active admin key: revoking it would lock every "
+            f"admin out; create another admin key first (POST /api-keys), then revoke this one"
+        )
+    _revoke(session, key, actor=principal.id, reason="revoked")
 
 
 def _revoke(session: Session, key: ApiKey, *, actor: str, reason: str) -> None:

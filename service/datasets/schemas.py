@@ -6,15 +6,15 @@ import math
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-ClassLabel = Annotated[int | str, Field(description="A class label as it appears in the file")]
+from service.strict_json import FROM_JSON, JsonInt, StrictBody
+
+ClassLabel = Annotated[JsonInt | str, Field(description="A class label as it appears in the file")]
 
 
-class Budget(BaseModel):
+class Budget(StrictBody):
     """A privacy budget (ε, δ) under replace-one neighbours."""
-
-    model_config = ConfigDict(extra="forbid")
 
     epsilon: float = Field(gt=0, description="Total ε the dataset may spend; finite, > 0")
     delta: float = Field(gt=0, lt=1, description="δ at which every spend is measured; 0 < δ < 1")
@@ -27,17 +27,17 @@ class Budget(BaseModel):
         return value
 
 
-Range = tuple[float, float]
+# [lo, hi]: a JSON array (a tuple read from it), of JSON numbers only.
+Range = Annotated[tuple[float, float], FROM_JSON]
 
 
-class DatasetMetadata(BaseModel):
-    """The JSON sent as the ``metadata`` part of ``POST /datasets``.
+class DatasetMetadata(StrictBody):
+    """The JSON sent as the ``metadata`` part of ``POST /datasets``, read as strictly as any
+    JSON body (``StrictBody``: "epsilon": true or "1" is refused).
 
     ``feature_range`` and ``classes`` are public facts declared by the owner; dprelease never
     derives them from the data.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
     label_column: str | None = Field(
@@ -130,9 +130,7 @@ class DatasetList(BaseModel):
     items: list[DatasetOut]
 
 
-class GrantIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GrantIn(StrictBody):
     principal_id: str = Field(description="The analyst principal to grant access to releases")
 
 

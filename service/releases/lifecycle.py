@@ -69,14 +69,17 @@ def start(session: Session, release_id: str, *, max_attempts: int) -> Release | 
     return release
 
 
-def requeue(session: Session, release_id: str, *, reason: str) -> bool:
+def requeue(session: Session, release_id: str, *, reason: str, attempt: int | None = None) -> bool:
     """Put a running release back in the queue, its attempt not counted: its job stopped
     before claiming the upload because its process is shutting down (``worker.runner``), so
     nothing of this attempt was stored and its draw is discarded; the reservation stays, and
     the next delivery runs it as if this attempt had not started. False when it is not
-    running (settled meanwhile: nothing to put back)."""
+    running (settled meanwhile: nothing to put back), or (given the job's ``attempt``) when it
+    is no longer this job's attempt: a later one runs it, which this job must not disturb."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status != ReleaseStatus.running:
+        return False
+    if attempt is not None and release.attempts != attempt:
         return False
     release.status = ReleaseStatus.queued
     release.attempts = max(0, release.attempts - 1)
@@ -90,17 +93,24 @@ def requeue(session: Session, release_id: str, *, reason: str) -> bool:
 
 
 def report_progress(
-    session: Session, release_id: str, *, progress: float, phase: str | None
+    session: Session,
+    release_id: str,
+    *,
+    progress: float,
+    phase: str | None,
+    attempt: int | None = None,
 ) -> bool:
     """Record a running job's progress (a fraction, clamped to [0, 1]) and what it is doing.
-    False when the release is no longer running (cancelled, or settled by another delivery):
-    the job should stop."""
+    False when the release is no longer running (cancelled, settled by another delivery, or
+    handed over again by the sweeper) or, given the job's ``attempt``, when a later attempt
+    has started: the job should stop, so that one attempt at a time computes."""
     value = round(min(max(progress, 0.0), 1.0), 4) if math.isfinite(progress) else 0.0
     return repository.set_progress(
         session,
         release_id=release_id,
         progress=value,
         phase=None if phase is None else phase[:MAX_PHASE_CHARS],
+        attempt=attempt,
     )
 
 
@@ -133,13 +143,18 @@ def claim_upload(
     *,
     artifact_key: str,
     artifacts: Sequence[ArtifactRecord] = (),
+    attempt: int | None = None,
 ) -> bool:
     """Record, before its first byte is stored, that an attempt is about to store output (the
     artifact, and the further ``artifacts`` it declares): from now on the release stays
-    charged. False when the release is no longer running (cancelled, or settled by another
-    delivery): the attempt must then store nothing, or output would exist with no charge."""
+    charged. False when the release is no longer running (cancelled, settled by another
+    delivery, handed over again by the sweeper) or, given the job's ``attempt``, when a later
+    attempt has started: the attempt must then store nothing, or output would exist with no
+    charge, or two draws would race to be published."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status != ReleaseStatus.running:
+        return False
+    if attempt is not None and release.attempts != attempt:
         return False
     release.artifact_key = artifact_key
     # A later attempt (a redelivery) finds here which further files to expect in the store.
@@ -189,11 +204,17 @@ def succeed(
     return True
 
 
-def fail(session: Session, release_id: str, error: str) -> bool:
+def fail(session: Session, release_id: str, error: str, *, attempt: int | None = None) -> bool:
     """End the release failed and settle its charge from its upload claim; False (and no
-    change) when it already ended."""
+    change) when it already ended, or (given the failing job's ``attempt``) when it is no
+    longer running that attempt: the sweeper handed it over again, and a stale attempt's
+    error must not end the release a later attempt is running (or is queued to run)."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status in TERMINAL:
+        return False
+    if attempt is not None and (
+        release.status != ReleaseStatus.running or release.attempts != attempt
+    ):
         return False
     _fail(session, release, error)
     _job_ended(release)
@@ -238,6 +259,43 @@ def settle_stalled(
         release,
         f"abandoned: still running after its last attempt ({release.attempts} of "
         f"{max_attempts}) with no progress since {stale_before.isoformat()}",
+    )
+    return True
+
+
+def requeue_stalled(
+    session: Session, release_id: str, *, max_attempts: int, stale_before: datetime
+) -> bool:
+    """Put back in the queue a release left running with attempts left and no sign of life
+    (start, progress) since ``stale_before``: its attempt failed and the retry's message was
+    lost, or its job died and no redelivery came (``service.releases.sweeper``, which then
+    hands it over again). Checked again under the row lock; False when it no longer qualifies.
+
+    The attempt stays counted (attempts stay bounded: a release whose every retry is lost
+    reaches its last attempt, which ``settle_stalled`` ends). Nothing is settled: the
+    reservation stays, and an upload claim stays recorded (the release stays charged whatever
+    follows, and the next attempt finishes from what is stored). Should the old job still be
+    alive, it stops at its next progress write or upload claim, which find the release queued
+    or on a later attempt; so at most one attempt stores output."""
+    release = repository.get_for_update(session, release_id)
+    if (
+        release is None
+        or release.status != ReleaseStatus.running
+        or release.attempts >= max_attempts
+        or (release.touched_at or release.started_at or release.created_at) >= stale_before
+    ):
+        return False
+    release.status = ReleaseStatus.queued
+    release.progress = 0.0
+    release.phase = None
+    # Handed over now (the sweeper sends it next); due again for the outbox if that is lost.
+    release.touched_at = utcnow()
+    _audit(
+        session,
+        release,
+        "release.requeued",
+        reason=f"no sign of life since {stale_before.isoformat()}",
+        attempts=release.attempts,
     )
     return True
 

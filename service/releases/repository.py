@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,13 +68,24 @@ def get_for_update(session: Session, release_id: str) -> Release | None:
     return session.scalars(stmt).first()
 
 
-def set_progress(session: Session, *, release_id: str, progress: float, phase: str | None) -> bool:
-    """Write a running release's progress; False (nothing written) when it is not running.
-    One conditional UPDATE: the status is read and the row written atomically, without a
-    read-then-write window in which a cancel or another delivery could settle it."""
+def set_progress(
+    session: Session,
+    *,
+    release_id: str,
+    progress: float,
+    phase: str | None,
+    attempt: int | None = None,
+) -> bool:
+    """Write a running release's progress; False (nothing written) when it is not running,
+    or (given ``attempt``) when a later attempt has started since. One conditional UPDATE: the
+    status is read and the row written atomically, without a read-then-write window in which a
+    cancel or another delivery could settle it."""
+    conditions = [Release.id == release_id, Release.status == ReleaseStatus.running]
+    if attempt is not None:
+        conditions.append(Release.attempts == attempt)
     stmt = (
         update(Release)
-        .where(Release.id == release_id, Release.status == ReleaseStatus.running)
+        .where(*conditions)
         .values(progress=progress, phase=phase, touched_at=utcnow())
         .execution_options(synchronize_session=False)
     )
@@ -96,6 +108,17 @@ def stale_queued(session: Session, *, before: datetime, limit: int) -> list[tupl
     return [(r.id, r.mechanism) for r in session.execute(stmt)]
 
 
+def queued_mechanisms(session: Session, release_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(id, mechanism) of those of ``release_ids`` that are queued, in the order given."""
+    if not release_ids:
+        return []
+    stmt = select(Release.id, Release.mechanism).where(
+        Release.id.in_(release_ids), Release.status == ReleaseStatus.queued
+    )
+    found = {row.id: row.mechanism for row in session.execute(stmt)}
+    return [(i, found[i]) for i in release_ids if i in found]
+
+
 def touch_queued(session: Session, *, release_id: str, at: datetime) -> bool:
     """Record that a queued release is handed over again now; False when it is no longer
     queued (started or settled meanwhile: nothing to send)."""
@@ -109,18 +132,22 @@ def touch_queued(session: Session, *, release_id: str, at: datetime) -> bool:
 
 
 def stale_running(
-    session: Session, *, before: datetime, min_attempts: int, limit: int
+    session: Session,
+    *,
+    before: datetime,
+    limit: int,
+    min_attempts: int | None = None,
+    below_attempts: int | None = None,
 ) -> list[str]:
-    """Ids of releases running on attempt ``min_attempts`` or later with no sign of life
-    since ``before``, oldest first, at most ``limit``."""
+    """Ids of releases running on attempt ``min_attempts`` or later (or, with
+    ``below_attempts``, on an earlier attempt than that) with no sign of life since
+    ``before``, oldest first, at most ``limit``."""
+    conditions = [Release.status == ReleaseStatus.running, _last_sign_of_life() < before]
+    if min_attempts is not None:
+        conditions.append(Release.attempts >= min_attempts)
+    if below_attempts is not None:
+        conditions.append(Release.attempts < below_attempts)
     stmt = (
-        select(Release.id)
-        .where(
-            Release.status == ReleaseStatus.running,
-            Release.attempts >= min_attempts,
-            _last_sign_of_life() < before,
-        )
-        .order_by(Release.created_at, Release.id)
-        .limit(limit)
+        select(Release.id).where(*conditions).order_by(Release.created_at, Release.id).limit(limit)
     )
     return list(session.scalars(stmt))

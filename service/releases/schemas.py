@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.releases.status import ReleaseStatus
+from service.strict_json import StrictBody
 
 ReleaseFormat = Literal["npz", "csv", "parquet"]
 
@@ -22,12 +23,10 @@ def _finite_positive(value: float | None, name: str) -> float | None:
 NoiseSamplerName = Literal["secure", "fast"]
 
 
-# Strict types: a number field takes a JSON number only (an integer where a float is asked
-# for), never a bool or a string ("epsilon": true was 1, "1" was 1.0); a bool field takes
-# true or false only. The schema already says so ("type": "number").
-class NoiseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+# Strict types (StrictBody): a number field takes a JSON number only (an integer where a
+# float is asked for), never a bool or a string ("epsilon": true was 1, "1" was 1.0); a bool
+# field takes true or false only. The schema already says so ("type": "number").
+class NoiseIn(StrictBody):
     sigma_x: float = Field(gt=0, description="Std of the Gaussian noise on (preprocessed) features")
     sigma_y: float | None = Field(
         default=None, gt=0, description="Label noise std (default: sigma_x)"
@@ -53,10 +52,10 @@ _EPSILON_XOR_NOISE: dict[str, Any] = {
 }
 
 
-class _ReleaseCommon(BaseModel):
+class _ReleaseCommon(StrictBody):
     """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_EPSILON_XOR_NOISE)
+    model_config = ConfigDict(json_schema_extra=_EPSILON_XOR_NOISE)
 
     dataset_id: str
     epsilon: float | None = Field(default=None, gt=0, description="Target ε; calibration meets it")

@@ -11,6 +11,16 @@ so that one API process sweeps at a time:
   condition that it is still queued; if sending fails it is due again at the next pass, and the
   pass stops (the broker is down: the others would fail too). A job that is sent twice runs
   once: a job does nothing for a release that already ended;
+- puts back to ``queued`` (under the row lock, audited ``release.requeued``) and hands over
+  again every release still ``running`` with attempts left and no sign of life (start,
+  progress) for ``sweep_running_after_s``: its attempt failed and the retry's message was lost,
+  or its job died and no redelivery came (``lifecycle.requeue_stalled``). Its attempt stays
+  counted, so a release whose every retry is lost reaches its last attempt (below); nothing is
+  settled, and an upload claim stays recorded (charged whatever follows). It is queued rather
+  than re-sent as it is so that an old job still alive after all stops at its next progress
+  write or upload claim (they find it queued, then on a later attempt: both are fenced by the
+  attempt number), a failure of the hand-over leaves it to the queued rule above, and a
+  second message for it starts one attempt, not two;
 - ends ``failed`` every release still ``running`` on its last attempt
   (``task_max_attempts``) with no sign of life (start, progress) for ``sweep_running_after_s``:
   its job died or could not record its end. It is settled like any failure, from its recorded
@@ -54,10 +64,13 @@ BATCH = 500
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one pass did: the releases handed over again, and those it ended failed."""
+    """What one pass did: the releases handed over again, those it ended failed, and the
+    running ones it put back in the queue (each also in ``resent`` once handed over)."""
 
     resent: tuple[str, ...] = ()
     settled: tuple[str, ...] = ()
+    # Running with attempts left and no sign of life: queued again (and handed over).
+    requeued: tuple[str, ...] = ()
 
 
 class Sweeper:
@@ -106,23 +119,52 @@ class Sweeper:
         if not self.acquire():
             return None
         now = self.clock()
-        result = SweepResult(resent=self._resend(now), settled=self._settle(now))
+        # Stalled running releases first: queued again, they are handed over by this pass.
+        requeued = self._requeue(now)
+        result = SweepResult(
+            resent=self._resend(now, also=requeued), settled=self._settle(now), requeued=requeued
+        )
         if result.resent or result.settled:
             log.info(
-                "sweeper: handed over %d queued release(s), ended %d abandoned one(s)",
+                "sweeper: handed over %d queued release(s) (%d of them stalled running), "
+                "ended %d abandoned one(s)",
                 len(result.resent),
+                len(result.requeued),
                 len(result.settled),
             )
         return result
 
-    def _resend(self, now: datetime) -> tuple[str, ...]:
+    def _requeue(self, now: datetime) -> tuple[str, ...]:
+        settings = self.runtime.settings
+        before = now - timedelta(seconds=settings.sweep_running_after_s)
+        factory = self.runtime.session_factory
+        with transaction(factory) as session:
+            stalled = repository.stale_running(
+                session, before=before, below_attempts=settings.task_max_attempts, limit=BATCH
+            )
+        requeued: list[str] = []
+        for release_id in stalled:
+            with transaction(factory) as session:
+                if lifecycle.requeue_stalled(
+                    session,
+                    release_id,
+                    max_attempts=settings.task_max_attempts,
+                    stale_before=before,
+                ):
+                    requeued.append(release_id)
+        return tuple(requeued)
+
+    def _resend(self, now: datetime, *, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Hand over the queued releases due, and ``also`` those just queued again."""
         settings = self.runtime.settings
         before = now - timedelta(seconds=settings.sweep_queued_after_s)
         factory = self.runtime.session_factory
         with transaction(factory) as session:
-            due = repository.stale_queued(session, before=before, limit=BATCH)
+            due = repository.queued_mechanisms(session, also) + repository.stale_queued(
+                session, before=before, limit=BATCH
+            )
         sent: list[str] = []
-        for release_id, mechanism in due:
+        for release_id, mechanism in dict(due).items():  # each once, in order
             with transaction(factory) as session:
                 if not repository.touch_queued(session, release_id=release_id, at=now):
                     continue  # started or settled meanwhile

@@ -64,8 +64,9 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
     # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
     "cancel_release": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
-    # Admins revoke any key, owners their own (a revoked key revoked again: 204 again).
-    "revoke_api_key": {OWNER: 204, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 204},
+    # Admins revoke any key, owners and analysts their own (a revoked key revoked again: 204
+    # again); the owner's key is another principal's to an analyst: a missing one.
+    "revoke_api_key": {OWNER: 204, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 204},
 }
 
 # Operations that destroy their object (or end it: a cancel) act on a disposable one (per path

@@ -16,6 +16,7 @@ from sqlalchemy import select, update
 
 from service import bootstrap
 from service.app import create_app
+from service.auth.service import hash_key
 from service.config import Settings
 from service.models import ApiKey, AuditEvent
 from service.runtime import Runtime, build_runtime
@@ -72,8 +73,12 @@ def test_listing_never_shows_secrets(harness: Harness) -> None:
         "bootstrap",
         "active",
     }
-    analyst, _ = h.new_key("analyst")
-    assert h.client.get("/api-keys", headers=h.headers(analyst)).status_code == 403
+    # An analyst lists its own principal's keys, as an owner does.
+    analyst, analyst_id = h.new_key("analyst")
+    theirs = h.client.get("/api-keys", headers=h.headers(analyst))
+    assert theirs.status_code == 200, theirs.text
+    assert [k["principal_id"] for k in theirs.json()["items"]] == [analyst_id]
+    assert analyst not in theirs.text
 
 
 def test_revoked_key_is_refused_on_its_next_request(harness: Harness) -> None:
@@ -115,7 +120,7 @@ def test_owner_revokes_own_key_only(harness: Harness) -> None:
         for k in h.client.get("/api-keys", headers=h.headers(h.admin_key)).json()["items"]
         if k["bootstrap"] and k["active"]
     )
-    other_id = _key_id(h, other)
+    other_id = _id_of(h, other)
     missing = h.client.delete(
         "/api-keys/00000000-0000-0000-0000-000000000000", headers=h.headers(owner)
     )
@@ -130,14 +135,20 @@ def test_owner_revokes_own_key_only(harness: Harness) -> None:
         )
     assert h.client.get("/me", headers=h.headers(other)).status_code == 200
     assert h.client.get("/me", headers=h.headers(h.admin_key)).status_code == 200
-    # Analysts may not revoke (not even their own).
-    analyst_key_id = next(
-        k["id"]
-        for k in h.client.get("/api-keys", headers=h.headers(h.admin_key)).json()["items"]
-        if k["principal_id"] == analyst_id
-    )
+    # An analyst revokes its own key (one it suspects leaked), not an owner's: a missing one.
+    analyst_key_id = _key_id(h, analyst)
+    r = h.client.delete(f"/api-keys/{_key_id(h, owner)}", headers=h.headers(analyst))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+    assert h.client.get("/me", headers=h.headers(owner)).status_code == 200
     r = h.client.delete(f"/api-keys/{analyst_key_id}", headers=h.headers(analyst))
-    assert r.status_code == 403
+    assert r.status_code == 204, r.text
+    _refused(h, analyst)
+    revoked = next(
+        k
+        for k in h.client.get("/api-keys", headers=h.headers(h.admin_key)).json()["items"]
+        if k["id"] == analyst_key_id
+    )
+    assert revoked["principal_id"] == analyst_id and not revoked["active"]
     # Rotation of a tenant's key: an admin issues a successor for the same principal, the
     # owner revokes the old one and keeps their datasets.
     successor = h.client.post(
@@ -155,6 +166,77 @@ def test_owner_revokes_own_key_only(harness: Harness) -> None:
     _refused(h, owner)
     me = h.client.get("/me", headers=h.headers(new_key))
     assert me.status_code == 200 and me.json()["principal_id"] == owner_id
+
+
+def _id_of(h: Harness, key: str) -> str:
+    """The id of ``key`` (an admin's listing shows every key: found by its hash)."""
+    with h.runtime.session_factory() as session:
+        found = session.scalar(select(ApiKey.id).where(ApiKey.key_hash == hash_key(key)))
+    assert found is not None
+    return found
+
+
+def _active_admin_keys(h: Harness) -> list[dict[str, object]]:
+    items = h.client.get("/api-keys", headers=h.headers(h.admin_key)).json()["items"]
+    return [k for k in items if k["role"] == "admin" and k["active"]]
+
+
+def test_the_last_active_admin_key_cannot_be_revoked(harness: Harness) -> None:
+    """Revoking the last active admin key would lock every admin out (nobody could create a
+    key or audit until a new start-up key is configured and the API restarted): 409, typed,
+    nothing changed. With another active admin key it can be revoked."""
+    h = harness
+    mine = _id_of(h, h.admin_key)
+    # Real mode shares its database: other tests' admin keys are revoked (expired ones do not
+    # count), so the start-up key is the one active admin key.
+    soon = h.client.post(
+        "/api-keys",
+        json={"name": "brief", "role": "admin", "expires_in": 1},
+        headers=h.headers(h.admin_key),
+    )
+    assert soon.status_code == 201, soon.text
+    for key in _active_admin_keys(h):
+        if key["id"] not in (mine, soon.json()["key_id"]):
+            r = h.client.delete(f"/api-keys/{key['id']}", headers=h.headers(h.admin_key))
+            assert r.status_code == 204, r.text
+    with h.runtime.session_factory.begin() as session:  # the brief admin key has expired
+        session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == soon.json()["key_id"])
+            .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    assert [k["id"] for k in _active_admin_keys(h)] == [mine]
+
+    r = h.client.delete(f"/api-keys/{mine}", headers=h.headers(h.admin_key))
+    assert r.status_code == 409, r.text
+    error = r.json()["error"]
+    assert error["code"] == "last_admin_key"
+    assert "last active admin key" in error["message"]
+    assert h.client.get("/me", headers=h.headers(h.admin_key)).status_code == 200
+    with h.runtime.session_factory() as session:
+        revoked = session.scalars(
+            select(AuditEvent).where(
+                AuditEvent.action == "api_key.revoked", AuditEvent.object_id == mine
+            )
+        ).all()
+    assert revoked == []
+
+    # Another admin key exists: either may now be revoked, but not both.
+    other, _ = h.new_key("admin")
+    other_id = _id_of(h, other)
+    if h.mode == "embedded":  # real mode's start-up key serves the rest of the session
+        r = h.client.delete(f"/api-keys/{mine}", headers=h.headers(other))
+        assert r.status_code == 204, r.text
+        _refused(h, h.admin_key)
+        r = h.client.delete(f"/api-keys/{other_id}", headers=h.headers(other))
+        assert r.status_code == 409 and r.json()["error"]["code"] == "last_admin_key"
+    else:
+        r = h.client.delete(f"/api-keys/{other_id}", headers=h.headers(h.admin_key))
+        assert r.status_code == 204, r.text
+        r = h.client.delete(f"/api-keys/{mine}", headers=h.headers(h.admin_key))
+        assert r.status_code == 409 and r.json()["error"]["code"] == "last_admin_key"
+    survivor = other if h.mode == "embedded" else h.admin_key
+    assert h.client.get("/me", headers=h.headers(survivor)).status_code == 200
 
 
 def test_create_key_input(embedded: Harness) -> None:

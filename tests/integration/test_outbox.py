@@ -26,6 +26,7 @@ from service.db import transaction
 from service.models import LedgerEntry, Release, SweeperLease, utcnow
 from service.releases import lifecycle
 from service.releases import service as release_service
+from service.releases.mechanisms import worker_queue
 from service.releases.status import ReleaseStatus
 from service.releases.sweeper import Sweeper
 from service.runtime import Dispatcher, Runtime
@@ -286,12 +287,13 @@ def test_sweeper_ends_a_release_left_running_past_its_last_attempt(
         lifecycle.start(session, not_last, max_attempts=settings.task_max_attempts)
     dead = DeadStore()
     monkeypatch.setattr(h.runtime, "store", dead)
+    monkeypatch.setattr(h.runtime, "dispatcher", Broker(down=False))  # records, runs nothing
     _free_lease(h.runtime)
 
     # Within the threshold a last attempt may still be alive: left alone.
     early = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s - 60))
     result = early.sweep()
-    assert result is not None and result.settled == ()
+    assert result is not None and result.settled == () and result.requeued == ()
     assert _release(h, stuck).status == "running"
 
     late = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s + 1))
@@ -300,8 +302,73 @@ def test_sweeper_ends_a_release_left_running_past_its_last_attempt(
     done = h.wait(owner, stuck)
     assert done["status"] == "failed" and "abandoned" in done["error"]
     assert _entries(h, stuck) == [settled_as]
-    assert _release(h, not_last).status == "running"
+    # With attempts left it is queued again and handed over instead (the test below).
+    assert result.requeued == (not_last,) and not_last in result.resent
+    assert _release(h, not_last).status == "queued"
     assert dead.calls == []
+
+
+@pytest.mark.parametrize("claim", [False, True])
+def test_sweeper_hands_over_a_running_release_whose_retry_was_lost(
+    harness: Harness, claim: bool
+) -> None:
+    """An attempt that failed with attempts left, whose retry message was lost: the release
+    stays ``running`` with no sign of life. The sweeper queues it again (audited; the attempt
+    stays counted, nothing is settled) and hands it over; the old attempt, were it alive, can
+    no longer write progress, claim the upload, fail or requeue it; a fresh delivery runs the
+    next attempt to the end, charged once."""
+    h = harness
+    settings = h.runtime.settings
+    owner, release_id, _ = _held(h)
+    with transaction(h.runtime.session_factory) as session:
+        assert lifecycle.start(session, release_id, max_attempts=settings.task_max_attempts)
+        if claim:  # the lost attempt had claimed its upload (and stored nothing)
+            assert lifecycle.claim_upload(session, release_id, artifact_key=f"{release_id}/x")
+    _free_lease(h.runtime)
+    _park_other_queued(h.runtime, release_id)
+    recorder = Broker(down=False)
+    real, h.runtime.dispatcher = h.runtime.dispatcher, recorder
+    try:
+        early = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s - 60))
+        result = early.sweep()
+        assert result is not None and release_id not in result.requeued
+        assert _release(h, release_id).status == "running"
+
+        late = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s + 1))
+        result = late.sweep()
+        assert result is not None and release_id in result.requeued
+        assert recorder.sent.count(release_id) == 1  # handed over once
+    finally:
+        h.runtime.dispatcher = real
+    queued = _release(h, release_id)
+    assert queued.status == "queued" and queued.attempts == 1
+    assert _entries(h, release_id) == ["reserved"]  # nothing settled
+
+    # The old attempt (1), should it be alive, is fenced off: queued now, then superseded.
+    def old_attempt_refused() -> None:
+        with transaction(h.runtime.session_factory) as session:
+            assert not lifecycle.report_progress(
+                session, release_id, progress=0.5, phase=None, attempt=1
+            )
+            assert not lifecycle.claim_upload(
+                session, release_id, artifact_key=f"{release_id}/y", attempt=1
+            )
+            assert not lifecycle.fail(session, release_id, "old attempt's error", attempt=1)
+            assert not lifecycle.requeue(session, release_id, reason="old", attempt=1)
+
+    old_attempt_refused()
+
+    # The re-sent message, delivered: its attempt (counted after the lost one) runs to the end.
+    h.runtime.dispatcher.enqueue(release_id, worker_queue("dpmix"))
+    done = h.wait(owner, release_id)
+    assert done["status"] == "succeeded", done
+    assert done["attempts"] == 2
+    assert _entries(h, release_id) == ["committed"]
+    events = h.client.get(
+        "/audit", params={"object_id": release_id}, headers=h.headers(h.admin_key)
+    ).json()
+    actions = [e["action"] for e in events["items"]]
+    assert actions.count("release.requeued") == 1 and actions.count("release.succeeded") == 1
 
 
 def test_one_of_two_sweepers_sweeps(harness: Harness) -> None:
@@ -340,3 +407,47 @@ def test_one_of_two_sweepers_sweeps(harness: Harness) -> None:
         assert loser.acquire()
     finally:
         h.runtime.dispatcher = real
+
+
+def test_a_stalled_job_still_alive_stops_once_handed_over(toy_harness: Harness) -> None:
+    """The sweeper presumed the job dead (no sign of life for ``sweep_running_after_s``), but it
+    was only slow: once the release is queued again and handed over, the old attempt stores
+    nothing (its progress write or upload claim is refused) and the fresh delivery's attempt
+    publishes the release, charged once; never two attempts publishing."""
+    from tests import toy_mechanism as toy
+
+    h = toy_harness
+    settings = h.runtime.settings
+    owner, dataset_id = _dataset(h)
+    toy.GATE.clear()
+    try:
+        body = {
+            "dataset_id": dataset_id,
+            "mechanism": toy.NAME,
+            "params": {"rows": toy.CHUNK * 50, "totals_noise": 20.0},
+            "epsilon": 0.5,
+        }
+        r = h.client.post("/releases", json=body, headers=h.headers(owner))
+        assert r.status_code == 202, r.text
+        release_id = r.json()["id"]
+        deadline = utcnow() + timedelta(seconds=60)
+        while _release(h, release_id).status != "running":  # attempt 1 waits at the gate
+            assert utcnow() < deadline, "the job never started"
+            threading.Event().wait(0.02)
+        _free_lease(h.runtime)
+        late = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s + 1))
+        result = late.sweep()
+        assert result is not None and release_id in result.requeued
+        assert release_id in result.resent
+    finally:
+        toy.GATE.set()  # the old attempt goes on: it must find itself superseded
+    done = h.wait(owner, release_id)
+    assert done["status"] == "succeeded", done
+    assert done["attempts"] == 2
+    assert _entries(h, release_id) == ["committed"]
+    events = h.client.get(
+        "/audit", params={"object_id": release_id}, headers=h.headers(h.admin_key)
+    ).json()
+    actions = [e["action"] for e in events["items"]]
+    assert actions.count("release.requeued") == 1, actions
+    assert actions.count("release.running") == 2 and actions.count("release.succeeded") == 1

@@ -4,12 +4,16 @@ input is read strictly (JSON types, duplicate JSON keys, duplicate CSV column na
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
+from fastapi import params
+from pydantic import BaseModel
 
 from service.budgets import service as ledger
+from service.datasets.schemas import DatasetMetadata
+from service.strict_json import StrictBody
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
@@ -158,6 +162,113 @@ def test_duplicate_keys_in_upload_metadata_are_refused(embedded: Harness) -> Non
     )
     assert _error(r) == (422, "invalid_input"), r.text
     assert "more than once" in r.json()["error"]["message"]
+
+
+def test_upload_metadata_numbers_are_strict(harness: Harness) -> None:
+    """Upload metadata is read like any JSON body: a bool or a string for a number is refused
+    (422 naming the field), where it was read as 1 or 1.0 and the upload stored; nothing is
+    stored. Integers still count as numbers."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    valid: dict[str, Any] = {
+        "name": "toy",
+        "feature_range": [0, 13],
+        "classes": [0, 1, 2],
+        "budget": {"epsilon": 5, "delta": 1e-5},
+    }
+    cases: dict[str, tuple[dict[str, Any], str]] = {
+        "epsilon true": ({"budget": {"epsilon": True, "delta": 1e-5}}, "budget.epsilon"),
+        "epsilon a string": ({"budget": {"epsilon": "1", "delta": 1e-5}}, "budget.epsilon"),
+        "delta a string": ({"budget": {"epsilon": 5, "delta": "1e-5"}}, "budget.delta"),
+        "delta true": ({"budget": {"epsilon": 5, "delta": True}}, "budget.delta"),
+        "a bound a string": ({"feature_range": [0, "13"]}, "feature_range"),
+        "a bound true": ({"feature_range": [False, 13]}, "feature_range"),
+        "a column's bound a string": (
+            {"feature_range": {str(j): [0, "13"] for j in range(8)}},
+            "feature_range",
+        ),
+        "a class true": ({"classes": [0, 1, True]}, "classes"),
+        "a class a fraction": ({"classes": [0, 1, 2.5]}, "classes"),
+    }
+    before = len(h.client.get("/datasets", headers=h.headers(owner)).json()["items"])
+    for case, (change, field) in cases.items():
+        r = h.upload(owner, npz_bytes(*toy_dataset()), metadata={**valid, **change})
+        assert _error(r) == (422, "invalid_input"), (case, r.text)
+        assert field in r.json()["error"]["message"], (case, r.text)
+    after = h.client.get("/datasets", headers=h.headers(owner)).json()["items"]
+    assert len(after) == before
+    ok = h.upload(owner, npz_bytes(*toy_dataset()), metadata=dict(valid))
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["budget"]["epsilon"] == 5.0
+
+
+def test_every_json_body_is_strict(harness: Harness) -> None:
+    """Every JSON request body model derives from StrictBody (a body added later cannot be
+    lax by default), and the API-key and grant bodies refuse a bool or a string for a
+    number, a number for a string, as release requests do; valid bodies still pass."""
+    h = harness
+    models = _body_models(h.client.app)  # type: ignore[arg-type]
+    assert {"NewPrincipalKey", "PrincipalKey", "GrantIn", "DPMixRequest"} <= {
+        m.__name__ for m in models
+    }, models
+    lax = [m.__name__ for m in models if not issubclass(m, StrictBody)]
+    assert lax == [], f"JSON bodies not derived from StrictBody: {lax}"
+    assert issubclass(DatasetMetadata, StrictBody)  # a form field's JSON, read the same way
+
+    admin = h.headers(h.admin_key)
+    owner, _ = h.new_key("owner")
+    _, analyst_id = h.new_key("analyst")
+    ds = h.upload(owner, npz_bytes(*toy_dataset())).json()["id"]
+    refused: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+        ("/api-keys", {"name": "a", "role": "owner", "expires_in": True}, admin),
+        ("/api-keys", {"name": "a", "role": "owner", "expires_in": "60"}, admin),
+        ("/api-keys", {"name": "a", "role": "owner", "expires_in": 60.5}, admin),
+        ("/api-keys", {"name": "a", "role": "owner", "expires_in": [60]}, admin),
+        ("/api-keys", {"name": 1, "role": "owner"}, admin),
+        ("/api-keys", {"name": "a", "role": True}, admin),
+        ("/api-keys", {"principal_id": analyst_id, "expires_in": "60"}, admin),
+        ("/api-keys", {"principal_id": 5}, admin),
+        (f"/datasets/{ds}/grants", {"principal_id": True}, h.headers(owner)),
+        (f"/datasets/{ds}/grants", {"principal_id": 12}, h.headers(owner)),
+    ]
+    for path, body, headers in refused:
+        r = h.client.post(path, json=body, headers=headers)
+        assert _error(r) == (422, "invalid_input"), (path, body, r.text)
+    for expires_in in (60, 60.0):  # JSON Schema's integer: a number without a fraction
+        ok = h.client.post(
+            "/api-keys",
+            json={"name": "a", "role": "analyst", "expires_in": expires_in},
+            headers=admin,
+        )
+        assert ok.status_code == 201, ok.text
+    grant = h.client.post(
+        f"/datasets/{ds}/grants", json={"principal_id": analyst_id}, headers=h.headers(owner)
+    )
+    assert grant.status_code == 201, grant.text
+
+
+def _body_models(app: Any) -> list[type[BaseModel]]:
+    """The pydantic models of every route's JSON body (unions and Annotated unwrapped)."""
+    found: list[type[BaseModel]] = []
+
+    def collect(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found.append(annotation)
+        for arg in get_args(annotation):
+            collect(arg)
+
+    def walk(routes: Any) -> None:
+        for route in routes:
+            included = getattr(route, "original_router", None)  # an included router
+            if included is not None:
+                walk(included.routes)
+            field = getattr(route, "body_field", None)
+            # Multipart forms (the upload) are not JSON: their metadata is checked apart.
+            if field is not None and not isinstance(field.field_info, params.Form):
+                collect(field.field_info.annotation)
+
+    walk(app.routes)
+    return found
 
 
 def test_duplicate_csv_column_names_are_refused(embedded: Harness) -> None:
