@@ -166,7 +166,12 @@ def test_metrics_count_requests_ledger_jobs_and_releases(harness: Harness) -> No
 
     # Route templates, never raw ids.
     route = "/datasets/{dataset_id}"
-    assert grew("dprelease_http_request_duration_seconds_count", route=route, status="200") == 1
+    assert (
+        grew(
+            "dprelease_http_request_duration_seconds_count", method="GET", route=route, status="200"
+        )
+        == 1
+    )
     assert dataset_id not in after
     assert grew("dprelease_ledger_decisions_total", decision="admitted") == 1
     assert grew("dprelease_ledger_decisions_total", decision="refused") == 1
