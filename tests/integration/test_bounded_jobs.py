@@ -103,7 +103,20 @@ def _entries(h: Harness, owner: str, dataset_id: str, release_id: str) -> list[s
 
 
 def _left(root: Path) -> list[str]:
+    if not root.exists():  # made by the first job that writes scratch
+        return []
     return sorted(p.name for p in root.iterdir() if p.name.startswith(scratch.PREFIX))
+
+
+def _scratch_appears(root: Path, timeout: float = 30.0) -> list[str]:
+    """The scratch directories once one exists: a release is `running` from its start, a
+    little before its job makes its scratch directory."""
+    deadline = time.monotonic() + timeout
+    while not (found := _left(root)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no scratch directory under {root}")
+        time.sleep(0.02)
+    return found
 
 
 # --- free disk --------------------------------------------------------------------------------
@@ -254,7 +267,7 @@ def test_shutdown_stops_the_job_between_chunks_and_requeues(
                 owner, ds = _dataset(h)
                 rid = _toy_release(h, owner, ds, rows=toy.CHUNK * 50)
                 _wait_for(h, owner, rid, lambda r: r["status"] == "running")
-                assert len(_left(root)) == 1
+                assert len(_scratch_appears(root)) == 1
                 stopped = threading.Thread(target=runtime.dispatcher.shutdown)
                 stopped.start()
                 time.sleep(0.2)
