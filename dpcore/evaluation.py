@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,10 +42,15 @@ class Release:
 
     @property
     def image_shape(self) -> tuple[int, ...] | None:
-        shape = tuple(self.metadata.get("feature_shape", ()))
-        if len(shape) == 2 and self.hints.image_features:
-            return shape
-        return None
+        """(h, w) when the release's rows are images: its metadata's 2-D feature shape, or,
+        for a file without that metadata (a CSV release), d a perfect square ≥ 64 (28 × 28)."""
+        if not self.hints.image_features:
+            return None
+        if "feature_shape" in self.metadata:
+            shape = tuple(self.metadata["feature_shape"])
+            return shape if len(shape) == 2 else None
+        side = math.isqrt(self.X.shape[1])
+        return (side, side) if side * side == self.X.shape[1] and side >= 8 else None
 
 
 def hints_for(mechanism: str) -> EvaluationHints:
@@ -63,6 +70,120 @@ def load_release(content: bytes) -> Release:
     metadata = json.loads(str(arrays.pop("metadata")))
     X, Y = arrays.pop("X"), arrays.pop("y")
     return Release(X.astype(np.float64), Y.astype(np.float64), metadata, arrays)
+
+
+#: Label names an analyst's test table is most likely to use, tried in order when no
+#: ``label_column`` is given (the release's own label columns are ``y_<class>``).
+LABEL_COLUMNS = ("y", "label", "class", "target")
+
+
+def detect_format(path: Any) -> str:
+    """npz, parquet or csv, from the file's first bytes (an NPZ is a zip, a Parquet file starts
+    with PAR1), so a misnamed file is still read as what it is."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head[:2] == b"PK":
+        return "npz"
+    if head == b"PAR1":
+        return "parquet"
+    return "csv"
+
+
+def _read_table(path: Any, fmt: str) -> Any:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path) if fmt == "parquet" else pacsv.read_csv(path)
+    except Exception as exc:  # pyarrow's errors have no common base worth naming
+        raise ValueError(f"cannot read {path} as {fmt}: {exc}") from None
+
+
+def load_release_file(path: Any, metadata: dict[str, Any] | None = None) -> Release:
+    """A release file as the service writes it (worker/artifacts.py), whatever its format.
+
+    NPZ and Parquet carry their metadata (the NPZ's ``metadata`` array, the Parquet schema's
+    ``dprelease`` key); a CSV release carries none, so ``metadata`` (the release's metadata
+    JSON) is taken when given, else a minimal one is built from the column names: classes from
+    the ``y_<class>`` columns, no feature range (test rows are then used as given)."""
+    fmt = detect_format(path)
+    if fmt == "npz":
+        try:
+            with open(path, "rb") as handle:
+                release = load_release(handle.read())
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(
+                f"cannot read {path} as an NPZ release (X, y, metadata): {exc}"
+            ) from None
+        if metadata is not None:
+            release.metadata = metadata
+        return release
+    table = _read_table(path, fmt)
+    x_cols = [c for c in table.column_names if c.startswith("x_")]
+    y_cols = [c for c in table.column_names if c.startswith("y_")]
+    if not x_cols or not y_cols:
+        raise ValueError(
+            f"{path} is not a release: it needs x_<feature> and y_<class> columns, "
+            f"found {table.column_names[:10]}"
+        )
+    stored = (table.schema.metadata or {}).get(b"dprelease")
+    if metadata is None and stored is not None:
+        metadata = json.loads(stored)
+    if metadata is None:
+        metadata = {
+            "mechanism": "unknown",
+            "params": {},
+            "classes": [c[2:] for c in y_cols],
+            "feature_names": [c[2:] for c in x_cols],
+        }
+    X = np.column_stack([table.column(c).to_numpy() for c in x_cols]).astype(np.float64)
+    Y = np.column_stack([table.column(c).to_numpy() for c in y_cols]).astype(np.float64)
+    if len(metadata.get("classes", y_cols)) != len(y_cols):
+        raise ValueError(
+            f"{path} has {len(y_cols)} label columns, "
+            f"its metadata {len(metadata['classes'])} classes"
+        )
+    return Release(X, Y, metadata)
+
+
+def load_records(
+    path: Any, *, label_column: str | None = None, feature_names: list[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Real records (features ``X`` in the dataset's raw scale, labels ``y``) from an NPZ with
+    ``X`` and ``y`` or a CSV/Parquet table with a label column: ``label_column``, else the
+    first of LABEL_COLUMNS present. The table's other columns are the features, taken in the
+    release's feature order when it names them all (``feature_names``), else in file order."""
+    fmt = detect_format(path)
+    if fmt == "npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                X, y = npz["X"], npz["y"]
+        except KeyError as exc:
+            raise ValueError(
+                f"{path}: an NPZ of records needs arrays X and y (missing {exc})"
+            ) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"cannot read {path} as NPZ: {exc}") from None
+        return np.asarray(X).reshape(len(X), -1), np.asarray(y)
+    table = _read_table(path, fmt)
+    names = table.column_names
+    if label_column is None:
+        label_column = next((c for c in LABEL_COLUMNS if c in names), None)
+        if label_column is None:
+            raise ValueError(
+                f"{path}: no label column among {list(LABEL_COLUMNS)}; name it with --label-column"
+            )
+    elif label_column not in names:
+        raise ValueError(f"{path} has no column {label_column!r}")
+    rest = [c for c in names if c != label_column]
+    if feature_names and all(f in rest for f in feature_names):
+        rest = list(feature_names)
+    try:
+        X = np.column_stack([table.column(c).to_numpy() for c in rest]).astype(np.float64)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: feature columns must be numeric ({exc})") from None
+    y = np.asarray(table.column(label_column).to_pylist(), dtype=object)
+    return X, y
 
 
 def release_from_file(
@@ -87,9 +208,23 @@ def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
     """Map real records into the release's feature space, with public facts only."""
     meta = release.metadata
     X = np.asarray(X_raw, dtype=np.float64).reshape(len(X_raw), -1)
+    if "feature_range" in meta:
+        expected = len(meta["feature_range"]["lo"])
+    elif "feature_names" in meta:
+        expected = len(meta["feature_names"])
+    else:
+        expected = release.X.shape[1]
+    if X.shape[1] != expected:
+        raise ValueError(
+            f"the test records have {X.shape[1]} features, the release's data {expected}"
+        )
     custom = release.hints.preprocess_test
     if custom is not None:
         return np.asarray(custom(meta, release.extra, X))
+    if "feature_range" not in meta:
+        # A release without its metadata (a CSV release): no declared bounds to map test rows
+        # with, so they are taken as already in the release's feature space.
+        return X
     lo = np.asarray(meta["feature_range"]["lo"])
     hi = np.asarray(meta["feature_range"]["hi"])
     return unit_features(X, lo, hi)
@@ -154,31 +289,62 @@ class TrainingSet:
         return self.Y.argmax(axis=1)
 
 
-#: A model family: trained on the release, returns its predicted class indices on ``Xt``, or
-#: None when the family does not apply (the CNN on data that is not image-shaped).
-Trainer = Callable[[TrainingSet], np.ndarray | None]
+@dataclass(frozen=True)
+class Prediction:
+    """A trained family's output on the test rows: its predicted class indices and, for ROC
+    AUC, per-class scores (n × k, over every release class; probabilities or decision values,
+    only their order matters) or None with the reason there are none."""
+
+    labels: np.ndarray
+    scores: np.ndarray | None
+    no_scores: str | None = None
 
 
-def _linear(data: TrainingSet) -> np.ndarray:
+#: A model family: trained on the release, returns its Prediction on ``Xt``.
+Trainer = Callable[[TrainingSet], Prediction]
+
+
+def _linear(data: TrainingSet) -> Prediction:
     """Ridge regression (λ = 1) on the label matrix itself: signed or soft labels as given."""
     A = np.hstack([data.X, np.ones((len(data.X), 1))])
     W = np.linalg.solve(A.T @ A + np.eye(A.shape[1]), A.T @ data.Y)
-    return (np.hstack([data.Xt, np.ones((len(data.Xt), 1))]) @ W).argmax(1)  # type: ignore[no-any-return]
+    scores = np.hstack([data.Xt, np.ones((len(data.Xt), 1))]) @ W
+    return Prediction(scores.argmax(1), scores)
 
 
 def _sklearn(make: Callable[[int], Any]) -> Trainer:
     """A scikit-learn classifier with its default settings on hard labels (argmax of Y)."""
 
-    def train(data: TrainingSet) -> np.ndarray:
+    def train(data: TrainingSet) -> Prediction:
         y = data.hard_labels()
         present = np.unique(y)
         if len(present) < 2:
             # scikit-learn refuses one-class training sets; the only thing such a release can
             # teach is that class, so predict it (accuracy = its share of the test set).
-            return np.full(len(data.Xt), present[0])
+            return Prediction(
+                np.full(len(data.Xt), present[0]),
+                None,
+                f"the release's hard labels hold one class ({int(present[0])})",
+            )
         model = make(data.seed)
         model.fit(data.X, y)
-        return np.asarray(model.predict(data.Xt))
+        labels = np.asarray(model.predict(data.Xt))
+        k = data.Y.shape[1]
+        if len(present) < k:
+            # A class no training row carries has no score a ranking could use.
+            missing = sorted(set(range(k)) - {int(c) for c in present})
+            return Prediction(
+                labels, None, f"classes {missing} absent from the release's hard labels"
+            )
+        if hasattr(model, "predict_proba"):
+            raw = np.asarray(model.predict_proba(data.Xt))
+        else:
+            raw = np.asarray(model.decision_function(data.Xt))
+            if raw.ndim == 1:  # binary: the positive class's margin
+                raw = np.column_stack([-raw, raw])
+        scores = np.zeros((len(data.Xt), k))
+        scores[:, np.asarray(model.classes_, dtype=int)] = raw
+        return Prediction(labels, scores)
 
     return train
 
@@ -202,13 +368,18 @@ def _hgb(seed: int) -> Any:
 
 
 def _torch_family(kind: str) -> Trainer:
-    def train(data: TrainingSet) -> np.ndarray | None:
+    def train(data: TrainingSet) -> Prediction:
         if kind == "cnn" and data.shape is None:
-            return None  # image-shaped data only
+            raise ValueError(NOT_IMAGES)
         return _train(kind, data)
 
     return train
 
+
+NOT_IMAGES = (
+    "cnn needs image-shaped data (a 2-D feature shape, or d a perfect square ≥ 64 such as 784); "
+    "this release is tabular: use logistic, hgb or sklearn_mlp"
+)
 
 #: Every model family ``evaluate`` can train, by name: the one table the CLI, the worker's
 #: owner report and the benches read.
@@ -221,6 +392,19 @@ FAMILIES: dict[str, Trainer] = {
     "cnn": _torch_family("cnn"),
 }
 CLASSIFIERS = tuple(FAMILIES)
+#: What ``dprelease evaluate`` trains unless told: scikit-learn models as an analyst would use
+#: them, quick on CPU; the torch networks only when asked.
+DEFAULT_CLASSIFIERS = ("logistic", "hgb", "sklearn_mlp")
+
+
+def families_for(release: Release, requested: tuple[str, ...]) -> tuple[str, ...]:
+    """The families to train: ``all`` is every family that applies (the CNN on images only);
+    the CNN asked for by name on tabular data is refused."""
+    if "all" in requested:
+        return tuple(f for f in CLASSIFIERS if f != "cnn" or release.image_shape is not None)
+    if "cnn" in requested and release.image_shape is None:
+        raise ValueError(NOT_IMAGES)
+    return requested or DEFAULT_CLASSIFIERS
 
 
 def _network(kind: str, dim: int, k: int, shape: tuple[int, ...] | None) -> torch.nn.Module:
@@ -247,7 +431,7 @@ def _network(kind: str, dim: int, k: int, shape: tuple[int, ...] | None) -> torc
     )
 
 
-def _train(kind: str, data: TrainingSet) -> np.ndarray:
+def _train(kind: str, data: TrainingSet) -> Prediction:
     import torch
 
     torch.manual_seed(data.seed)
@@ -269,7 +453,53 @@ def _train(kind: str, data: TrainingSet) -> np.ndarray:
             loss.backward()
             opt.step()
     with torch.no_grad():
-        return net(torch.tensor(data.Xt, dtype=torch.float32)).argmax(1).numpy()  # type: ignore[no-any-return]
+        scores = net(torch.tensor(data.Xt, dtype=torch.float32)).numpy().astype(np.float64)
+    return Prediction(scores.argmax(1), scores)
+
+
+def roc_auc(yt: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC of per-class scores: binary (two classes), the positive class's score against
+    the negative's; more classes, the macro mean of one-vs-rest AUCs over the classes the test
+    set holds (sklearn's ``multi_class="ovr"``, for decision values as well as
+    probabilities)."""
+    from sklearn.metrics import roc_auc_score
+
+    if scores.shape[1] == 2:
+        return float(roc_auc_score(yt == 1, scores[:, 1] - scores[:, 0]))
+    present = np.unique(yt)
+    return float(np.mean([roc_auc_score(yt == c, scores[:, c]) for c in present]))
+
+
+def balanced_accuracy(yt: np.ndarray, pred: np.ndarray) -> float:
+    """The mean recall over the classes the test set holds."""
+    return float(np.mean([np.mean(pred[yt == c] == c) for c in np.unique(yt)]))
+
+
+def metrics(yt: np.ndarray, prediction: Prediction) -> dict[str, Any]:
+    """Accuracy, balanced accuracy and ROC AUC (null with ``roc_auc_reason`` when it cannot be
+    computed: no scores, or a test set of one class)."""
+    row: dict[str, Any] = {
+        "accuracy": float(np.mean(prediction.labels == yt)),
+        "balanced_accuracy": balanced_accuracy(yt, prediction.labels),
+        "roc_auc": None,
+    }
+    if len(np.unique(yt)) < 2:
+        row["roc_auc_reason"] = "the test set holds one class"
+    elif prediction.scores is None:
+        row["roc_auc_reason"] = prediction.no_scores or "the model gives no scores"
+    else:
+        row["roc_auc"] = roc_auc(yt, prediction.scores)
+    return row
+
+
+def majority_class(Y: np.ndarray) -> int:
+    """The release's most frequent class: the largest total of its (clipped) label columns."""
+    return int(np.clip(Y, 0, None).sum(axis=0).argmax())
+
+
+#: Called as each model finishes: its name ("logistic", "majority", "reference/logistic") and
+#: its metrics row (with "seconds").
+OnResult = Callable[[str, dict[str, Any]], None]
 
 
 def evaluate(
@@ -281,34 +511,78 @@ def evaluate(
     postprocessing: str = "none",
     epochs: int = 20,
     seed: int = 0,
+    reference: tuple[np.ndarray, np.ndarray] | None = None,
+    on_result: OnResult | None = None,
 ) -> dict[str, Any]:
+    """Train each family on the release and score it on the test records. Beside them: the
+    majority-class row (the release's most frequent class, predicted for every test row: what
+    the release's label counts alone give, learned without the test set) and, when
+    ``reference`` holds real training records (X raw, y), the same families trained on them:
+    what the data would give without privacy."""
+    for kind in classifiers:
+        if kind not in FAMILIES:
+            raise ValueError(f"unknown model family {kind!r}; known: {CLASSIFIERS}")
+    if "cnn" in classifiers and release.image_shape is None:
+        raise ValueError(NOT_IMAGES)  # before anything is trained, not after the others
     Xt = preprocess_test(release, X_test_raw)
     yt = class_indices(release, y_test_raw)
     X = postprocess(release, postprocessing)
     soft = release.hints.soft_labels
+    k = release.Y.shape[1]
     report: dict[str, Any] = {
         "release_id": release.metadata.get("release_id"),
         "mechanism": release.metadata["mechanism"],
         "params": release.metadata["params"],
         "charge": release.metadata.get("charge"),
         "postprocessing": postprocessing,
+        "test_preprocessing": "declared feature range"
+        if "feature_range" in release.metadata or release.hints.preprocess_test
+        else "none: the release file carries no metadata, test rows are used as given",
         "rows": len(X),
         "test_rows": len(yt),
         "chance": float(np.bincount(yt).max() / len(yt)),
         "accuracy": {},
+        "balanced_accuracy": {},
+        "roc_auc": {},
+        "roc_auc_reason": {},
+        "seconds": {},
         "fidelity": fidelity(X, release.Y, Xt, yt),
     }
+
+    def record(name: str, row: dict[str, Any]) -> None:
+        if on_result is not None:
+            on_result(name, row)
+
+    top = majority_class(release.Y)
+    majority = metrics(yt, Prediction(np.full(len(yt), top), np.tile(np.eye(k)[top], (len(yt), 1))))
+    report["majority"] = {"class": release.metadata["classes"][top], **majority}
+    record("majority", report["majority"])
+
     data = TrainingSet(X, release.Y, Xt, release.image_shape, soft=soft, epochs=epochs, seed=seed)
-    report["seconds"] = {}
     for kind in classifiers:
-        try:
-            trainer = FAMILIES[kind]
-        except KeyError:
-            raise ValueError(f"unknown model family {kind!r}; known: {CLASSIFIERS}") from None
         start = time.perf_counter()
-        pred = trainer(data)
-        report["seconds"][kind] = round(time.perf_counter() - start, 3)
-        report["accuracy"][kind] = None if pred is None else float((pred == yt).mean())
+        row = metrics(yt, FAMILIES[kind](data))
+        row["seconds"] = round(time.perf_counter() - start, 3)
+        for key in ("accuracy", "balanced_accuracy", "roc_auc", "seconds"):
+            report[key][kind] = row[key]
+        if "roc_auc_reason" in row:
+            report["roc_auc_reason"][kind] = row["roc_auc_reason"]
+        record(kind, row)
+
+    if reference is None:
+        report["reference"] = None
+        return report
+    # The non-private reference: real records, preprocessed as the test rows, one-hot labels.
+    Xr = preprocess_test(release, reference[0])
+    Yr = np.eye(k)[class_indices(release, reference[1])]
+    ref = TrainingSet(Xr, Yr, Xt, release.image_shape, soft=True, epochs=epochs, seed=seed)
+    report["reference"] = {"rows": len(Xr)}
+    for kind in classifiers:
+        start = time.perf_counter()
+        row = metrics(yt, FAMILIES[kind](ref))
+        row["seconds"] = round(time.perf_counter() - start, 3)
+        report["reference"][kind] = row
+        record(f"reference/{kind}", row)
     return report
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dpcore.evaluation import CLASSIFIERS, FAMILIES, Release, evaluate
+from dpcore.evaluation import CLASSIFIERS, FAMILIES, Release, evaluate, families_for
 from dpcore.preprocessing import one_hot, unit_features
 from dprelease_cli.main import cli
 
@@ -76,9 +76,15 @@ def test_each_family_is_near_chance_on_shuffled_labels(
 def test_cnn_needs_image_shaped_data(toy: tuple[Release, np.ndarray, np.ndarray]) -> None:
     release, X_test, y_test = toy
     flat = Release(release.X, release.Y, {**release.metadata, "feature_shape": [64]})
-    report = evaluate(flat, X_test, y_test, classifiers=("cnn", "linear"), epochs=1)
-    assert report["accuracy"]["cnn"] is None
-    assert report["accuracy"]["linear"] > 0.9
+    # Asked by name on tabular data: refused with a message saying what to use instead (it
+    # used to train nothing and report null, after the other families ran).
+    with pytest.raises(ValueError, match="cnn needs image-shaped data"):
+        evaluate(flat, X_test, y_test, classifiers=("cnn", "linear"), epochs=1)
+    with pytest.raises(ValueError, match="cnn needs image-shaped data"):
+        families_for(flat, ("cnn",))
+    # 'all' trains every family that applies: the CNN only on images.
+    assert "cnn" not in families_for(flat, ("all",))
+    assert families_for(release, ("all",)) == CLASSIFIERS
 
 
 @pytest.mark.parametrize("family", ["logistic", "sklearn_mlp", "hgb"])
