@@ -19,8 +19,20 @@ class ApiKeyCreated(TypedDict, total=False):
     expires_at: str | None
 
 
+class ApiKey(TypedDict, total=False):
+    id: str
+    principal_id: str
+    name: str
+    role: str
+    active: bool
+    bootstrap: bool
+    created_at: str
+    expires_at: str | None
+    revoked_at: str | None
+
+
 class ApiKeyList(TypedDict, total=False):
-    items: list[dict[str, Any]]
+    items: list[ApiKey]
 
 
 class Me(TypedDict, total=False):
@@ -115,16 +127,48 @@ class Ledger(TypedDict, total=False):
     entries: list[dict[str, Any]]
 
 
+class BudgetSummary(TypedDict, total=False):
+    dataset_id: str
+    dataset_name: str
+    epsilon: float
+    delta: float
+    spent: float
+    reserved: float
+    remaining: float
+    delta_spent: float
+    delta_reserved: float
+    delta_remaining: float
+    release_count: int
+
+
 class BudgetList(TypedDict, total=False):
-    items: list[dict[str, Any]]
+    items: list[BudgetSummary]
+
+
+class Mechanism(TypedDict, total=False):
+    name: str
+    summary: str
+    accountants: list[Any]
+    output: Any
+    params_schema: dict[str, Any]
 
 
 class MechanismList(TypedDict, total=False):
-    items: list[dict[str, Any]]
+    items: list[Mechanism]
+
+
+class AuditEvent(TypedDict, total=False):
+    id: Any
+    at: str
+    actor: str | None
+    action: str
+    object_type: str
+    object_id: str | None
+    detail: dict[str, Any]
 
 
 class AuditPage(TypedDict, total=False):
-    items: list[dict[str, Any]]
+    items: list[AuditEvent]
     next_cursor: str | None
 
 
