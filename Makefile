@@ -16,7 +16,7 @@ BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
 # Packages that mypy checks.
-TYPED_PACKAGES = service worker dpcore dprelease_cli
+TYPED_PACKAGES = service worker dpcore dprelease_cli dprelease_client
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-m "not slow"'`. Tiers (markers): `unit`
 # and `integration` come from the folder (tests/conftest.py); `slow` marks property-based, fuzz,
 # schemathesis, crash and concurrency tests and any test over ~10 s.

@@ -4,9 +4,14 @@ Every command prints its result as JSON (indent 2) on stdout so scripts can pars
 messages and the progress bar go to stderr. Failures print ``error: <message>`` (plus the
 error's detail as JSON when there is one) on stderr and exit with status 1.
 
-The API client is created lazily by :meth:`CliState.api`, so a subcommand that never calls it
-(an offline one) needs neither a key nor a reachable server. Tests inject an HTTP client with
+The API client (:mod:`dprelease_client`, httpx only) is created lazily by
+:meth:`CliState.api`, so a subcommand that never calls it (an offline one) needs neither a key
+nor a reachable server. Tests inject an HTTP client with
 ``runner.invoke(cli, args, obj=CliState(http=httpx.Client(transport=...)))``.
+
+Start-up stays light: importing this module loads neither numpy, torch nor dpcore (a test
+checks it). The offline commands that need them are registered by name in ``_LAZY_COMMANDS``
+and imported only when run (or asked for their own --help).
 """
 
 from __future__ import annotations
@@ -14,9 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,17 +27,16 @@ from typing import IO, Any, TypeVar
 
 import click
 import httpx
-from tqdm import tqdm
 
-from dpcore.mechanisms.registry import BUILTIN
-from dprelease_cli.client import ApiClient, ApiError
+from dprelease_cli.client import TERMINAL_STATUSES, ApiClient, ApiError, WaitTimeout
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 NO_KEY_MESSAGE = "no API key: pass --key or set DPRELEASE_KEY"
 ROLES = ("owner", "analyst", "admin")
 FORMATS = ("npz", "csv", "parquet")
-# The API's terminal statuses (service.releases.status; the CLI imports nothing of the service).
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# The registry's first built-in (dpcore.mechanisms.registry.BUILTIN[0]; a test keeps them
+# equal): named here so that `dprelease --help` does not import dpcore.
+DEFAULT_MECHANISM = "dpmix"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,8 +94,56 @@ def _key_from_home() -> str | None:
     return key or None
 
 
+# Offline commands whose module imports numpy/dpcore (evaluate: torch, scikit-learn): name ->
+# (module, attribute, short help). The module is imported only when the command is looked up
+# to run; `dprelease --help` lists it with the short help given here (a test checks it equals
+# the command's own).
+_LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "evaluate": (
+        "dprelease_cli.evaluate_cmd",
+        "evaluate_command",
+        "Train classifiers on an NPZ RELEASE and report each one's accuracy on real test data "
+        "and its training seconds, with simple fidelity figures.",
+    ),
+}
+
+
 class _Group(click.Group):
-    """Turns API errors raised anywhere below into :class:`CliError`."""
+    """Turns API errors raised anywhere below into :class:`CliError`; loads the commands of
+    ``_LAZY_COMMANDS`` on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY_COMMANDS and cmd_name not in self.commands:
+            import importlib
+
+            module, attr, _ = _LAZY_COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with the lazy commands' short help taken from
+        ``_LAZY_COMMANDS`` instead of importing them."""
+        rows: list[tuple[str, str]] = []
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        for name in names:
+            if name in _LAZY_COMMANDS and name not in self.commands:
+                rows.append(
+                    (
+                        name,
+                        click.Command(name, help=_LAZY_COMMANDS[name][2]).get_short_help_str(limit),
+                    )
+                )
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -164,7 +214,7 @@ def release_options(func: F) -> F:
     options = [
         click.option(
             "--mechanism",
-            default=BUILTIN[0],
+            default=DEFAULT_MECHANISM,
             show_default=True,
             help="Mechanism name (GET /mechanisms lists them).",
         ),
@@ -573,8 +623,9 @@ def release(
     api = state.api()
     created = api.create_release(body)
     say(f"release {created.get('id')} {created.get('status')}")
-    if created.get("research"):
-        say(created["research"].get("statement", ""))
+    research_info = created.get("research")
+    if research_info:
+        say(research_info.get("statement", ""))
     if not wait:
         emit(created)
         return
@@ -597,59 +648,36 @@ def _describe_error(error: Any) -> str:
 
 
 def _wait_for(
-    api: ApiClient, release: dict[str, Any], *, poll_interval: float, timeout: float | None
+    api: ApiClient, release: Mapping[str, Any], *, poll_interval: float, timeout: float | None
 ) -> dict[str, Any]:
-    """Poll until the release is succeeded, failed or cancelled, showing progress on stderr."""
+    """Wait with :meth:`dprelease_client.Client.wait` (its progress bar on stderr), polling
+    every ``poll_interval`` seconds (no backoff: the user chose the interval)."""
     release_id = str(release.get("id"))
-    deadline = None if timeout is None else time.monotonic() + timeout
-    bar = tqdm(
-        total=100,
-        desc=f"release {release_id}",
-        file=sys.stderr,
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}",
-        dynamic_ncols=True,
-    )
+    if release.get("status") in TERMINAL_STATUSES:
+        return dict(release)
     try:
-        while True:
-            _show_progress(bar, release)
-            if release.get("status") in TERMINAL_STATUSES:
-                return release
-            if deadline is not None and time.monotonic() >= deadline:
-                emit(release)
-                raise CliError(
-                    f"timed out after {timeout:g}s waiting for release {release_id} "
-                    f"(status: {release.get('status')}); it keeps running on the server, "
-                    f"check it with: dprelease status {release_id}"
-                )
-            time.sleep(poll_interval)
-            release = api.get_release(release_id)
+        final = api.wait(
+            release_id,
+            timeout=timeout,
+            poll=poll_interval,
+            max_poll=poll_interval,
+            progress=True,
+            check=False,
+        )
+    except WaitTimeout as exc:
+        emit(exc.detail.get("release"))
+        raise CliError(f"{exc.message}, check it with: dprelease status {release_id}") from None
     except KeyboardInterrupt:
-        bar.close()
         say(
             f"stopped waiting; release {release_id} keeps running on the server "
             f"(dprelease status {release_id})"
         )
         raise click.exceptions.Exit(130) from None
-    finally:
-        bar.close()
-
-
-def _show_progress(bar: Any, release: dict[str, Any]) -> None:
-    status = release.get("status")
-    progress = release.get("progress")
-    fraction = float(progress) if isinstance(progress, int | float) else 0.0
-    if status == "succeeded":
-        fraction = 1.0
-    bar.n = round(min(max(fraction, 0.0), 1.0) * 100)
-    phase = release.get("phase")
-    # The phase is the job's word for its current step (rows written, training epochs, …).
-    shown = f"{status}: {phase}" if phase and status == "running" else str(status)
-    bar.set_postfix_str(shown, refresh=False)
-    bar.refresh()
+    return dict(final)
 
 
 def _download(
-    api: ApiClient, release: dict[str, Any], output: Path, name: str | None = None
+    api: ApiClient, release: Mapping[str, Any], output: Path, name: str | None = None
 ) -> dict[str, Any]:
     release_id = str(release.get("id"))
     artifact = release.get("artifact")
@@ -775,7 +803,7 @@ def download(state: CliState, release_id: str, output: Path, name: str | None) -
 def budgets(state: CliState, dataset_id: str | None) -> None:
     """List budgets, or show the ledger of DATASET_ID."""
     api = state.api()
-    result = api.get_budget(dataset_id) if dataset_id else api.list_budgets()
+    result: dict[str, Any] = dict(api.get_budget(dataset_id) if dataset_id else api.list_budgets())
     # A line per dataset on stderr: what remains of ε and of δ (both budgets under the
     # ledger's filter); stdout keeps the JSON.
     for item in result.get("items") or [result]:
@@ -795,13 +823,11 @@ def _budget_line(item: dict[str, Any]) -> str:
     )
 
 
-from dprelease_cli.account import account  # noqa: E402  (offline subcommands)
+from dprelease_cli.account import account  # noqa: E402  (offline subcommands, light)
 from dprelease_cli.audit_cmd import audit_command  # noqa: E402
-from dprelease_cli.evaluate_cmd import evaluate_command  # noqa: E402
 
 cli.add_command(account)
 cli.add_command(audit_command)
-cli.add_command(evaluate_command)
 
 
 def main() -> None:

@@ -170,7 +170,8 @@ def api() -> FakeApi:
 
 @pytest.fixture(autouse=True)
 def _no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dprelease_cli.main.time.sleep", lambda _s: None)
+    # The client sleeps between polls and retries (Client.sleep is time.sleep).
+    monkeypatch.setattr("time.sleep", lambda _s: None)
 
 
 @pytest.fixture

@@ -1,0 +1,27 @@
+"""A light Python client for the dprelease API: httpx only at import (no numpy, pandas or
+torch), typed methods for every operation, :meth:`Client.wait` with progress and
+:meth:`Client.to_pandas` for releases. See README "Python client"."""
+
+from dprelease_client.client import (
+    TERMINAL_STATUSES,
+    ApiConnectionError,
+    ApiError,
+    ChecksumMismatch,
+    Client,
+    Download,
+    ReleaseFailed,
+    WaitTimeout,
+    read_release,
+)
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "ApiConnectionError",
+    "ApiError",
+    "ChecksumMismatch",
+    "Client",
+    "Download",
+    "ReleaseFailed",
+    "WaitTimeout",
+    "read_release",
+]

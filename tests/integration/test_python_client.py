@@ -1,0 +1,150 @@
+"""The README's notebook example with dprelease_client, against the real app in both modes:
+every typed method, wait() and to_pandas()."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dprelease_client import ApiError, Client
+from tests.conftest import Harness, npz_bytes, toy_dataset
+
+
+@pytest.fixture
+def http(harness: Harness) -> Iterator[httpx.Client]:
+    """The app at http://testserver; any other origin (the presigned S3 URL a real-mode
+    download redirects to) over the network, as a user's client would reach it."""
+    app_transport = harness.client._transport
+    with httpx.Client(mounts={"http://testserver": app_transport, "all://": None}) as client:
+        yield client
+
+
+def _client(http: httpx.Client, key: str) -> Client:
+    return Client(base_url="http://testserver", api_key=key, http=http)
+
+
+def test_notebook_example_end_to_end(harness: Harness, http: httpx.Client, tmp_path: Path) -> None:
+    admin = _client(http, harness.admin_key)
+    assert admin.health()["status"] == "ok"
+    assert admin.ready()["status"] == "ready"
+    created = admin.create_api_key(name="alice", role="owner")
+    owner = _client(http, created["key"])
+    assert owner.me()["principal_id"] == created["principal_id"]
+    assert any(k["id"] == created["key_id"] for k in owner.list_api_keys()["items"])
+
+    data = tmp_path / "toy.npz"
+    data.write_bytes(npz_bytes(*toy_dataset()))
+    metadata = {
+        "name": "toy",
+        "feature_range": [0, 13],
+        "classes": [0, 1, 2],
+        "budget": {"epsilon": 3.0, "delta": 1e-5},
+    }
+    dataset = owner.upload_file(data, metadata=metadata)
+    assert owner.get_dataset(dataset["id"])["n_rows"] == dataset["n_rows"]
+    assert [d["id"] for d in owner.list_datasets()["items"]] == [dataset["id"]]
+    assert "dpmix" in {m["name"] for m in owner.list_mechanisms()["items"]}
+
+    analyst = admin.create_api_key(name="bob", role="analyst")
+    grant = owner.grant(dataset["id"], analyst["principal_id"])
+    assert [g["id"] for g in owner.list_grants(dataset["id"])["items"]] == [grant["id"]]
+
+    body = {
+        "dataset_id": dataset["id"],
+        "mechanism": "dpmix",
+        "params": {"mixture_degree": 8, "n_samples": 120},
+        "epsilon": 1.0,
+        "format": "npz",
+    }
+    preview = owner.preview_release(body)
+    assert preview["budget"]["admissible"] is True
+    release = owner.create_release(body)
+    seen: list[dict[str, Any]] = []
+    final = owner.wait(release["id"], timeout=120, poll=0.05, progress=seen.append)
+    assert final["status"] == "succeeded" and seen[-1]["status"] == "succeeded"
+    assert [r["id"] for r in owner.list_releases(dataset_id=dataset["id"])["items"]] == [
+        release["id"]
+    ]
+
+    frame = owner.to_pandas(release["id"])
+    assert len(frame) == 120
+    assert [c for c in frame.columns if c.startswith("y_")] == ["y_0", "y_1", "y_2"]
+    content = owner.download(release["id"])
+    assert isinstance(content, bytes)
+    assert hashlib.sha256(content).hexdigest() == final["artifact"]["sha256"]
+    path = owner.download(release["id"], tmp_path / "out" / "release.npz")
+    assert owner.to_pandas(path).equals(frame)
+
+    # The analyst granted sees the release; once the grant is revoked, no longer.
+    as_analyst = _client(http, analyst["key"])
+    assert as_analyst.get_release(release["id"])["id"] == release["id"]
+    owner.revoke_grant(dataset["id"], grant["id"])
+    with pytest.raises(ApiError) as caught:
+        as_analyst.get_release(release["id"])
+    assert caught.value.status == 404
+
+    # Typed errors come back as ApiError with the API's code: no report was asked for, dpmix
+    # has no raw rows apart from its download, a finished release cannot be cancelled.
+    for call in (
+        lambda: owner.get_report(release["id"]),
+        lambda: owner.download_raw(release["id"], tmp_path / "raw.npz"),
+    ):
+        with pytest.raises(ApiError) as caught:
+            call()
+        assert caught.value.status == 404 and caught.value.code
+    with pytest.raises(ApiError) as caught:
+        owner.cancel_release(release["id"])
+    assert caught.value.status == 409
+
+    ledger = owner.get_budget(dataset["id"])
+    assert ledger["spent"] == pytest.approx(1.0)
+    assert [b["dataset_id"] for b in owner.list_budgets()["items"]] == [dataset["id"]]
+    events = admin.list_audit_events(object_id=release["id"], limit=50)
+    assert events["items"]
+
+    assert owner.delete_dataset(dataset["id"])["deleted_at"]
+    admin.revoke_api_key(analyst["key_id"])
+    with pytest.raises(ApiError) as caught:
+        as_analyst.me()
+    assert caught.value.status == 401
+
+
+def test_readme_example_csv_to_parquet_dataframe(
+    harness: Harness, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The README's "Python client" example as written: a CSV with a string label column in,
+    a Parquet release out as a DataFrame."""
+    admin = _client(http, harness.admin_key)
+    alice = admin.create_api_key(name="alice", role="owner")
+    api = _client(http, alice["key"])
+    rows = ["age,hours_per_week,income"]
+    rows += [f"{20 + i % 60},{10 + i % 80},{'>50K' if i % 3 else '<=50K'}" for i in range(200)]
+    (tmp_path / "adult.csv").write_text("\n".join(rows) + "\n")
+    ds = api.upload_file(
+        tmp_path / "adult.csv",
+        metadata={
+            "name": "adult",
+            "label_column": "income",
+            "feature_range": {"age": [17, 90], "hours_per_week": [1, 99]},
+            "classes": ["<=50K", ">50K"],
+            "budget": {"epsilon": 3.0, "delta": 1e-5},
+        },
+    )
+    body = {
+        "dataset_id": ds["id"],
+        "mechanism": "dpmix",
+        "params": {"mixture_degree": 8, "n_samples": 50},
+        "epsilon": 1.0,
+        "format": "parquet",
+    }
+    assert api.preview_release(body)["budget"]["admissible"] is True
+    rel = api.create_release(body)
+    api.wait(rel["id"], timeout=120, poll=0.05)
+    df = api.to_pandas(rel["id"])
+    assert list(df.columns) == ["x_age", "x_hours_per_week", "y_<=50K", "y_>50K"]
+    assert len(df) == 50
