@@ -485,6 +485,12 @@ def _write_release(
         disk_need(output.rows, len(output.feature_names) + len(classes), job.fmt, post is not None),
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
+    if output.extra:
+        # Where each of the mechanism's public arrays travels (_format_companions).
+        meta["arrays"] = {
+            name: f"{name}.npy inside this NPZ" if job.fmt == "npz" else array_artifact(name)
+            for name in output.extra
+        }
     writer_args: dict[str, Any] = {
         "rows": output.rows,
         "feature_names": output.feature_names,
@@ -522,7 +528,7 @@ def _write_release(
                 for x, y in scratch.chunks():
                     processed.write(*post.transform(x, y))
                     progress.tick()
-    extras = []
+    extras = list(_format_companions(job.fmt, path.parent, meta, output.extra))
     for artifact in output.artifacts:
         # After the chunks: a generator's further files (trained weights) are complete then.
         extra_path = path.parent / "artifacts" / artifact.name
@@ -611,10 +617,60 @@ def published_classes(parsed: ParsedDataset) -> list[Any]:
     return list(parsed.classes)
 
 
+# What a table format cannot hold travels beside it as further artifacts (issue 15): CSV has
+# no place for metadata, and neither CSV nor Parquet for a mechanism's arrays (a projection
+# matrix), which an NPZ carries inside. The names are reserved for that.
+METADATA_ARTIFACT = "metadata.json"
+
+
+def array_artifact(name: str) -> str:
+    return f"{name}.npy"
+
+
+def _format_companions(
+    fmt: str, where: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+) -> Iterator[ExtraFile]:
+    """The further files a release in ``fmt`` needs to carry what an NPZ holds inside: the
+    metadata (CSV) and the mechanism's public arrays (CSV, Parquet). The metadata is the very
+    JSON embedded in NPZ and Parquet releases; the arrays are data-independent (drawn from the
+    release's secure source or fixed), as ``ReleaseOutput.extra`` requires."""
+    if fmt == "npz":
+        return
+    folder = where / "artifacts"
+    folder.mkdir(exist_ok=True)
+    if fmt == "csv":
+        path = folder / METADATA_ARTIFACT
+        path.write_text(json.dumps(meta, sort_keys=True))
+        yield ExtraFile(
+            lifecycle.ArtifactRecord(
+                METADATA_ARTIFACT,
+                "application/json",
+                "The release's metadata (columns, preprocessing, mechanism, noise, charge): "
+                "what NPZ and Parquet releases embed, beside a CSV release",
+            ),
+            path,
+        )
+    for name, array in arrays.items():
+        path = folder / array_artifact(name)
+        np.save(path, np.asarray(array), allow_pickle=False)
+        yield ExtraFile(
+            lifecycle.ArtifactRecord(
+                array_artifact(name),
+                "application/x-npy",
+                f"The mechanism's public array {name!r} (an NPZ release holds it inside), "
+                "needed to use the release",
+            ),
+            path,
+        )
+
+
 def _check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
     """A mechanism's further files need distinct names that are safe object-key segments (a
     programming error of the mechanism otherwise: the release fails before any claim)."""
     names = [a.name for a in artifacts]
+    reserved = [n for n in names if n == METADATA_ARTIFACT or n.endswith(".npy")]
+    if reserved:  # the format companions' names
+        raise ValueError(f"artifact names {reserved} are reserved")
     bad = [n for n in names if not keys.valid_artifact_name(n)]
     if bad or len(set(names)) != len(names):
         raise ValueError(f"the mechanism's artifact names are invalid or repeated: {names}")

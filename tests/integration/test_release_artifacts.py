@@ -220,3 +220,41 @@ def test_a_draw_is_never_published_over_another_attempts(
         assert f"gave up after {attempts} attempts" in final["error"]
         assert not store.exists(keys.artifact(rid, "npz"))
     assert _ledger_states(h, owner, ds) == ["committed"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_table_formats_carry_the_metadata_and_arrays_beside_them(
+    harness: Harness, fmt: str
+) -> None:
+    """A CSV release has no place for metadata, and neither table format for a mechanism's
+    arrays (random projection's matrix, without which its features cannot be used): they
+    travel as further artifacts, the same JSON an NPZ or Parquet release embeds and the same
+    array an NPZ release holds (issue 15: before, both were silently dropped)."""
+    h = harness
+    owner, ds = _owner_and_dataset(h)
+    body = {
+        "dataset_id": ds,
+        "mechanism": "random_projection",
+        "params": {"projection_dim": 3},
+        "epsilon": 1.0,
+        "format": fmt,
+    }
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    done = h.wait(owner, r.json()["id"])
+    assert done["status"] == "succeeded", done
+    names = {a["name"] for a in done["artifacts"]}
+    assert names == ({"metadata.json"} if fmt == "csv" else set()) | {"projection.npy"}
+
+    projection = np.load(io.BytesIO(h.download(owner, done["id"], "projection.npy")))
+    assert projection.shape == (3, 6)  # projection_dim × the toy dataset's 6 features
+    primary = h.download(owner, done["id"])
+    if fmt == "csv":
+        meta = json.loads(h.download(owner, done["id"], "metadata.json"))
+    else:
+        import pyarrow.parquet as pq
+
+        meta = json.loads(pq.read_schema(io.BytesIO(primary)).metadata[b"dprelease"])
+    assert meta["release_id"] == done["id"] and meta["mechanism"] == "random_projection"
+    assert meta["arrays"] == {"projection": "projection.npy"}
+    assert meta["charge"]["epsilon"] == pytest.approx(done["charge"]["epsilon"])
