@@ -39,12 +39,14 @@ from sqlalchemy.exc import OperationalError
 
 from dpcore import evaluation
 from dpcore.accounting.events import NoiseDescription
+from dpcore.categorical import DECODING as CATEGORY_DECODING
+from dpcore.categorical import category_proportions
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from service.datasets.parsing import ParsedDataset, parse_dataset
-from service.datasets.schemas import Budget, DatasetMetadata
+from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
 from service.errors import ClassesUndeclared
 from service.models import Dataset, DatasetBudget, Release, utcnow
@@ -270,10 +272,12 @@ def _job_of(session: Any, release: Release) -> Job:
 def _metadata_of(dataset: Dataset, budget: DatasetBudget) -> DatasetMetadata:
     """The upload's metadata as the owner sent it: ``classes`` only if declared (the labels
     found in an undeclared file are private, and parsing finds them again)."""
+    columns = declared_columns(dataset.feature_range)
     return DatasetMetadata(
         name=dataset.name,
         label_column=dataset.label_column,
-        feature_range=_range_from_json(dataset.feature_range),
+        feature_range=None if columns is not None else _range_from_json(dataset.feature_range),
+        columns=columns,
         classes=dataset.classes if dataset.classes_declared else None,
         budget=Budget(epsilon=budget.epsilon, delta=budget.delta),
     )
@@ -491,6 +495,15 @@ def _write_release(
             name: f"{name}.npy inside this NPZ" if job.fmt == "npz" else array_artifact(name)
             for name in output.extra
         }
+    # Only a release in the dataset's own feature space has the categorical blocks (random
+    # projection's features are projections: nothing to decode there).
+    same_space = list(output.feature_names) == list(parsed.feature_names)
+    blocks = parsed.categorical_blocks if same_space else ()
+
+    def decode(x: np.ndarray) -> np.ndarray:
+        # Declared categorical columns (issue 15 item 1): proportions, post-processing.
+        return category_proportions(x, blocks) if blocks else x
+
     writer_args: dict[str, Any] = {
         "rows": output.rows,
         "feature_names": output.feature_names,
@@ -514,7 +527,8 @@ def _write_release(
     ):
         for mixed_x, mixed_y in output.chunks:
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
-            writer.write(x, y)
+            # The owner's raw copy keeps the rows as drawn; the release decodes categories.
+            writer.write(x if post is not None else decode(x), y)
             if post is not None:
                 post.fit(x, y)
                 scratch.write(x, y)
@@ -526,7 +540,8 @@ def _write_release(
         if post is not None:
             with ArtifactWriter(job.fmt, path, metadata=meta, **writer_args) as processed:
                 for x, y in scratch.chunks():
-                    processed.write(*post.transform(x, y))
+                    px, py = post.transform(x, y)
+                    processed.write(decode(px), py)
                     progress.tick()
     extras = list(_format_companions(job.fmt, path.parent, meta, output.extra))
     for artifact in output.artifacts:
@@ -792,6 +807,15 @@ def _release_metadata(
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
         "classes": published_classes(parsed),
+        # The owner's declared (public) column schema, so a reader can decode the features.
+        **(
+            {
+                "declared_columns": [c.model_dump(mode="json") for c in job.metadata.columns],
+                "categorical_decoding": CATEGORY_DECODING,
+            }
+            if job.metadata.columns is not None
+            else {}
+        ),
         "noise_source": NOISE_SOURCES[job.noise_sampler],
         "sampling_source": "ChaCha20 keystream keyed with 256 bits from the OS CSPRNG "
         "(exact uniform subsets, exact Bernoulli rates)",

@@ -22,7 +22,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from service.datasets.schemas import DatasetMetadata, Range
+from service.datasets.schemas import (
+    CategoricalColumn,
+    DatasetMetadata,
+    MissingConstant,
+    MissingIndicator,
+    NumericColumn,
+    Range,
+    feature_names_of,
+)
 from service.errors import DatasetTooLarge, InvalidInput
 
 SUPPORTED_FORMATS = ("csv", "parquet", "npz")
@@ -48,6 +56,9 @@ class ParsedDataset:
     lo: np.ndarray  # float64 (d,)
     hi: np.ndarray  # float64 (d,)
     clipped_values: int
+    # Issue 15 item 1: the feature indices of each declared categorical column's one-hot
+    # block, in declaration order (empty without `columns`): a release decodes them.
+    categorical_blocks: tuple[tuple[int, ...], ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -133,20 +144,38 @@ def parse_dataset(
         raise InvalidInput("file is empty")
 
     declared = metadata.classes
+    blocks: tuple[tuple[int, ...], ...] = ()
+    bounds: Range | Mapping[str, Range] | None = metadata.feature_range
+    columns = metadata.columns
     if fmt == "npz":
+        if columns is not None and any(
+            isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
+        ):
+            raise InvalidInput(
+                "npz uploads are all-numeric: categorical columns and missing-value policies "
+                "need a CSV or Parquet upload"
+            )
         X, feature_shape, raw_labels, where = _read_npz(content, limits)
         names = [str(i) for i in range(X.shape[1])]
         as_text = False
+        if columns is not None:
+            bounds = {c.name: c.bounds for c in columns if isinstance(c, NumericColumn)}
     else:
         read_text = declared is not None and any(isinstance(c, str) for c in declared)
-        X, names, raw_labels, where = _read_table(
-            content, fmt, metadata.label_column, fmt == "csv" and read_text, limits
-        )
+        if columns is not None:
+            X, names, raw_labels, where, bounds, blocks = _read_declared(
+                content, fmt, metadata.label_column, columns, fmt == "csv" and read_text, limits
+            )
+        else:
+            X, names, raw_labels, where = _read_table(
+                content, fmt, metadata.label_column, fmt == "csv" and read_text, limits
+            )
         feature_shape = (X.shape[1],)
         as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
+    assert bounds is not None  # the schema asks for feature_range or columns
 
     labels, classes = _index_labels(raw_labels, declared, where, as_text)
-    lo, hi = _bounds(metadata.feature_range, names)
+    lo, hi = _bounds(bounds, names)
     # lo < hi (schema-checked), so the two counts never overlap.
     clipped = int(np.count_nonzero(lo > X)) + int(np.count_nonzero(hi < X))
     np.clip(X, lo, hi, out=X)  # X is always a fresh copy, never a view of the upload
@@ -160,6 +189,7 @@ def parse_dataset(
         lo=lo,
         hi=hi,
         clipped_values=clipped,
+        categorical_blocks=blocks,
     )
 
 
@@ -184,19 +214,25 @@ def _check_csv_header(content: bytes) -> None:
         seen.add(name)
 
 
-def _read_table(
-    content: bytes, fmt: str, label: str | None, as_text: bool, limits: Limits
-) -> tuple[np.ndarray, list[str], np.ndarray, Where]:
+def _read_frame(
+    content: bytes,
+    fmt: str,
+    label: str | None,
+    limits: Limits,
+    dtype: dict[str, type[str]] | None,
+    csv_options: Mapping[str, Any] | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """The table and its feature column names (every column but the label, in file order)."""
     if label is None:
         raise InvalidInput(f"{fmt} uploads need `label_column`: the name of the label column")
+    options = dict(csv_options or {})
     try:
         if fmt == "csv":
             _check_csv_header(content)
-            dtype = {label: str} if as_text else None
-            rows = _check_csv_size(content, dtype, limits)
+            rows = _check_csv_size(content, dtype, limits, options)
             # Within the caps: read once more in one piece, so that each column's type is
             # inferred from all of it (chunks may infer differently), and no further.
-            df = pd.read_csv(io.BytesIO(content), dtype=dtype, nrows=rows)
+            df = pd.read_csv(io.BytesIO(content), dtype=dtype, nrows=rows, **options)
         else:
             parquet_file = pq.ParquetFile(io.BytesIO(content))
             fields = parquet_file.schema_arrow.names
@@ -224,6 +260,16 @@ def _read_table(
     names = [c for c in columns if c != label]
     if not names:
         raise InvalidInput(f"file has no feature columns besides the label column {label!r}")
+    return df, names
+
+
+def _read_table(
+    content: bytes, fmt: str, label: str | None, as_text: bool, limits: Limits
+) -> tuple[np.ndarray, list[str], np.ndarray, Where]:
+    df, names = _read_frame(
+        content, fmt, label, limits, {label: str} if as_text and label else None
+    )
+    assert label is not None  # _read_frame refuses a table without one
 
     X = np.empty((len(df), len(names)), dtype=np.float64)
     for j, name in enumerate(names):
@@ -239,8 +285,159 @@ def _read_table(
     return X, names, _table_labels(df[label], label), _row_position
 
 
+# --- declared columns (issue 15, item 1) --------------------------------------------------
+
+
+def _read_declared(
+    content: bytes,
+    fmt: str,
+    label: str | None,
+    columns: Sequence[NumericColumn | CategoricalColumn],
+    labels_as_text: bool,
+    limits: Limits,
+) -> tuple[np.ndarray, list[str], np.ndarray, Where, dict[str, Range], tuple[tuple[int, ...], ...]]:
+    """Encode a table by its declared schema: numeric columns as numbers, categorical ones
+    one-hot over their declared categories, missing entries by each column's policy. Features
+    follow the declaration's order, so the layout is a function of the declaration alone.
+
+    CSV: only an empty cell is missing (so a category may be spelt "NA"), and categorical
+    columns are read as text; Parquet: a null is missing."""
+    text = [c.name for c in columns if isinstance(c, CategoricalColumn)]
+    dtype = {name: str for name in text}
+    if labels_as_text and label is not None:
+        dtype[label] = str
+    csv_options = {"keep_default_na": False, "na_values": [""]}
+    df, present = _read_frame(content, fmt, label, limits, dtype or None, csv_options)
+    assert label is not None  # _read_frame refuses a table without one
+    declared = [c.name for c in columns]
+    missing_cols = [n for n in declared if n not in present]
+    undeclared = [n for n in present if n not in set(declared)]
+    problems = []
+    if missing_cols:
+        problems.append(f"declared but not in the file: {_some(missing_cols)}")
+    if undeclared:
+        problems.append(f"in the file but not declared: {_some(undeclared)}")
+    if problems:
+        raise InvalidInput(
+            "columns must declare every feature column of the file and nothing else; "
+            + "; ".join(problems)
+        )
+
+    names = feature_names_of(list(columns))
+    n = len(df)
+    X = np.empty((n, len(names)), dtype=np.float64)
+    bounds: dict[str, Range] = {}
+    blocks: list[tuple[int, ...]] = []
+    j = 0
+    for column in columns:
+        if isinstance(column, NumericColumn):
+            values, gaps = _numeric_column(df[column.name], column.name)
+            X[:, j] = values
+            bounds[column.name] = column.bounds
+            width = 1
+        else:
+            onehot, gaps = _categorical_column(df[column.name], column)
+            width = len(column.categories)
+            X[:, j : j + width] = onehot
+            for k in range(width):
+                bounds[names[j + k]] = (0.0, 1.0)
+            blocks.append(tuple(range(j, j + width)))
+        _fill_missing(X[:, j : j + width], gaps, column)
+        j += width
+        if isinstance(column.missing, MissingIndicator):
+            X[:, j] = gaps
+            bounds[names[j]] = (0.0, 1.0)
+            j += 1
+    return X, names, _table_labels(df[label], label), _row_position, bounds, tuple(blocks)
+
+
+def _numeric_column(column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values as floats (NaN where missing) and the missing mask; an infinity is refused."""
+    values = (
+        column.to_numpy(dtype=np.float64) if column.dtype.kind in "iuf" else _coerce(column, name)
+    )
+    gaps = np.isnan(values)
+    infinite = np.isinf(values)
+    if infinite.any():
+        raise InvalidInput(
+            f"column {name!r} holds an infinite value in row {int(np.argmax(infinite)) + 1}"
+        )
+    return values, gaps
+
+
+def _category_key(value: Any) -> str | None:
+    """A cell's text as categories are matched: strings as they are, integers (and whole
+    floats, which is what Parquet integers with nulls become) in decimal; anything else
+    matches no category."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating) and math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return None
+
+
+def _categorical_column(
+    column: pd.Series, spec: CategoricalColumn
+) -> tuple[np.ndarray, np.ndarray]:
+    """One-hot over the declared categories and the missing mask. Each distinct value is
+    looked up once (pandas factorises the column), so a long column costs one pass."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    position: dict[str | None, int] = {str(c): k for k, c in enumerate(spec.categories)}
+    lookup = np.array(
+        [position.get(_category_key(u), -1) for u in np.asarray(uniques, dtype=object)],
+        dtype=np.int64,
+    )
+    gaps = codes < 0
+    index = np.full(len(codes), -1, dtype=np.int64)
+    index[~gaps] = lookup[codes[~gaps]] if len(lookup) else -1
+    if (index[~gaps] < 0).any():
+        # Neither the value nor its row: the value is the data (private), and naming the
+        # column and the declared set (public) says what to fix.
+        raise InvalidInput(
+            f"column {spec.name!r} holds a value that is not among its declared categories "
+            f"{_some(list(spec.categories))}; declare every category the column may hold"
+        )
+    onehot = np.zeros((len(codes), len(spec.categories)), dtype=np.float64)
+    held = np.flatnonzero(~gaps)
+    onehot[held, index[held]] = 1.0
+    return onehot, gaps
+
+
+def _fill_missing(
+    block: np.ndarray, gaps: np.ndarray, column: NumericColumn | CategoricalColumn
+) -> None:
+    """Write the declared fill into a column's features (a view of X) where entries are
+    missing; a missing entry without a policy is refused."""
+    if not gaps.any():
+        return
+    policy = column.missing
+    if policy is None:
+        raise InvalidInput(
+            f"column {column.name!r} is missing a value in row {int(np.argmax(gaps)) + 1}; "
+            'declare a missing-value policy for it ("missing": {"policy": "constant", '
+            '"value": …} or {"policy": "indicator"})'
+        )
+    fill = policy.value if isinstance(policy, MissingConstant) else policy.fill
+    if isinstance(column, NumericColumn):
+        lo, hi = column.bounds
+        block[gaps, 0] = (lo + hi) / 2 if fill is None else float(fill)
+        return
+    block[gaps, :] = 0.0  # no category; an indicator column says the entry was missing
+    if fill is not None:
+        texts = [str(c) for c in column.categories]
+        key = fill if isinstance(fill, str) else str(int(fill))
+        block[gaps, texts.index(key)] = 1.0  # the schema checked it is declared
+
+
 def _check_csv_size(
-    content: bytes, dtype: dict[str, type[str]] | None, limits: Limits
+    content: bytes,
+    dtype: dict[str, type[str]] | None,
+    limits: Limits,
+    options: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Count a CSV's rows in chunks, stopping at the first chunk that takes the file past a
     cap: a CSV has no metadata, and a file of short numbers decodes to far more bytes than it
@@ -248,7 +445,9 @@ def _check_csv_size(
     if limits.max_cells is None and limits.max_decoded_bytes is None:
         return None
     rows = cells = decoded = 0
-    with pd.read_csv(io.BytesIO(content), dtype=dtype, chunksize=CSV_CHUNK_ROWS) as chunks:
+    with pd.read_csv(
+        io.BytesIO(content), dtype=dtype, chunksize=CSV_CHUNK_ROWS, **(options or {})
+    ) as chunks:
         for chunk in chunks:
             rows += len(chunk)
             cells += chunk.size

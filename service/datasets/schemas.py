@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, field_validator, model_validator
 
 from service.strict_json import FROM_JSON, JsonInt, StrictBody
 
@@ -30,24 +30,167 @@ class Budget(StrictBody):
 # [lo, hi]: a JSON array (a tuple read from it), of JSON numbers only.
 Range = Annotated[tuple[float, float], FROM_JSON]
 
+# --- declared column schema (issue 15, item 1: schema-aware uploads) -------------------------
+# Every fact below is the owner's public declaration; nothing is read from the data to build it.
+
+Category = Annotated[JsonInt | str, Field(description="A category as it appears in the file")]
+MAX_CATEGORY_CHARS = 200  # as labels: categories are names, not text
+
+
+class MissingConstant(StrictBody):
+    """Missing entries take a public constant: a number within the column's bounds, or one of
+    its declared categories."""
+
+    policy: Literal["constant"]
+    value: float | str = Field(
+        description="numeric columns: a number within bounds; categorical: a declared category"
+    )
+
+
+class MissingIndicator(StrictBody):
+    """A public 0/1 feature ``<name>_missing`` marks missing entries, which take ``fill``."""
+
+    policy: Literal["indicator"]
+    fill: float | str | None = Field(
+        default=None,
+        description="What a missing entry takes. Numeric: a number within bounds (default: the "
+        "bounds' midpoint); categorical: a declared category (default: none, an all-zero "
+        "one-hot block)",
+    )
+
+
+Missing = Annotated[MissingConstant | MissingIndicator, Field(discriminator="policy")]
+
+
+class NumericColumn(StrictBody):
+    name: str = Field(min_length=1, max_length=200)
+    type: Literal["numeric"]
+    bounds: Range = Field(description="Public [lo, hi]; values outside are clipped and counted")
+    missing: Missing | None = Field(
+        default=None, description="Without a policy a missing value is refused (422)"
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> NumericColumn:
+        lo, hi = self.bounds
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"column {self.name!r}: bounds must be finite numbers")
+        if not lo < hi:
+            raise ValueError(f"column {self.name!r}: bounds need lo < hi, got [{lo}, {hi}]")
+        fill = _declared_fill(self.missing)
+        if fill is not None and (
+            isinstance(fill, str) or not (math.isfinite(fill) and lo <= fill <= hi)
+        ):
+            raise ValueError(
+                f"column {self.name!r}: the missing-value fill must be a number within "
+                f"its bounds [{lo}, {hi}]"
+            )
+        return self
+
+
+class CategoricalColumn(StrictBody):
+    name: str = Field(min_length=1, max_length=200)
+    type: Literal["categorical"]
+    categories: list[Category] = Field(
+        description="The declared category set (public), every category including those absent "
+        "from the file; matched by text (3 and '3' are the same category). One-hot encoded "
+        "into features '<name>=<category>'"
+    )
+    missing: Missing | None = Field(
+        default=None, description="Without a policy a missing value is refused (422)"
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> CategoricalColumn:
+        if not self.categories:
+            raise ValueError(f"column {self.name!r}: categories must list at least one category")
+        texts = [str(c) for c in self.categories]
+        if len(set(texts)) != len(texts):
+            raise ValueError(f"column {self.name!r}: categories must be distinct (by their text)")
+        if any(not t or len(t) > MAX_CATEGORY_CHARS for t in texts):
+            raise ValueError(
+                f"column {self.name!r}: categories need 1 to {MAX_CATEGORY_CHARS} characters"
+            )
+        fill = _declared_fill(self.missing)
+        if fill is not None and _category_text(fill) not in texts:
+            raise ValueError(
+                f"column {self.name!r}: the missing-value fill must be one of its declared "
+                "categories"
+            )
+        return self
+
+
+ColumnSpec = Annotated[NumericColumn | CategoricalColumn, Field(discriminator="type")]
+
+
+def _declared_fill(missing: MissingConstant | MissingIndicator | None) -> float | str | None:
+    if isinstance(missing, MissingConstant):
+        return missing.value
+    if isinstance(missing, MissingIndicator):
+        return missing.fill
+    return None
+
+
+def _category_text(value: float | str) -> str | None:
+    """A fill's text as categories are matched (a whole number 2.0 is '2')."""
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if math.isfinite(value) and value == int(value) else None
+
+
+_COLUMNS = TypeAdapter(list[ColumnSpec])
+
+
+def declared_columns(stored: Any) -> list[NumericColumn | CategoricalColumn] | None:
+    """The ``columns`` declaration kept in ``datasets.feature_range`` (a list of column
+    objects), or None for a dataset declared with ``feature_range`` (``[lo, hi]`` or an
+    object of ranges)."""
+    if isinstance(stored, list) and stored and all(isinstance(c, dict) for c in stored):
+        return _COLUMNS.validate_python(stored, strict=False)
+    return None
+
+
+def feature_names_of(columns: list[NumericColumn | CategoricalColumn]) -> list[str]:
+    """The features a declaration encodes to, in order: a numeric column is itself; a
+    categorical column one feature ``<name>=<category>`` per declared category; an indicator
+    policy adds ``<name>_missing`` after the column's features."""
+    names: list[str] = []
+    for column in columns:
+        if isinstance(column, NumericColumn):
+            names.append(column.name)
+        else:
+            names.extend(f"{column.name}={c}" for c in column.categories)
+        if isinstance(column.missing, MissingIndicator):
+            names.append(f"{column.name}_missing")
+    return names
+
 
 class DatasetMetadata(StrictBody):
     """The JSON sent as the ``metadata`` part of ``POST /datasets``, read as strictly as any
     JSON body (``StrictBody``: "epsilon": true or "1" is refused).
 
-    ``feature_range`` and ``classes`` are public facts declared by the owner; dprelease never
-    derives them from the data.
+    ``feature_range`` (or ``columns``) and ``classes`` are public facts declared by the owner;
+    dprelease never derives them from the data.
     """
 
     name: str = Field(min_length=1, max_length=200)
     label_column: str | None = Field(
         default=None, description="CSV/Parquet: the column holding labels (required there)"
     )
-    feature_range: Range | dict[str, Range] = Field(
+    feature_range: Range | dict[str, Range] | None = Field(
+        default=None,
         description=(
             "Public bounds [lo, hi] for every feature, or an object mapping every feature "
-            "column to its [lo, hi] (NPZ features are named by their flat index: '0', '1', …)"
-        )
+            "column to its [lo, hi] (NPZ features are named by their flat index: '0', '1', …). "
+            "Required unless `columns` is given; not both"
+        ),
+    )
+    columns: list[ColumnSpec] | None = Field(
+        default=None,
+        description="The declared schema of every feature column (public), instead of "
+        "feature_range: numeric columns with bounds, categorical columns with their category "
+        "set, each with an optional missing-value policy. CSV and Parquet; NPZ takes numeric "
+        "columns only",
     )
     classes: list[ClassLabel] | None = Field(
         default=None,
@@ -59,7 +202,11 @@ class DatasetMetadata(StrictBody):
 
     @field_validator("feature_range")
     @classmethod
-    def _ranges_valid(cls, value: Range | dict[str, Range]) -> Range | dict[str, Range]:
+    def _ranges_valid(
+        cls, value: Range | dict[str, Range] | None
+    ) -> Range | dict[str, Range] | None:
+        if value is None:
+            return value
         ranges = value.values() if isinstance(value, dict) else [value]
         for lo, hi in ranges:
             if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -69,6 +216,34 @@ class DatasetMetadata(StrictBody):
         if isinstance(value, dict) and not value:
             raise ValueError("feature_range object must name at least one column")
         return value
+
+    @model_validator(mode="after")
+    def _columns_valid(self) -> DatasetMetadata:
+        if self.columns is None:
+            if self.feature_range is None:
+                raise ValueError("give feature_range (or columns): the public feature bounds")
+            return self
+        if self.feature_range is not None:
+            raise ValueError("give feature_range or columns, not both")
+        if not self.columns:
+            raise ValueError("columns must declare at least one column")
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"columns: {dup!r} is declared more than once")
+        if self.label_column is not None and self.label_column in names:
+            raise ValueError(
+                f"columns: the label column {self.label_column!r} is not a feature; declare "
+                "its labels in `classes`"
+            )
+        features = feature_names_of(self.columns)
+        if len(set(features)) != len(features):
+            dup = next(n for n in features if features.count(n) > 1)
+            raise ValueError(
+                f"columns: the encoded feature name {dup!r} arises twice (one-hot features "
+                "are '<column>=<category>', indicators '<column>_missing'); rename a column"
+            )
+        return self
 
     @model_validator(mode="after")
     def _classes_distinct(self) -> DatasetMetadata:
@@ -101,6 +276,11 @@ class DatasetOut(BaseModel):
     classes: list[ClassLabel] | None = Field(
         description="The declared label set; when the owner declared none, the labels found "
         "in the file (private data): owner only, null for everyone else"
+    )
+    columns: list[ColumnSpec] | None = Field(
+        default=None,
+        description="The declared column schema (public), when the upload gave `columns`: "
+        "how the features '<column>=<category>' and '<column>_missing' decode",
     )
     classes_declared_by_owner: bool = Field(
         description="false: no label set was declared at upload; the dataset takes no release"

@@ -18,7 +18,12 @@ from service.budgets import service as ledger
 from service.config import Settings
 from service.datasets import repository
 from service.datasets.parsing import ParsedDataset, detect_format, parse_dataset
-from service.datasets.schemas import DatasetMetadata, DatasetOut, GrantOut
+from service.datasets.schemas import (
+    DatasetMetadata,
+    DatasetOut,
+    GrantOut,
+    declared_columns,
+)
 from service.deps import on_rollback
 from service.errors import InvalidInput, NotFound, ReleasesPending
 from service.models import Dataset, Grant, Principal, new_id, utcnow
@@ -135,7 +140,13 @@ def create(
 
 
 def _jsonable_range(metadata: DatasetMetadata) -> object:
+    """The declared bounds as stored in ``datasets.feature_range`` (JSON): ``[lo, hi]``, an
+    object of per-column ranges, or (issue 15 item 1, no migration) the declared ``columns``
+    as a list of column objects, told apart from ``[lo, hi]`` by its items being objects."""
+    if metadata.columns is not None:
+        return [column.model_dump(mode="json") for column in metadata.columns]
     fr = metadata.feature_range
+    assert fr is not None  # the schema asks for feature_range or columns
     if isinstance(fr, dict):
         return {name: [lo, hi] for name, (lo, hi) in fr.items()}
     return [fr[0], fr[1]]
@@ -163,6 +174,7 @@ def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetO
         sha256=dataset.sha256 if owner else None,
         size_bytes=dataset.size_bytes if owner else None,
         clipped_values=dataset.clipped_values if owner else None,
+        columns=declared_columns(dataset.feature_range),
         budget=ledger.status_of(session, budget=budget),
         created_at=dataset.created_at,
         status="deleted" if dataset.deleted_at is not None else "active",
