@@ -95,6 +95,25 @@ def test_patients_csv_uploads_and_releases_one_hot_proportions(harness: Harness)
         assert np.allclose(part.sum(axis=1), 1.0, atol=1e-5)
 
 
+def test_a_projection_of_declared_columns_is_not_decoded(embedded: Harness) -> None:
+    """Random projection's features are projections, not the declared columns: the
+    categorical blocks are decoded only in the dataset's own feature space."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    r = h.upload(owner, _csv(patients()), filename="patients.csv", metadata=dict(META))
+    assert r.status_code == 201, r.text
+    body = h.release_body(
+        r.json()["id"], mechanism="random_projection", params={"projection_dim": 3}
+    )
+    rel = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert rel.status_code == 202, rel.text
+    done = h.wait(owner, rel.json()["id"])
+    assert done["status"] == "succeeded", done
+    with np.load(io.BytesIO(h.download(owner, done["id"]))) as npz:
+        assert npz["X"].shape == (200, 3)
+        assert npz["projection"].shape == (3, len(FEATURES))
+
+
 def test_parquet_with_nulls_and_a_constant_policy(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
