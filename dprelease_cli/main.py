@@ -446,6 +446,14 @@ def whoami(state: CliState) -> None:
     help="Per-column bounds, e.g. '{\"age\": [0, 120]}' (or a [lo, hi] list).",
 )
 @click.option(
+    "--columns",
+    "columns_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="CSV/Parquet: a JSON file declaring every feature column (numeric with bounds, or "
+    "categorical with its categories, each with an optional missing-value policy): README, "
+    "upload metadata. Instead of --feature-range.",
+)
+@click.option(
     "--classes",
     metavar="JSON_LIST",
     help="Declared label set, every class, e.g. '[0, 1]'. Without it the dataset takes no "
@@ -461,19 +469,29 @@ def upload(
     label_column: str | None,
     feature_range: tuple[float, float] | None,
     feature_range_json: str | None,
+    columns_file: Path | None,
     classes: str | None,
     epsilon: float,
     delta: float,
 ) -> None:
     """Upload a dataset FILE (npz, csv or parquet) with its public metadata and budget."""
-    if (feature_range is None) == (feature_range_json is None):
-        raise click.UsageError("give exactly one of --feature-range or --feature-range-json")
-    fr: Any = (
-        list(feature_range)
-        if feature_range is not None
-        else _json_option(feature_range_json, hint="--feature-range-json", kinds=(list, dict))
-    )
-    metadata: dict[str, Any] = {"name": name, "feature_range": fr}
+    given = [feature_range, feature_range_json, columns_file]
+    if sum(g is not None for g in given) != 1:
+        raise click.UsageError(
+            "give exactly one of --feature-range, --feature-range-json or --columns"
+        )
+    metadata: dict[str, Any] = {"name": name}
+    if columns_file is not None:
+        try:
+            metadata["columns"] = json.loads(columns_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise click.UsageError(f"--columns: {columns_file} is not JSON ({exc})") from exc
+    else:
+        metadata["feature_range"] = (
+            list(feature_range)
+            if feature_range is not None
+            else _json_option(feature_range_json, hint="--feature-range-json", kinds=(list, dict))
+        )
     if label_column is not None:
         metadata["label_column"] = label_column
     declared = _json_option(classes, hint="--classes", kinds=(list,))

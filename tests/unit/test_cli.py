@@ -385,6 +385,24 @@ def test_upload_per_column_ranges(run: Callable[..., Result], api: FakeApi, tmp_
     }
 
 
+def test_upload_declared_columns(run: Callable[..., Result], api: FakeApi, tmp_path: Path) -> None:
+    data = tmp_path / "patients.csv"
+    data.write_bytes(b"sex,age,y\nF,40,0\n")
+    columns = [
+        {"name": "sex", "type": "categorical", "categories": ["F", "M"]},
+        {"name": "age", "type": "numeric", "bounds": [0, 120], "missing": {"policy": "indicator"}},
+    ]
+    spec = tmp_path / "columns.json"
+    spec.write_text(json.dumps(columns))
+    result = run(
+        "upload", str(data), "--name", "p", "--label-column", "y", "--columns", str(spec),
+        "--epsilon", "1", "--delta", "1e-6",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metadata = json.loads(part_bytes(multipart_parts(api.requests[0])["metadata"]))
+    assert metadata["columns"] == columns and "feature_range" not in metadata
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -393,6 +411,7 @@ def test_upload_per_column_ranges(run: Callable[..., Result], api: FakeApi, tmp_
         ["--feature-range-json", "{not json"],
         ["--feature-range-json", "3"],
         ["--feature-range", "0", "1", "--classes", '{"a": 1}'],
+        ["--feature-range", "0", "1", "--columns", __file__],  # two declarations
     ],
 )
 def test_upload_option_errors(
