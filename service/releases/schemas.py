@@ -307,6 +307,12 @@ class AccountantInfo(BaseModel):
 class MechanismInfo(BaseModel):
     name: str
     summary: str
+    kind: Literal["mechanism", "baseline"] = Field(
+        description="baseline: a comparison point published to measure the mechanisms "
+        "against (it gives chance-level models at practical ε), not a recommended choice"
+    )
+    good_for: str = Field(description="What data and uses it suits, from the measured results")
+    reference: str = Field(description="The paper it implements")
     output: str = Field(description="What a release of this mechanism holds")
     params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
     accountants: list[AccountantInfo]

@@ -165,6 +165,11 @@ SPEC = MechanismSpec(
     summary="Cluster-based mixing (3A). Variant dp: DP k-means within each class, then each "
     "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
     "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
+    good_for="Labelled tables and images for linear models and MLPs: the best measured on "
+    "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (use clusters_per_class 1 "
+    "below a few hundred rows per class); trees need spread 0.5",
+    reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '
+    '(3A): a Framework for Privacy Preserving Training Data Release for Machine Learning"',
     output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,

@@ -14,6 +14,7 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
+    MIXING_DEGREE_RULE,
     AuditSpec,
     BenchCase,
     BenchHints,
@@ -21,6 +22,9 @@ from dpcore.mechanisms.spec import (
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    mixing_degree,
+    rows_default,
 )
 
 _MATH = f"{__name__}.accounting"
@@ -129,6 +133,31 @@ SPEC = MechanismSpec(
     title="DPCDARequest",
     summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of that "
     "class; class-balanced output, exact labels",
+    good_for="Labelled tables and images whose every class has many rows: the best mixing "
+    "mechanism measured (MNIST ε = 1: 0.77–0.81 with every model family, trees included; "
+    "within a few points of ClustMix on the small tables of docs/results/tabular.md)",
+    reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
+    "Through Randomized Mixing",
+    shape_defaults=(
+        # Half a balanced class: a public guess that holds on any dataset whose smallest class
+        # has at least half its balanced share; admission checks it against the private counts
+        # (owner-only answer) and asks for a smaller one otherwise.
+        ShapeDefault(
+            "min_class_size",
+            "max(⌊n / (2·classes)⌋, mixture_degree if given, 1): half of a balanced class; "
+            "checked against the class counts like a declared one (refused, to the owner, when "
+            "a class is smaller: declare it then)",
+            lambda values, facts: max(
+                facts.n // (2 * max(1, facts.n_classes)), values.get("mixture_degree") or 1, 1
+            ),
+        ),
+        ShapeDefault(
+            "mixture_degree",
+            f"{MIXING_DEGREE_RULE}, at most min_class_size",
+            lambda values, facts: min(mixing_degree(facts.n), values["min_class_size"]),
+        ),
+        rows_default(per_class=True),
+    ),
     output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
     "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,

@@ -124,6 +124,11 @@ SPEC = MechanismSpec(
     summary="DP kernel k-means within each class, then one generative network per cluster "
     "(VAE or RBM) trained by DP-SGD with adaptive clipping; releases records drawn from the "
     "mixture (Acs et al.)",
+    good_for="Fresh records from generative networks (one per class and cluster) at large ε, "
+    "with a GPU: MNIST ε = 10 logistic 0.81, but 0.62 at ε = 1 where DP-CDA and ClustMix "
+    "reach 0.80 (docs/results/sweet_spot.md); slow",
+    reference='G. Acs, L. Melis, C. Castelluccia, E. De Cristofaro, "Differentially Private '
+    'Mixture of Generative Neural Networks", IEEE TKDE 2018',
     output="X: n_samples records drawn from the trained networks (features in [0, 1] by the "
     "declared bounds: each row a network's mean for a random latent); y: one-hot, each "
     "network's class (exact). Optional second artifact: the weights (safetensors)",

@@ -14,12 +14,16 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.dpmix.params import DPMixParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
+    MIXING_DEGREE_RULE,
     AuditSpec,
     BenchCase,
     BenchHints,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    mixing_degree,
+    rows_default,
 )
 
 _TIGHT = f"{__name__}.accounting_pld"
@@ -87,6 +91,18 @@ SPEC = MechanismSpec(
     name="dpmix",
     title="DPMixRequest",
     summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
+    good_for="Image-like data with many rows (n in the thousands) for ridge or linear models; "
+    "below DP-CDA and ClustMix on every measured table and on MNIST (0.61 ridge at ε = 1)",
+    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+    'Private Datasets using Random Mixing", IEEE ISIT 2019',
+    shape_defaults=(
+        ShapeDefault(
+            "mixture_degree",
+            MIXING_DEGREE_RULE,
+            lambda values, facts: mixing_degree(facts.n),
+        ),
+        rows_default(),
+    ),
     output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,

@@ -15,6 +15,7 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
 from dpcore.mechanisms.spec import (
+    MIXING_DEGREE_RULE,
     AuditSpec,
     BenchCase,
     BenchHints,
@@ -22,6 +23,9 @@ from dpcore.mechanisms.spec import (
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    mixing_degree,
+    rows_default,
 )
 
 _MATH = f"{__name__}.accounting"
@@ -94,6 +98,19 @@ SPEC = MechanismSpec(
     summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
     "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
     "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+    good_for="Training a linear or softmax model with the bias-corrected SGD it ships "
+    "(dpcore.learning.bias_corrected_sgd); its rows are signed combinations, not records, so "
+    "off-the-shelf models trained on them fare poorly",
+    reference='K. Lee, K. Lee, H. Kim, C. Suh, K. Ramchandran, "SGD on Random Mixtures: '
+    'Private Machine Learning under Data Breach Threats", ICLR 2018 workshop',
+    shape_defaults=(
+        ShapeDefault(
+            "mixture_width",
+            MIXING_DEGREE_RULE,
+            lambda values, facts: mixing_degree(facts.n),
+        ),
+        rows_default(),
+    ),
     output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
     "y: the same combinations of one-hot labels, noisy; learn with "
     "dpcore.learning.bias_corrected_sgd",
