@@ -14,6 +14,7 @@ generator, the audit's runs) are imported on first use through ``lazy``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -224,6 +225,29 @@ MechanismKind = Literal["mechanism", "baseline"]
 
 
 @dataclass(frozen=True)
+class FeatureNoise:
+    """The noise a released feature value carries, read per column (preview's signal-to-noise,
+    issue 15.3), from public figures only: ``unit_std`` per feature position, on the unit
+    scale (the column's declared range [lo, hi] mapped to [0, 1]), or None where the released
+    values carry no per-value noise that public figures fix (``meaning`` says why);
+    ``max_shrink``: the largest factor by which the preprocessing's row-norm bound may have
+    scaled a record down (a row scaled down by s carries, relative to its own raw values, s
+    times the noise); ``meaning``: what a released value is, in words."""
+
+    unit_std: tuple[float, ...] | None
+    max_shrink: float
+    meaning: str
+
+
+FeatureNoiseOf = Callable[[Any, PublicFacts, "NoiseDescription"], FeatureNoise]
+
+
+def row_shrink(n_features: int, max_norm: float = 1.0) -> float:
+    """How much the norm bound may scale a row down: features in [0, 1] have norm ≤ √d."""
+    return max(1.0, math.sqrt(n_features) / max_norm)
+
+
+@dataclass(frozen=True)
 class ShapeDefault:
     """A parameter whose good value depends on the dataset's public shape (n, d, classes,
     the server's caps): a request may leave it out (or null), and admission fills it in with
@@ -352,6 +376,9 @@ class MechanismSpec:
     reference: str = ""  # the paper it implements
     # Parameters whose default is a function of the dataset's public shape (``ShapeDefault``).
     shape_defaults: tuple[ShapeDefault, ...] = ()
+    # The noise on released feature values, per column (preview; ``FeatureNoise``); None: the
+    # mechanism declares none.
+    feature_noise: FeatureNoiseOf | None = None
 
     @property
     def served(self) -> bool:

@@ -37,7 +37,7 @@ from service.errors import (
     ReleaseTooLarge,
 )
 from service.models import Dataset, DatasetBudget, Principal, Release
-from service.releases import lifecycle, repository
+from service.releases import guidance, lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases import research as research_releases
 from service.releases.mechanisms import facts, worker_queue
@@ -259,7 +259,16 @@ def preview(
                 "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
             }
         )
+    guide = guidance.noise_guide(
+        registry.get(request.mechanism),
+        p.params,
+        facts(p.dataset, settings, request.format),
+        p.event.noise(),
+        p.dataset,
+        settings.preview_noise_columns,
+    )
     return PreviewOut(
+        noise_guide=guide,
         dataset_id=p.dataset.id,
         mechanism=request.mechanism,
         params=p.params,

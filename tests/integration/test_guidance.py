@@ -97,3 +97,95 @@ def test_catalogue_says_what_each_is_for_and_marks_baselines(embedded: Harness) 
     assert {m["kind"] for m in items.values()} == {"mechanism", "baseline"}
     for name, m in items.items():
         assert m["good_for"].strip() and m["reference"].strip(), name
+
+
+# --- preview: the noise in the columns' raw units ----------------------------------------
+
+RANGES = {str(i): [0.0, 13.0 * (i + 1)] for i in range(6)}  # toy_dataset: 6 features in [0, 13)
+
+
+def _preview(h: Harness, owner: str, ds: dict[str, Any], **body: Any) -> dict[str, Any]:
+    request = {"dataset_id": ds["id"], "params": {}, **body}
+    r = h.client.post("/releases/preview", json=request, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Harness) -> None:
+    """Local perturbation adds N(0, σ²) to every unit-scale value: in raw units σ·(hi − lo),
+    per column. Doubling σ doubles every figure; a column with twice the range has twice the
+    raw noise and the same noise-to-range."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner, feature_range=RANGES)
+    guides = {}
+    for sigma in (0.5, 1.0):
+        out = _preview(
+            h, owner, ds, mechanism="local_perturbation", noise={"sigma_x": sigma, "sigma_y": 1.0}
+        )
+        assert out["noise"]["sigma_x"] == sigma
+        guides[sigma] = out["noise_guide"]
+    for sigma, guide in guides.items():
+        assert guide["applies"] is True
+        assert guide["max_row_shrink"] == pytest.approx(6**0.5)
+        columns = {c["column"]: c for c in guide["columns"]}
+        assert set(columns) == set(RANGES)
+        for name, (lo, hi) in RANGES.items():
+            assert columns[name]["range"] == [lo, hi]
+            assert columns[name]["noise_std_raw"] == pytest.approx(sigma * (hi - lo))
+            assert columns[name]["noise_to_range"] == pytest.approx(sigma)
+        assert guide["noise_std_raw"]["max"] == pytest.approx(sigma * 78.0)
+        assert guide["noise_std_raw"]["min"] == pytest.approx(sigma * 13.0)
+    half = {c["column"]: c["noise_std_raw"] for c in guides[0.5]["columns"]}
+    one = {c["column"]: c["noise_std_raw"] for c in guides[1.0]["columns"]}
+    assert all(one[k] == pytest.approx(2 * half[k]) for k in one)
+    assert one["1"] == pytest.approx(2 * one["0"])
+
+
+def test_preview_noise_of_calibrated_mixing_and_where_it_does_not_apply(
+    harness: Harness,
+) -> None:
+    """dpmix calibrated to ε: the figures are its σ_x times each column's range (no basis on
+    a table); clustmix's and dpgm's noise is not per released value: applies is false."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    ds = _dataset(h, owner, feature_range=RANGES)
+    out = _preview(h, owner, ds, mechanism="dpmix", epsilon=4.0)
+    sigma = out["noise"]["sigma_x"]
+    for column in out["noise_guide"]["columns"]:
+        lo, hi = RANGES[column["column"]]
+        assert column["noise_std_raw"] == pytest.approx(sigma * (hi - lo))
+    for mechanism in ("clustmix", "dpgm", "random_projection"):
+        guide = _preview(h, owner, ds, mechanism=mechanism, epsilon=4.0)["noise_guide"]
+        assert guide["applies"] is False and guide["meaning"], mechanism
+        assert guide["columns"] is None and guide["noise_std_raw"] is None
+
+
+def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis() -> None:
+    """784 pixels with DPMix's default DCT basis (k = 64): the per-pixel noise is σ·‖row of
+    B‖, whose mean square is σ²·k/d; past the column limit only the spreads are given."""
+    from dpcore.accounting.events import NoiseDescription, NoiseScale
+    from service.models import Dataset
+    from service.releases.guidance import noise_guide
+
+    spec = registry.get("dpmix")
+    facts = PublicFacts(n=10_000, n_features=784, n_classes=10, feature_shape=(28, 28))
+    params = spec.resolve(spec.request_params(), facts).model_dump()
+    sigma = 0.05
+    noise = NoiseDescription(
+        scales=(NoiseScale("features", sigma, 0.1, ("features",)),), calibrated="features"
+    )
+    dataset = Dataset(n_features=784, feature_range=[0, 255], format="npz", feature_shape=[28, 28])
+    wide = noise_guide(spec, params, facts, noise, dataset, max_columns=100)
+    assert wide.columns is None and wide.noise_to_range is not None
+    listed = noise_guide(spec, params, facts, noise, dataset, max_columns=1000)
+    assert listed.columns is not None and len(listed.columns) == 784
+    squares = [c.noise_to_range**2 for c in listed.columns]
+    assert sum(squares) / 784 == pytest.approx(sigma**2 * 64 / 784)
+    assert wide.noise_to_range.max == pytest.approx(max(c.noise_to_range for c in listed.columns))
+    assert all(c.noise_std_raw == pytest.approx(255 * c.noise_to_range) for c in listed.columns)
+    identity = noise_guide(
+        spec, {**params, "basis": "identity"}, facts, noise, dataset, max_columns=1000
+    )
+    assert identity.noise_to_range is not None
+    assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma)

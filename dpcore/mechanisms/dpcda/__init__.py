@@ -8,6 +8,8 @@ The whole mechanism: parameters (``params``), accountants (``accounting``: ``pap
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
@@ -19,13 +21,19 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
     ShapeDefault,
     mixing_degree,
+    row_shrink,
     rows_default,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 
@@ -128,6 +136,30 @@ _MNIST_SWEET = {
     "n_classes": 10,
 }
 
+
+def _feature_noise(
+    params: DPCDAParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    from dpcore.mechanisms.dpcda.release import BASIS_DIM
+
+    if params.standardization != "unit_range":
+        # z-scored features: the noise is per (declared or DP) standard deviation, not per
+        # declared range.
+        return FeatureNoise(
+            None,
+            1.0,
+            f"standardization {params.standardization!r}: features are z-scored, so the noise "
+            f"(σ = {noise.sigma('features'):.4g}) is in standard deviations, not in the "
+            "columns' ranges",
+        )
+    return FeatureNoise(
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("features")),
+        row_shrink(facts.n_features, params.clip_norm),
+        "each released row is the mean of ℓ preprocessed records of one class plus this "
+        "noise on every value",
+    )
+
+
 SPEC = MechanismSpec(
     name="dpcda",
     title="DPCDARequest",
@@ -161,6 +193,7 @@ SPEC = MechanismSpec(
     output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
     "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
     check=_check,

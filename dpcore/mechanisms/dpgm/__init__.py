@@ -10,6 +10,8 @@ them (``release``) and the audit (``audit``). DP kernel k-means is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.dpgm.params import DPGMParams
@@ -18,10 +20,15 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 PAPER_LAMBDA_MAX = 32
@@ -118,6 +125,15 @@ def _check(params: DPGMParams, facts: PublicFacts) -> None:
     facts.check_rows(params.n_samples or facts.n)
 
 
+def _feature_noise(params: DPGMParams, facts: PublicFacts, noise: NoiseDescription) -> FeatureNoise:
+    return FeatureNoise(
+        None,
+        1.0,
+        "the noise is added to the networks' training gradients (DP-SGD), not to the released "
+        "records: no per-value noise figure applies",
+    )
+
+
 SPEC = MechanismSpec(
     name="dpgm",
     title="DPGMRequest",
@@ -133,6 +149,7 @@ SPEC = MechanismSpec(
     "declared bounds: each row a network's mean for a random latent); y: one-hot, each "
     "network's class (exact). Optional second artifact: the weights (safetensors)",
     params=DPGMParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     # Training jobs: the GPU workers' queue (CPU-only deployments run a worker on both).
     queue="gpu",

@@ -8,6 +8,8 @@ least-squares correction (``learning``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
@@ -18,13 +20,19 @@ from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
     BenchHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
     ShapeDefault,
     mixing_degree,
+    row_shrink,
     rows_default,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _TIGHT = f"{__name__}.accounting_pld"
 _PAPER = f"{__name__}.accounting_paper"
@@ -87,6 +95,19 @@ def _check(params: DPMixParams, facts: PublicFacts) -> None:
 
 _MNIST = {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "d_x": 784, "d_y": 10}
 
+
+def _feature_noise(
+    params: DPMixParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    from dpcore.mechanisms.dpmix.release import BASIS_DIM
+
+    return FeatureNoise(
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("features")),
+        row_shrink(facts.n_features),
+        "each released row is the mean of ℓ preprocessed records plus this noise on every value",
+    )
+
+
 SPEC = MechanismSpec(
     name="dpmix",
     title="DPMixRequest",
@@ -106,6 +127,7 @@ SPEC = MechanismSpec(
     output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY,
     check=_check,

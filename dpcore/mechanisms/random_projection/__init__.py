@@ -7,6 +7,8 @@ generator (``generate``) and the job around it (``release``), and the audit (``a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.random_projection.params import RandomProjectionParams
@@ -15,11 +17,17 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
     ShapeDefault,
+    row_shrink,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 _GUESSES = "dpcore.accounting.per_record"
@@ -84,6 +92,18 @@ def _check(params: RandomProjectionParams, facts: PublicFacts) -> None:
     facts.check_rows(facts.n)
 
 
+def _feature_noise(
+    params: RandomProjectionParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    return FeatureNoise(
+        None,
+        row_shrink(facts.n_features),
+        f"released features are {params.projection_dim} random projections of each record, "
+        f"not its columns: each carries noise σ = {noise.sigma_x:.4g} on a projection of "
+        f"spectral norm {params.spectral_norm:g}",
+    )
+
+
 SPEC = MechanismSpec(
     name="random_projection",
     title="RandomProjectionRequest",
@@ -106,6 +126,7 @@ SPEC = MechanismSpec(
     output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
     "labels; NPZ also holds the projection matrix",
     params=RandomProjectionParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),

@@ -9,6 +9,8 @@ least-squares correction (``learning``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
@@ -20,13 +22,19 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
     ShapeDefault,
     mixing_degree,
+    row_shrink,
     rows_default,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 
@@ -92,6 +100,20 @@ def _check(params: SGDRMParams, facts: PublicFacts) -> None:
 
 _MNIST60K = {"n": 60_000, "mixture_width": 128, "n_samples": 60_000}
 
+
+def _feature_noise(
+    params: SGDRMParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    from dpcore.mechanisms.sgdrm.release import BASIS_DIM
+
+    return FeatureNoise(
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("mixtures")),
+        row_shrink(facts.n_features),
+        "each released row is a random signed combination of preprocessed records (about ℓ "
+        "of them) plus this noise on every value",
+    )
+
+
 SPEC = MechanismSpec(
     name="sgdrm",
     title="SGDRMRequest",
@@ -115,6 +137,7 @@ SPEC = MechanismSpec(
     "y: the same combinations of one-hot labels, noisy; learn with "
     "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY,
     check=_check,
