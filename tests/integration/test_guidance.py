@@ -189,3 +189,28 @@ def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis()
     )
     assert identity.noise_to_range is not None
     assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma)
+
+
+def test_dpcda_default_class_size_is_checked_like_a_declared_one(harness: Harness) -> None:
+    """DP-CDA's default min_class_size (half a balanced class) is checked against the class
+    counts: a dataset with a smaller class is refused with a request to declare one, and a
+    declared one then caps the default ℓ."""
+    import numpy as np
+
+    h = harness
+    owner, _ = h.new_key("owner")
+    X, _ = toy_dataset()
+    y = np.zeros(200, dtype=np.int64)
+    y[:10] = 2  # class 2: 10 rows, below ⌊200 / 6⌋ = 33
+    y[10:100] = 1
+    r = h.upload(owner, npz_bytes(X, y), budget={"epsilon": 50.0, "delta": 1e-5})
+    assert r.status_code == 201, r.text
+    ds = r.json()
+    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": {}, "epsilon": 4.0}
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 422, r.text
+    assert "min_class_size 33" in r.text and "declare a smaller one" in r.text
+    body["params"] = {"min_class_size": 5}
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    assert r.json()["params"]["mixture_degree"] == 5
