@@ -112,6 +112,7 @@ class Preview(TypedDict, total=False):
     budget: dict[str, Any]
     research: dict[str, Any] | None
     warnings: list[dict[str, Any]]
+    noise_guide: dict[str, Any]  # the noise against each column's declared range
 
 
 class Ledger(TypedDict, total=False):
@@ -148,6 +149,9 @@ class BudgetList(TypedDict, total=False):
 class Mechanism(TypedDict, total=False):
     name: str
     summary: str
+    kind: str  # "mechanism" or "baseline" (a comparison point, not a choice)
+    good_for: str
+    reference: str
     accountants: list[Any]
     output: Any
     params_schema: dict[str, Any]

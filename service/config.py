@@ -203,6 +203,15 @@ class Settings(BaseSettings):
         "columns' Arrow widths; NPZ: the arrays the headers declare; CSV: the frame read so "
         "far): 413 dataset_too_large above, before decoding",
     )
+    # --- Issue 15, item 3 (guidance before spending: service/releases/guidance.py). ---
+    preview_noise_columns: int = Field(
+        default=100,
+        ge=0,
+        le=100_000,
+        description="POST /releases/preview lists the noise per feature column (noise_guide."
+        "columns) for datasets of at most this many features; wider ones get the summary "
+        "(min, median, max) only",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -14,10 +14,12 @@ generator, the audit's runs) are imported on first use through ``lazy``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
 from dpcore.accounting.accountant import Accountant, Event, Key
 
@@ -102,6 +104,16 @@ class PublicFacts:
                 estimate=estimate,
                 limit=self.max_release_bytes,
             )
+
+    def default_rows(self, multiple: int = 1) -> int:
+        """The rows a release makes when the request names none: n, lowered to the server's
+        row and byte caps, rounded down to a multiple of ``multiple`` (public figures only)."""
+        rows = self.n
+        if self.max_release_rows is not None:
+            rows = min(rows, self.max_release_rows)
+        if self.max_release_bytes is not None:
+            rows = min(rows, self.max_release_bytes // max(1, self.release_bytes(1)))
+        return max(multiple, rows - rows % multiple)
 
     def release_bytes(self, rows: int) -> int:
         """Estimated size of a release file of ``rows`` rows (public figures only)."""
@@ -207,7 +219,81 @@ class ReleaseOutput:
 
 
 Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]
+
+# Issue 15.3: what a mechanism is for, beside what it does.
+MechanismKind = Literal["mechanism", "baseline"]
+
+
+@dataclass(frozen=True)
+class FeatureNoise:
+    """The noise a released feature value carries, read per column (preview's signal-to-noise,
+    issue 15.3), from public figures only: ``unit_std`` per feature position, on the unit
+    scale (the column's declared range [lo, hi] mapped to [0, 1]), or None where the released
+    values carry no per-value noise that public figures fix (``meaning`` says why);
+    ``max_shrink``: the largest factor by which the preprocessing's row-norm bound may have
+    scaled a record down (a row scaled down by s carries, relative to its own raw values, s
+    times the noise); ``meaning``: what a released value is, in words."""
+
+    unit_std: tuple[float, ...] | None
+    max_shrink: float
+    meaning: str
+
+
+FeatureNoiseOf = Callable[[Any, PublicFacts, "NoiseDescription"], FeatureNoise]
+
+
+def row_shrink(n_features: int, max_norm: float = 1.0) -> float:
+    """How much the norm bound may scale a row down: features in [0, 1] have norm ≤ √d."""
+    return max(1.0, math.sqrt(n_features) / max_norm)
+
+
+@dataclass(frozen=True)
+class ShapeDefault:
+    """A parameter whose good value depends on the dataset's public shape (n, d, classes,
+    the server's caps): a request may leave it out (or null), and admission fills it in with
+    ``value(params so far, facts)`` — public figures only — before the checks, the accountant
+    and the stored parameters see it. ``rule`` says it in words for the schema's description.
+    Resolved in the order the spec lists them (a later one may read an earlier one's value)."""
+
+    name: str
+    rule: str
+    value: Callable[[Mapping[str, Any], PublicFacts], Any]
+
+
 Check = Callable[[Any, PublicFacts], None]
+
+
+def rows_default(name: str = "n_samples", per_class: bool = False) -> ShapeDefault:
+    """``name`` defaults to n rows, lowered to the server's row and byte caps (a multiple of
+    the number of classes when ``per_class``: the mechanism splits rows evenly over them)."""
+    rule = "n (the dataset's rows), lowered to the server's caps on release rows and bytes"
+    if per_class:
+        rule += ", rounded down to a multiple of the number of classes"
+    return ShapeDefault(
+        name,
+        rule,
+        lambda values, facts: facts.default_rows(facts.n_classes if per_class else 1),
+    )
+
+
+# The mixing degree ℓ of dpmix, dpcda and sgdrm when none is given (issue 15.3), from the
+# measured studies: on MNIST-10k ℓ = 16 gave the best accuracy of most model families at
+# ε = 1, 4 and 10 for dpmix and at ε = 4 and 10 for dpcda (docs/results/sweet_spot.md, e.g.
+# dpmix ε = 1, n_samples 2000: ridge 0.606 at ℓ = 16 vs 0.475 at ℓ = 4 and 0.607 at ℓ = 64,
+# whose CNN fell to 0.148); SGDRM at ε = 10 (sweet_spot_before.csv) 0.656 at ℓ = 16, 0.377 at
+# ℓ = 4, 0.653 at ℓ = 128. On small tables the larger ℓ stops paying (docs/results/
+# tabular.md, ε = 1: wine, n = 124, dpmix logistic 0.463 at ℓ = 4 vs 0.370 at ℓ = 16;
+# breast-cancer, n = 398, and digits, n = 1257, equal within the spread; make_classification,
+# n = 35000, 0.859 at ℓ = 16 vs 0.804 at ℓ = 4): ℓ = clamp(⌊n/32⌋, 4, 16), at most n.
+MIXING_DEGREE_RULE = (
+    "clamp(⌊n/32⌋, 4, 16), at most n (measured: docs/results/sweet_spot.md, tabular.md)"
+)
+
+
+def mixing_degree(n: int) -> int:
+    return min(n, 16, max(4, n // 32))
+
+
 PreprocessTest = Callable[[Mapping[str, Any], Mapping[str, Any], Any], Any]
 
 
@@ -283,10 +369,54 @@ class MechanismSpec:
     # (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE); CPU-only deployments simply run a worker on
     # both queues. Embedded mode runs every job in-process and ignores it.
     queue: WorkerQueue = "cpu"
+    # Guidance for choosing (GET /mechanisms; issue 15.3): a baseline is a comparison point
+    # (published beside the mechanisms to measure them against), not a recommended choice.
+    kind: MechanismKind = "mechanism"
+    good_for: str = ""  # one sentence: the data and uses it suits, from the measured results
+    reference: str = ""  # the paper it implements
+    # Parameters whose default is a function of the dataset's public shape (``ShapeDefault``).
+    shape_defaults: tuple[ShapeDefault, ...] = ()
+    # The noise on released feature values, per column (preview; ``FeatureNoise``); None: the
+    # mechanism declares none.
+    feature_noise: FeatureNoiseOf | None = None
 
     @property
     def served(self) -> bool:
         return self.release is not None
+
+    @cached_property
+    def request_params(self) -> type[BaseModel]:
+        """The ``params`` model of the API's request: ``params`` with every shape default made
+        optional (null or absent: filled in at admission by ``resolve``), its rule appended to
+        the field's description. The same name, so the schema keeps its component names."""
+        if not self.shape_defaults:
+            return self.params
+        from pydantic import Field, create_model
+
+        fields: dict[str, Any] = {}
+        for default in self.shape_defaults:
+            info = self.params.model_fields[default.name]
+            inner: Any = Annotated.__class_getitem__((info.annotation, *info.metadata))  # type: ignore[attr-defined]
+            described = f"{(info.description or '').rstrip('.')}. Default: {default.rule}"
+            fields[default.name] = (inner | None, Field(default=None, description=described))
+        model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            self.params.__name__,
+            __base__=self.params,
+            __module__=self.params.__module__,
+            __doc__=self.params.__doc__,
+            **fields,
+        )
+        return model
+
+    def resolve(self, params: BaseModel, facts: PublicFacts) -> BaseModel:
+        """``params`` (of ``request_params``) with every shape default filled in from the
+        public ``facts``, validated by ``params``: the parameters the checks, the accountant,
+        the worker and the stored release see."""
+        values = params.model_dump()
+        for default in self.shape_defaults:
+            if values.get(default.name) is None:
+                values[default.name] = default.value(values, facts)
+        return self.params.model_validate(values)
 
     def accountant(self, name: str) -> Accountant:
         for accountant in self.accountants:
@@ -304,6 +434,11 @@ class MechanismSpec:
             raise SpecError(f"{self.name}: queue {self.queue!r} is not one of {WORKER_QUEUES}")
         fields = set(self.params.model_fields)
         unknown = self.release_only - fields
+        shaped = [d.name for d in self.shape_defaults]
+        if set(shaped) - fields or len(set(shaped)) != len(shaped):
+            raise SpecError(f"{self.name}: shape defaults name unknown or repeated fields {shaped}")
+        if self.kind not in ("mechanism", "baseline"):
+            raise SpecError(f"{self.name}: kind {self.kind!r} is not mechanism or baseline")
         if unknown:
             raise SpecError(f"{self.name}: release_only names unknown parameters {unknown}")
         names = [a.name for a in self.accountants]

@@ -109,16 +109,18 @@ def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
     """``spec``'s request: the common fields, its ``mechanism`` literal, its ``params`` model
     (defaulted when no parameter is required) and its accountants."""
     names = tuple(a.name for a in spec.accountants)
-    params_required = any(f.is_required() for f in spec.params.model_fields.values())
-    params_type: Any = Annotated[spec.params, strict_params(spec.params)]
+    # The request's params: shape defaults optional, filled in at admission (``spec.resolve``).
+    model = spec.request_params
+    params_required = any(f.is_required() for f in model.model_fields.values())
+    params_type: Any = Annotated[model, strict_params(model)]
     params: Any = (params_type, ...)
     if not params_required:
-        params = (params_type, Field(default_factory=spec.params))
+        params = (params_type, Field(default_factory=model))
     accountant_help = (
         f"The privacy analysis (default {spec.default_accountant}). GET /mechanisms describes "
         "each; one that is not a valid bound is refused for releases"
     )
-    model: type[ReleaseRequestBase] = create_model(  # type: ignore[call-overload]
+    request: type[ReleaseRequestBase] = create_model(  # type: ignore[call-overload]
         spec.title or f"{spec.name.title().replace('_', '')}Request",
         __base__=ReleaseRequestBase,
         __module__=__name__,
@@ -129,7 +131,7 @@ def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
             Field(default=spec.default_accountant, description=accountant_help),
         ),
     )
-    return model
+    return request
 
 
 def request_union(specs: Sequence[MechanismSpec]) -> Any:
@@ -151,7 +153,10 @@ def catalogue() -> MechanismList:
                 name=spec.name,
                 summary=spec.summary,
                 output=spec.output,
-                params_schema=spec.params.model_json_schema(),
+                kind=spec.kind,
+                good_for=spec.good_for,
+                reference=spec.reference,
+                params_schema=spec.request_params.model_json_schema(),
                 accountants=[
                     AccountantInfo(
                         name=acc.name,

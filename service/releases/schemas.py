@@ -273,6 +273,47 @@ class PreviewWarning(BaseModel):
     message: str
 
 
+class ColumnNoise(BaseModel):
+    column: str = Field(description="The feature column (NPZ: its flat index)")
+    range: tuple[float, float] = Field(description="Its declared feature_range [lo, hi]")
+    noise_std_raw: float = Field(
+        description="Std of the noise on this column's released values, in the column's raw "
+        "units: the unit-scale noise std × (hi − lo), for a record the row-norm bound did not "
+        "scale down (one scaled down by s carries s times this, at most max_row_shrink times)"
+    )
+    noise_to_range: float = Field(description="noise_std_raw / (hi − lo)")
+
+
+class NoiseSpread(BaseModel):
+    min: float
+    median: float
+    max: float
+
+
+class NoiseGuide(BaseModel):
+    """How loud the release's noise is against each column's declared range (public figures
+    only: σ, the declared bounds, shape and basis). Issue 15.3."""
+
+    applies: bool = Field(
+        description="False where the released values carry no per-value noise that public "
+        "figures fix (meaning says why); the other figures are then null"
+    )
+    meaning: str = Field(description="What a released value is and what the figures mean")
+    max_row_shrink: float | None = Field(
+        description="The most the preprocessing's row-norm bound scales a record down (√d / "
+        "the bound): the figures hold for rows it leaves unscaled, and are up to this many "
+        "times larger, relative to a record's raw values, for rows it scales"
+    )
+    noise_to_range: NoiseSpread | None = Field(
+        description="noise_to_range over every feature column"
+    )
+    noise_std_raw: NoiseSpread | None = Field(description="noise_std_raw over every feature column")
+    columns: list[ColumnNoise] | None = Field(
+        description="Per feature column, for datasets of at most DPRELEASE_PREVIEW_NOISE_COLUMNS "
+        "features; null for wider ones (the spreads above summarise them)"
+    )
+
+
 class PreviewOut(BaseModel):
     dataset_id: str
     mechanism: str
@@ -288,6 +329,10 @@ class PreviewOut(BaseModel):
     )
     research: ResearchOut | None = Field(
         default=None, description="Set when the request is a research release"
+    )
+    noise_guide: NoiseGuide = Field(
+        description="The noise in the columns' raw units: its std against each column's "
+        "declared range"
     )
 
 
@@ -307,6 +352,12 @@ class AccountantInfo(BaseModel):
 class MechanismInfo(BaseModel):
     name: str
     summary: str
+    kind: Literal["mechanism", "baseline"] = Field(
+        description="baseline: a comparison point published to measure the mechanisms "
+        "against (it gives chance-level models at practical ε), not a recommended choice"
+    )
+    good_for: str = Field(description="What data and uses it suits, from the measured results")
+    reference: str = Field(description="The paper it implements")
     output: str = Field(description="What a release of this mechanism holds")
     params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
     accountants: list[AccountantInfo]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from dpcore.accounting.accountant import Event
@@ -36,7 +37,7 @@ from service.errors import (
     ReleaseTooLarge,
 )
 from service.models import Dataset, DatasetBudget, Principal, Release
-from service.releases import lifecycle, repository
+from service.releases import guidance, lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases import research as research_releases
 from service.releases.mechanisms import facts, worker_queue
@@ -91,6 +92,7 @@ def accountant_keys(
     dataset: Dataset,
     request: ReleaseRequestBase,
     settings: Settings,
+    params: BaseModel,
 ) -> dict[str, Any]:
     """The keys the accountant gets: the dataset's public facts it declares, every parameter
     (a parameter that reaches no accountant is refused by the spec, never dropped), and the
@@ -107,7 +109,7 @@ def accountant_keys(
                 f"{spec.name} has no separate label noise: "
                 f"'{'noise.sigma_y' if name == 'sigma_y' else name}' does not apply"
             )
-    return spec.accountant_keys(accountant, request.params, facts(dataset, settings), asked)
+    return spec.accountant_keys(accountant, params, facts(dataset, settings), asked)
 
 
 # Relative margin below the δ left of a default δ share, so that shares whose ε add up to what
@@ -156,10 +158,13 @@ def plan(
     spent = ledger.spend_of(session, budget=budget)
     spec = registry.get(request.mechanism)
     try:
-        spec.check(request.params, facts(dataset, settings, request.format))
+        public = facts(dataset, settings, request.format)
+        # Parameters left out take their defaults from the public shape (issue 15.3).
+        params = spec.resolve(request.params, public)
+        spec.check(params, public)
         accountant = spec.accountant(request.accountant)
         research_releases.check(spec, accountant, request.research)
-        keys = accountant_keys(spec, request.accountant, dataset, request, settings)
+        keys = accountant_keys(spec, request.accountant, dataset, request, settings, params)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
             target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
@@ -197,7 +202,7 @@ def plan(
         report_dataset = _report_dataset(
             session, principal, dataset, request.report_test_dataset_id
         )
-    stored = request.params.model_dump()
+    stored = params.model_dump()
     # Analysis parameters the accountant fixed (a coupling bound chosen for the target ε, say)
     # travel with the release's parameters where the mechanism has such a parameter.
     for name, value in event.noise().analysis.items():
@@ -254,7 +259,16 @@ def preview(
                 "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
             }
         )
+    guide = guidance.noise_guide(
+        registry.get(request.mechanism),
+        p.params,
+        facts(p.dataset, settings, request.format),
+        p.event.noise(),
+        p.dataset,
+        settings.preview_noise_columns,
+    )
     return PreviewOut(
+        noise_guide=guide,
         dataset_id=p.dataset.id,
         mechanism=request.mechanism,
         params=p.params,

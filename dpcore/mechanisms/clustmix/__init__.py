@@ -13,6 +13,8 @@ fixed in advance — an algorithm nobody runs, so ``dprelease account`` only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
@@ -22,10 +24,16 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    row_shrink,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 
@@ -159,15 +167,32 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
         )
 
 
+def _feature_noise(
+    params: ClustMixParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    return FeatureNoise(
+        None,
+        row_shrink(facts.n_features),
+        "each released row is a cluster's noisy sum over its noisy count: its noise is the "
+        "sums' σ divided by the cluster's size, which is private (larger clusters, less noise)",
+    )
+
+
 SPEC = MechanismSpec(
     name="clustmix",
     title="ClustMixRequest",
     summary="Cluster-based mixing (3A). Variant dp: DP k-means within each class, then each "
     "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
     "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
+    good_for="Labelled tables and images for linear models and MLPs: the best measured on "
+    "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (use clusters_per_class 1 "
+    "below a few hundred rows per class); trees need spread 0.5",
+    reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '
+    '(3A): a Framework for Privacy Preserving Training Data Release for Machine Learning"',
     output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER, FIXED),
     release_only=frozenset(
         {

@@ -8,19 +8,31 @@ least-squares correction (``learning``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.dpmix.params import DPMixParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
+    MIXING_DEGREE_RULE,
     AuditSpec,
     BenchCase,
     BenchHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    mixing_degree,
+    row_shrink,
+    rows_default,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _TIGHT = f"{__name__}.accounting_pld"
 _PAPER = f"{__name__}.accounting_paper"
@@ -83,13 +95,39 @@ def _check(params: DPMixParams, facts: PublicFacts) -> None:
 
 _MNIST = {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "d_x": 784, "d_y": 10}
 
+
+def _feature_noise(
+    params: DPMixParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    from dpcore.mechanisms.dpmix.release import BASIS_DIM
+
+    return FeatureNoise(
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("features")),
+        row_shrink(facts.n_features),
+        "each released row is the mean of ℓ preprocessed records plus this noise on every value",
+    )
+
+
 SPEC = MechanismSpec(
     name="dpmix",
     title="DPMixRequest",
     summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
+    good_for="Image-like data with many rows (n in the thousands) for ridge or linear models; "
+    "below DP-CDA and ClustMix on every measured table and on MNIST (0.61 ridge at ε = 1)",
+    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+    'Private Datasets using Random Mixing", IEEE ISIT 2019',
+    shape_defaults=(
+        ShapeDefault(
+            "mixture_degree",
+            MIXING_DEGREE_RULE,
+            lambda values, facts: mixing_degree(facts.n),
+        ),
+        rows_default(),
+    ),
     output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY,
     check=_check,

@@ -7,6 +7,8 @@ generator (``generate``) and the job around it (``release``), and the audit (``a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.random_projection.params import RandomProjectionParams
@@ -15,10 +17,17 @@ from dpcore.mechanisms.spec import (
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    row_shrink,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 _GUESSES = "dpcore.accounting.per_record"
@@ -83,14 +92,41 @@ def _check(params: RandomProjectionParams, facts: PublicFacts) -> None:
     facts.check_rows(facts.n)
 
 
+def _feature_noise(
+    params: RandomProjectionParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    return FeatureNoise(
+        None,
+        row_shrink(facts.n_features),
+        f"released features are {params.projection_dim} random projections of each record, "
+        f"not its columns: each carries noise σ = {noise.sigma_x:.4g} on a projection of "
+        f"spectral norm {params.spectral_norm:g}",
+    )
+
+
 SPEC = MechanismSpec(
     name="random_projection",
     title="RandomProjectionRequest",
     summary="Baseline: every record projected by a data-independent Gaussian matrix "
     "then noised (random-mixing paper, Sec. IV)",
+    kind="baseline",
+    good_for="A comparison point, not a choice: each projected record gets the whole noise, "
+    "so models trained on it reach chance level at practical ε (ε = 1: 0.50 on "
+    "make_classification, 0.08 on digits; docs/results/tabular.md)",
+    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+    'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
+    shape_defaults=(
+        # The benches' choice on MNIST (BenchHints below), never more than the features.
+        ShapeDefault(
+            "projection_dim",
+            "min(50, the dataset's features)",
+            lambda values, facts: min(50, facts.n_features),
+        ),
+    ),
     output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
     "labels; NPZ also holds the projection matrix",
     params=RandomProjectionParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),

@@ -9,20 +9,32 @@ least-squares correction (``learning``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
 from dpcore.mechanisms.spec import (
+    MIXING_DEGREE_RULE,
     AuditSpec,
     BenchCase,
     BenchHints,
     EvaluationHints,
+    FeatureNoise,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
+    mixing_degree,
+    row_shrink,
+    rows_default,
 )
+
+if TYPE_CHECKING:
+    from dpcore.accounting.events import NoiseDescription
+
 
 _MATH = f"{__name__}.accounting"
 
@@ -88,16 +100,44 @@ def _check(params: SGDRMParams, facts: PublicFacts) -> None:
 
 _MNIST60K = {"n": 60_000, "mixture_width": 128, "n_samples": 60_000}
 
+
+def _feature_noise(
+    params: SGDRMParams, facts: PublicFacts, noise: NoiseDescription
+) -> FeatureNoise:
+    from dpcore.mechanisms.sgdrm.release import BASIS_DIM
+
+    return FeatureNoise(
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("mixtures")),
+        row_shrink(facts.n_features),
+        "each released row is a random signed combination of preprocessed records (about ℓ "
+        "of them) plus this noise on every value",
+    )
+
+
 SPEC = MechanismSpec(
     name="sgdrm",
     title="SGDRMRequest",
     summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
     "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
     "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+    good_for="Training a linear or softmax model with the bias-corrected SGD it ships "
+    "(dpcore.learning.bias_corrected_sgd); its rows are signed combinations, not records, so "
+    "off-the-shelf models trained on them fare poorly",
+    reference='K. Lee, K. Lee, H. Kim, C. Suh, K. Ramchandran, "SGD on Random Mixtures: '
+    'Private Machine Learning under Data Breach Threats", ICLR 2018 workshop',
+    shape_defaults=(
+        ShapeDefault(
+            "mixture_width",
+            MIXING_DEGREE_RULE,
+            lambda values, facts: mixing_degree(facts.n),
+        ),
+        rows_default(),
+    ),
     output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
     "y: the same combinations of one-hot labels, noisy; learn with "
     "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
+    feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY,
     check=_check,

@@ -1,0 +1,96 @@
+"""The preview's signal-to-noise in raw units (issue 15.3): the noise a release puts on each
+released feature value, mapped back through the public preprocessing to the column's declared
+range.
+
+Only public figures enter: the calibrated σ (what the preview reports in ``noise``), the
+declared feature bounds, the declared shape and the mechanism's public basis. The
+preprocessing scales each column to [0, 1] by its declared [lo, hi] and then scales rows down
+to the norm bound; the mechanism adds noise of std ``unit_std[p]`` to every released value of
+feature p on that scale (``dpcore.mechanisms.spec.FeatureNoise``). A value's noise in raw units
+is therefore ``unit_std[p] × (hi − lo)`` for a record the norm bound left unscaled, and up to
+``max_shrink`` times that for one it scaled down (how much depends on the record: private, so
+only the public bound is given)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dpcore.accounting.events import NoiseDescription
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
+from service.models import Dataset
+from service.releases.schemas import ColumnNoise, NoiseGuide, NoiseSpread
+
+
+def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
+    """(name, lo, hi, feature position or None) of every feature column. A single declared
+    range names columns by position (NPZ's flat index; a CSV's or Parquet's file order); a
+    per-column range names them, with their positions known for NPZ only (its names are the
+    flat indices)."""
+    declared: Any = dataset.feature_range
+    if isinstance(declared, Mapping):
+        out = []
+        for name, (lo, hi) in declared.items():
+            position = int(name) if dataset.format == "npz" and str(name).isdigit() else None
+            out.append((str(name), float(lo), float(hi), position))
+        return out
+    lo, hi = float(declared[0]), float(declared[1])
+    return [(str(p), lo, hi, p) for p in range(dataset.n_features)]
+
+
+def _spread(values: Sequence[float]) -> NoiseSpread:
+    return NoiseSpread(min=min(values), median=statistics.median(values), max=max(values))
+
+
+def noise_guide(
+    spec: MechanismSpec,
+    params: Mapping[str, Any],
+    facts: PublicFacts,
+    noise: NoiseDescription,
+    dataset: Dataset,
+    max_columns: int,
+) -> NoiseGuide:
+    if spec.feature_noise is None:
+        return NoiseGuide(
+            applies=False,
+            meaning=f"{spec.name} declares no per-value noise on its released features",
+            max_row_shrink=None,
+            noise_to_range=None,
+            noise_std_raw=None,
+            columns=None,
+        )
+    feature = spec.feature_noise(spec.params.model_validate(dict(params)), facts, noise)
+    if feature.unit_std is None:
+        return NoiseGuide(
+            applies=False,
+            meaning=feature.meaning,
+            max_row_shrink=None,
+            noise_to_range=None,
+            noise_std_raw=None,
+            columns=None,
+        )
+    unit = feature.unit_std
+    # A column whose position is unknown (a per-column range on a CSV or Parquet file) gets
+    # the root mean square over positions: exact when the noise is the same everywhere (no
+    # basis, the usual case on tables), an average with a basis.
+    rms = (sum(u * u for u in unit) / len(unit)) ** 0.5
+    columns = [
+        ColumnNoise(
+            column=name,
+            range=(lo, hi),
+            noise_std_raw=(unit[position] if position is not None else rms) * (hi - lo),
+            noise_to_range=unit[position] if position is not None else rms,
+        )
+        for name, lo, hi, position in _columns(dataset)
+    ]
+    return NoiseGuide(
+        applies=True,
+        meaning=f"{feature.meaning}; the figures are that noise's std in each column's raw "
+        "units (unit-scale std × (hi − lo)) for a record the row-norm bound left unscaled, "
+        f"up to {feature.max_shrink:.4g} times larger for one it scaled down",
+        max_row_shrink=feature.max_shrink,
+        noise_to_range=_spread([c.noise_to_range for c in columns]),
+        noise_std_raw=_spread([c.noise_std_raw for c in columns]),
+        columns=columns if len(columns) <= max_columns else None,
+    )
