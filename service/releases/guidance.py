@@ -19,6 +19,7 @@ from typing import Any
 
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
+from service.datasets.schemas import MissingIndicator, NumericColumn, declared_columns
 from service.models import Dataset
 from service.releases.schemas import ColumnNoise, NoiseGuide, NoiseSpread
 
@@ -29,6 +30,20 @@ def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
     per-column range names them, with their positions known for NPZ only (its names are the
     flat indices)."""
     declared: Any = dataset.feature_range
+    columns = declared_columns(declared)
+    if columns is not None:
+        # Declared columns (issue 15, item 1): features in declaration order, so every
+        # position is known; one-hot and indicator features live in [0, 1].
+        encoded: list[tuple[str, float, float]] = []
+        for column in columns:
+            if isinstance(column, NumericColumn):
+                lo, hi = column.bounds
+                encoded.append((column.name, float(lo), float(hi)))
+            else:
+                encoded.extend((f"{column.name}={c}", 0.0, 1.0) for c in column.categories)
+            if isinstance(column.missing, MissingIndicator):
+                encoded.append((f"{column.name}_missing", 0.0, 1.0))
+        return [(name, lo, hi, p) for p, (name, lo, hi) in enumerate(encoded)]
     if isinstance(declared, Mapping):
         out = []
         for name, (lo, hi) in declared.items():

@@ -114,6 +114,26 @@ def test_a_projection_of_declared_columns_is_not_decoded(embedded: Harness) -> N
         assert npz["projection"].shape == (3, len(FEATURES))
 
 
+def test_preview_noise_guide_names_the_declared_features(harness: Harness) -> None:
+    """The noise guide reads the declaration: one entry per encoded feature, in its order,
+    numeric columns in their own units and one-hot or indicator features on [0, 1]."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    r = h.upload(owner, _csv(patients()), filename="patients.csv", metadata=dict(META))
+    assert r.status_code == 201, r.text
+    body = h.release_body(r.json()["id"], params={"mixture_degree": 4, "n_samples": 50})
+    preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert preview.status_code == 200, preview.text
+    guide = preview.json()["noise_guide"]
+    assert guide["applies"], guide
+    columns = {c["column"]: c for c in guide["columns"]}
+    assert list(columns) == FEATURES
+    age, sex = columns["age"], columns["sex=F"]
+    assert sex["range"] == [0.0, 1.0]
+    lo, hi = age["range"]
+    assert age["noise_std_raw"] == pytest.approx(sex["noise_std_raw"] * (hi - lo), rel=1e-6)
+
+
 def test_parquet_with_nulls_and_a_constant_policy(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
