@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +144,25 @@ class Harness:
         )
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
+
+    def wait_for(
+        self,
+        key: str,
+        release_id: str,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout: float = 60.0,
+    ) -> dict[str, Any]:
+        """The release as soon as ``predicate`` holds of it (polled every 20 ms)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.client.get(f"/releases/{release_id}", headers=self.headers(key))
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            if predicate(body):
+                return body
+            if time.monotonic() > deadline:
+                raise AssertionError(f"release {release_id}: {body}")
+            time.sleep(0.02)
 
     def wait(self, key: str, release_id: str, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

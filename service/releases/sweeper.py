@@ -135,24 +135,9 @@ class Sweeper:
         return result
 
     def _requeue(self, now: datetime) -> tuple[str, ...]:
-        settings = self.runtime.settings
-        before = now - timedelta(seconds=settings.sweep_running_after_s)
-        factory = self.runtime.session_factory
-        with transaction(factory) as session:
-            stalled = repository.stale_running(
-                session, before=before, below_attempts=settings.task_max_attempts, limit=BATCH
-            )
-        requeued: list[str] = []
-        for release_id in stalled:
-            with transaction(factory) as session:
-                if lifecycle.requeue_stalled(
-                    session,
-                    release_id,
-                    max_attempts=settings.task_max_attempts,
-                    stale_before=before,
-                ):
-                    requeued.append(release_id)
-        return tuple(requeued)
+        """Running with attempts left, no sign of life: back to the queue (lost retries)."""
+        last = self.runtime.settings.task_max_attempts
+        return self._stalled(now, {"below_attempts": last}, lifecycle.requeue_stalled)
 
     def _resend(self, now: datetime, *, also: tuple[str, ...] = ()) -> tuple[str, ...]:
         """Hand over the queued releases due, and ``also`` those just queued again."""
@@ -183,21 +168,31 @@ class Sweeper:
         return tuple(sent)
 
     def _settle(self, now: datetime) -> tuple[str, ...]:
+        """Running on the last attempt, no sign of life: ended failed, settled from the claim."""
+        last = self.runtime.settings.task_max_attempts
+        return self._stalled(now, {"min_attempts": last}, lifecycle.settle_stalled)
+
+    def _stalled(
+        self,
+        now: datetime,
+        attempts: dict[str, int],
+        act: Callable[..., bool],
+    ) -> tuple[str, ...]:
+        """Apply ``act`` (re-checked under the row lock) to each release running with no sign
+        of life for ``sweep_running_after_s`` whose attempts match ``attempts``."""
         settings = self.runtime.settings
         before = now - timedelta(seconds=settings.sweep_running_after_s)
         factory = self.runtime.session_factory
         with transaction(factory) as session:
-            stuck = repository.stale_running(
-                session, before=before, min_attempts=settings.task_max_attempts, limit=BATCH
-            )
-        settled: list[str] = []
-        for release_id in stuck:
+            stalled = repository.stale_running(session, before=before, limit=BATCH, **attempts)
+        done: list[str] = []
+        for release_id in stalled:
             with transaction(factory) as session:
-                if lifecycle.settle_stalled(
+                if act(
                     session,
                     release_id,
                     max_attempts=settings.task_max_attempts,
                     stale_before=before,
                 ):
-                    settled.append(release_id)
-        return tuple(settled)
+                    done.append(release_id)
+        return tuple(done)

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,23 +77,6 @@ def _get(h: Harness, key: str, release_id: str) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
-
-
-def _wait_for(
-    h: Harness,
-    key: str,
-    release_id: str,
-    predicate: Callable[[dict[str, Any]], bool],
-    timeout: float = 60.0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = _get(h, key, release_id)
-        if predicate(body):
-            return body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"release {release_id}: {body}")
-        time.sleep(0.02)
 
 
 def _entries(h: Harness, owner: str, dataset_id: str, release_id: str) -> list[str]:
@@ -266,7 +248,7 @@ def test_shutdown_stops_the_job_between_chunks_and_requeues(
                 h = Harness("embedded", client, runtime, (home / "admin.key").read_text().strip())
                 owner, ds = _dataset(h)
                 rid = _toy_release(h, owner, ds, rows=toy.CHUNK * 50)
-                _wait_for(h, owner, rid, lambda r: r["status"] == "running")
+                h.wait_for(owner, rid, lambda r: r["status"] == "running")
                 assert len(_scratch_appears(root)) == 1
                 stopped = threading.Thread(target=runtime.dispatcher.shutdown)
                 stopped.start()
@@ -316,10 +298,10 @@ def test_celery_warm_shutdown_requeues_the_running_job(
     toy.GATE.clear()
     try:
         rid = _toy_release(h, owner, ds, rows=toy.CHUNK * 50)
-        _wait_for(h, owner, rid, lambda r: r["status"] == "running" and r["attempts"] == 1)
+        h.wait_for(owner, rid, lambda r: r["status"] == "running" and r["attempts"] == 1)
         celery_module._stop_jobs()  # what SIGTERM sends the worker
         toy.GATE.set()
-        queued = _wait_for(h, owner, rid, lambda r: r["status"] == "queued", timeout=30)
+        queued = h.wait_for(owner, rid, lambda r: r["status"] == "queued", timeout=30)
         assert queued["attempts"] == 0 and queued["started_at"] is None
         assert _entries(h, owner, ds, rid) == ["reserved"]
         assert _left(scratch_root) == []
@@ -381,7 +363,7 @@ def test_one_owners_backlog_does_not_hold_up_anothers_release(
                 b, b_ds = _dataset(h)
                 backlog = [_toy_release(h, a, a_ds, rows=toy.CHUNK) for _ in range(4)]
                 for rid in backlog[:2]:
-                    _wait_for(h, a, rid, lambda r: r["status"] == "running")
+                    h.wait_for(a, rid, lambda r: r["status"] == "running")
                 mine = _toy_release(h, b, b_ds, rows=toy.CHUNK)
                 time.sleep(0.2)
                 assert _get(h, b, mine)["status"] == "queued"  # both threads busy

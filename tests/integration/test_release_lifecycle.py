@@ -9,7 +9,6 @@ succeeds tells that every job queued before it has ended."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,24 +43,6 @@ def _toy_release(h: Harness, owner: str, dataset_id: str, **params: Any) -> dict
     return created
 
 
-def _wait_for(
-    h: Harness,
-    key: str,
-    release_id: str,
-    predicate: Callable[[dict[str, Any]], bool],
-    timeout: float = 60.0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        r = h.client.get(f"/releases/{release_id}", headers=h.headers(key))
-        assert r.status_code == 200, r.text
-        body: dict[str, Any] = r.json()
-        if predicate(body):
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("own", [False, True], ids=["rows", "own"])
 def test_progress_has_the_generators_phase(toy_harness: Harness, own: bool) -> None:
     """Rows counted by the worker show phase "rows"; a generator reporting its own progress
@@ -70,7 +51,7 @@ def test_progress_has_the_generators_phase(toy_harness: Harness, own: bool) -> N
     owner, ds = _dataset(h)
     toy.GATE.clear()  # the generator waits before its first chunk
     rid = _toy_release(h, owner, ds, own_progress=own)["id"]
-    held = _wait_for(h, owner, rid, lambda r: r["phase"] is not None)
+    held = h.wait_for(owner, rid, lambda r: r["phase"] is not None)
     assert held["status"] == "running" and held["progress"] == 0.0
     assert held["phase"] == (toy.OWN_PHASE if own else "rows")
     toy.GATE.set()
@@ -126,9 +107,9 @@ def test_cancel_a_queued_release(toy_harness: Harness) -> None:
     owner, ds = _dataset(h)
     toy.GATE.clear()
     held = _toy_release(h, owner, ds)["id"]
-    _wait_for(h, owner, held, lambda r: r["phase"] is not None)  # holds the one job slot
+    h.wait_for(owner, held, lambda r: r["phase"] is not None)  # holds the one job slot
     queued = _toy_release(h, owner, ds)["id"]
-    assert _wait_for(h, owner, queued, lambda r: True)["status"] == "queued"
+    assert h.wait_for(owner, queued, lambda r: True)["status"] == "queued"
     assert _entry_state(_ledger(h, owner, ds), queued) == "reserved"
 
     r = _cancel(h, owner, queued)
@@ -182,7 +163,7 @@ def test_cancel_a_running_release(
     monkeypatch.setattr(runner, "_claim_upload", spy)
     toy.GATE.clear()
     rid = _toy_release(h, owner, ds, own_progress=own)["id"]
-    running = _wait_for(h, owner, rid, lambda r: r["phase"] is not None)
+    running = h.wait_for(owner, rid, lambda r: r["phase"] is not None)
     assert running["status"] == "running"
     assert _ledger(h, owner, ds)["remaining"] < BUDGET
 
@@ -234,7 +215,7 @@ def test_cancel_racing_the_upload_claim(
 
     monkeypatch.setattr(runner, "_claim_upload", racing)
     rid = _toy_release(h, owner, ds)["id"]
-    _wait_for(h, owner, rid, lambda r: r["status"] == "cancelled")
+    h.wait_for(owner, rid, lambda r: r["status"] == "cancelled")
     monkeypatch.setattr(runner, "_claim_upload", claim_upload)
     _drain(h, owner, ds)
 

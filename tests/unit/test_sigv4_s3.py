@@ -108,7 +108,9 @@ def test_header_signed_requests_pass(server: SigV4S3Server, tmp_path: Any) -> No
 
 def test_presigned_url_passes_within_its_lifetime(server: SigV4S3Server) -> None:
     url = _presign(server, expires=60)
-    server.verifier.offset = 59.0
+    server.verifier.offset = (
+        50.0  # X-Amz-Date has whole seconds, and a loaded machine is slow: margin
+    )
     response = httpx.get(url)
     assert response.status_code == 200, response.text
     assert response.content == BODY
