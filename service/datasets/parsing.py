@@ -312,16 +312,11 @@ def _read_declared(
     declared = [c.name for c in columns]
     missing_cols = [n for n in declared if n not in present]
     undeclared = [n for n in present if n not in set(declared)]
-    problems = []
-    if missing_cols:
-        problems.append(f"declared but not in the file: {_some(missing_cols)}")
-    if undeclared:
-        problems.append(f"in the file but not declared: {_some(undeclared)}")
-    if problems:
-        raise InvalidInput(
-            "columns must declare every feature column of the file and nothing else; "
-            + "; ".join(problems)
-        )
+    _refuse_mismatch(
+        "columns must declare every feature column of the file and nothing else",
+        ("declared but not in the file", missing_cols),
+        ("in the file but not declared", undeclared),
+    )
 
     names = feature_names_of(list(columns))
     n = len(df)
@@ -799,18 +794,20 @@ def _bounds(
     known = set(names)
     missing = [n for n in names if n not in feature_range]
     unknown = [k for k in feature_range if k not in known]
-    problems = []
-    if missing:
-        problems.append(f"no range for {len(missing)} feature(s): {_some(missing)}")
-    if unknown:
-        problems.append(f"{len(unknown)} name(s) that are not features: {_some(unknown)}")
-    if problems:
-        raise InvalidInput(
-            "feature_range must give [lo, hi] for every feature and nothing else; "
-            + "; ".join(problems)
-        )
+    _refuse_mismatch(
+        "feature_range must give [lo, hi] for every feature and nothing else",
+        (f"no range for {len(missing)} feature(s)", missing),
+        (f"{len(unknown)} name(s) that are not features", unknown),
+    )
     pairs = np.array([feature_range[n] for n in names], dtype=np.float64)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def _refuse_mismatch(rule: str, *parts: tuple[str, Sequence[Any]]) -> None:
+    """422 stating ``rule`` and each non-empty list of names that breaks it."""
+    problems = [f"{what}: {_some(names)}" for what, names in parts if names]
+    if problems:
+        raise InvalidInput(f"{rule}; " + "; ".join(problems))
 
 
 def _some(items: Sequence[Any], limit: int = 10) -> str:

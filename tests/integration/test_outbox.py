@@ -114,6 +114,14 @@ def _dataset(h: Harness) -> tuple[str, str]:
     return owner, ds["id"]
 
 
+def _audit_actions(h: Harness, release_id: str) -> list[str]:
+    """The audit trail's actions on the release, oldest first."""
+    events = h.client.get(
+        "/audit", params={"object_id": release_id}, headers=h.headers(h.admin_key)
+    ).json()
+    return [e["action"] for e in events["items"]]
+
+
 def _entries(h: Harness, release_id: str) -> list[str]:
     with h.runtime.session_factory() as session:
         stmt = select(LedgerEntry.state).where(LedgerEntry.release_id == release_id)
@@ -364,10 +372,7 @@ def test_sweeper_hands_over_a_running_release_whose_retry_was_lost(
     assert done["status"] == "succeeded", done
     assert done["attempts"] == 2
     assert _entries(h, release_id) == ["committed"]
-    events = h.client.get(
-        "/audit", params={"object_id": release_id}, headers=h.headers(h.admin_key)
-    ).json()
-    actions = [e["action"] for e in events["items"]]
+    actions = _audit_actions(h, release_id)
     assert actions.count("release.requeued") == 1 and actions.count("release.succeeded") == 1
 
 
@@ -445,9 +450,6 @@ def test_a_stalled_job_still_alive_stops_once_handed_over(toy_harness: Harness) 
     assert done["status"] == "succeeded", done
     assert done["attempts"] == 2
     assert _entries(h, release_id) == ["committed"]
-    events = h.client.get(
-        "/audit", params={"object_id": release_id}, headers=h.headers(h.admin_key)
-    ).json()
-    actions = [e["action"] for e in events["items"]]
+    actions = _audit_actions(h, release_id)
     assert actions.count("release.requeued") == 1, actions
     assert actions.count("release.running") == 2 and actions.count("release.succeeded") == 1
