@@ -81,15 +81,20 @@ def requeue(session: Session, release_id: str, *, reason: str, attempt: int | No
         return False
     if attempt is not None and release.attempts != attempt:
         return False
-    release.status = ReleaseStatus.queued
     release.attempts = max(0, release.attempts - 1)
+    release.started_at = None
+    _back_to_queue(session, release, reason=reason)
+    return True
+
+
+def _back_to_queue(session: Session, release: Release, *, reason: str) -> None:
+    """A running release queued again, its reservation and any upload claim kept. Touched
+    now: the outbox sweeper re-sends it if no delivery picks it up."""
+    release.status = ReleaseStatus.queued
     release.progress = 0.0
     release.phase = None
-    release.started_at = None
-    # Handed back now: the outbox sweeper re-sends it if no delivery picks it up.
     release.touched_at = utcnow()
     _audit(session, release, "release.requeued", reason=reason, attempts=release.attempts)
-    return True
 
 
 def report_progress(
@@ -285,18 +290,8 @@ def requeue_stalled(
         or (release.touched_at or release.started_at or release.created_at) >= stale_before
     ):
         return False
-    release.status = ReleaseStatus.queued
-    release.progress = 0.0
-    release.phase = None
-    # Handed over now (the sweeper sends it next); due again for the outbox if that is lost.
-    release.touched_at = utcnow()
-    _audit(
-        session,
-        release,
-        "release.requeued",
-        reason=f"no sign of life since {stale_before.isoformat()}",
-        attempts=release.attempts,
-    )
+    # The sweeper sends it next; due again for the outbox if that is lost.
+    _back_to_queue(session, release, reason=f"no sign of life since {stale_before.isoformat()}")
     return True
 
 
