@@ -50,10 +50,10 @@ from dpcore.mechanisms.run import (  # noqa: E402
     build,
     facts_of,
     materialise,
-    params_of,
     randomness,
 )
 from dpcore.mechanisms.spec import MechanismSpec, ReleaseOutput  # noqa: E402
+from dpcore.preprocessing import RowTransform  # noqa: E402
 
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
@@ -103,7 +103,8 @@ def calibrated(
     """(spec, params, event): the request's params calibrated with the accountant to (ε, δ)
     on ``parsed``'s public facts, as the service calibrates them."""
     spec = registry.get(mechanism)
-    params = params_of(spec, request)
+    # Shape defaults resolved as the service resolves a request that leaves them out.
+    params = spec.resolve(spec.request_params.model_validate(dict(request)), facts_of(parsed))
     accountant = spec.accountant(accountant_name)
     keys = spec.accountant_keys(accountant, params, facts_of(parsed))
     return spec, params, accountant.calibrate(epsilon, delta, keys)
@@ -143,10 +144,13 @@ def make_release(
     output = generated(spec, params, parsed, event, noise_sampler)
     X32, Y32, _, _ = materialise(output)
     X, Y = X32.astype(np.float64), Y32.astype(np.float64)
-    return Release(X, Y, release_metadata(mechanism, params, parsed), output.extra), event
+    meta = release_metadata(mechanism, params, parsed, output.transform)
+    return Release(X, Y, meta, output.extra), event
 
 
-def release_metadata(mechanism: str, params: Any, parsed: Any) -> dict[str, Any]:
+def release_metadata(
+    mechanism: str, params: Any, parsed: Any, transform: RowTransform | None = None
+) -> dict[str, Any]:
     """What evaluation reads of a release's metadata (as the worker writes it)."""
     return {
         "mechanism": mechanism,
@@ -154,6 +158,7 @@ def release_metadata(mechanism: str, params: Any, parsed: Any) -> dict[str, Any]
         "classes": list(parsed.classes),
         "feature_shape": list(parsed.feature_shape),
         "feature_range": {"lo": parsed.lo.tolist(), "hi": parsed.hi.tolist()},
+        **({"transform": transform.to_metadata()} if transform is not None else {}),
     }
 
 

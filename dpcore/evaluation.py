@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpcore.mechanisms.spec import EvaluationHints
-from dpcore.preprocessing import unit_features
+from dpcore.preprocessing import RowTransform, unit_features
 
 if TYPE_CHECKING:
     import torch
@@ -218,8 +218,16 @@ def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"the test records have {X.shape[1]} features, the release's data {expected}"
         )
+    transform = meta.get("transform")
+    if transform is not None and transform.get("output", "raw") != "mechanism":
+        # Released in the data's units (issue 15 item 2): a real record as the release
+        # represents it — clipped to the declared bounds and to the row-norm bound, nothing
+        # else (records inside both are used as they are).
+        return RowTransform.from_metadata(transform).real_rows(X)
     custom = release.hints.preprocess_test
     if custom is not None:
+        # Releases outside the data's feature space (projections), and releases made before
+        # the transform was recorded.
         return np.asarray(custom(meta, release.extra, X))
     if "feature_range" not in meta:
         # A release without its metadata (a CSV release): no declared bounds to map test rows
@@ -228,6 +236,22 @@ def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
     lo = np.asarray(meta["feature_range"]["lo"])
     hi = np.asarray(meta["feature_range"]["hi"])
     return unit_features(X, lo, hi)
+
+
+def model_scale(meta: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """What every model here is fed: a release in raw units (and the test rows beside it)
+    scaled per feature by the declared bounds, (x − lo)/(hi − lo) — (x)/(hi − lo) for centred
+    combinations — as any analyst's pipeline would scale columns of very different ranges. A
+    public, affine map: the same for train and test rows. Releases in the mechanism's own
+    scale (projections, releases from before the transform) are fed as they are."""
+    transform = meta.get("transform")
+    if transform is None or transform.get("output", "raw") == "mechanism":
+        return lambda X: X
+    lo = np.asarray(transform["lo"], dtype=np.float64)
+    width = np.asarray(transform["hi"], dtype=np.float64) - lo
+    if transform.get("output") == "centred":
+        return lambda X: np.asarray(X, dtype=np.float64) / width
+    return lambda X: (np.asarray(X, dtype=np.float64) - lo) / width
 
 
 def class_indices(release: Release, y_raw: np.ndarray) -> np.ndarray:
@@ -524,9 +548,10 @@ def evaluate(
             raise ValueError(f"unknown model family {kind!r}; known: {CLASSIFIERS}")
     if "cnn" in classifiers and release.image_shape is None:
         raise ValueError(NOT_IMAGES)  # before anything is trained, not after the others
-    Xt = preprocess_test(release, X_test_raw)
+    scaled = model_scale(release.metadata)
+    Xt = scaled(preprocess_test(release, X_test_raw))
     yt = class_indices(release, y_test_raw)
-    X = postprocess(release, postprocessing)
+    X = scaled(postprocess(release, postprocessing))
     soft = release.hints.soft_labels
     k = release.Y.shape[1]
     report: dict[str, Any] = {
@@ -573,7 +598,7 @@ def evaluate(
         report["reference"] = None
         return report
     # The non-private reference: real records, preprocessed as the test rows, one-hot labels.
-    Xr = preprocess_test(release, reference[0])
+    Xr = scaled(preprocess_test(release, reference[0]))
     Yr = np.eye(k)[class_indices(release, reference[1])]
     ref = TrainingSet(Xr, Yr, Xt, release.image_shape, soft=True, epochs=epochs, seed=seed)
     report["reference"] = {"rows": len(Xr)}

@@ -1,6 +1,20 @@
-"""Preprocessing that uses only public, owner-declared facts (bounds and the label set)."""
+"""Preprocessing that uses only public, owner-declared facts (bounds and the label set).
+
+``RowTransform`` is the one map between a dataset's raw units and the rows a mechanism reads
+(issue 15, item 2): clip every value to its declared [lo, hi], shift and scale per feature
+(the declared bounds, or public standardisation statistics), then clip each row to L2 norm C —
+rows inside C are kept exact — and, for the mechanisms whose accountants assume records of
+norm ≤ 1, divide by C. Every step is a public function of the record alone, so the
+accountants' premises (norm bounds, signs) hold whatever C is, and mapping the released rows
+back to raw units (``to_raw``) is post-processing.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +33,7 @@ def clip_rows_l2(X: np.ndarray, max_norm: float = 1.0) -> np.ndarray:
 
 def unit_features(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Unit-scale features: [0, 1] per feature, then each row scaled to L2 norm ≤ 1. Two such
-    rows differ by at most √2 (their inner product is ≥ 0)."""
+    rows differ by at most √2 (their inner product is ≥ 0). ``RowTransform.unit`` with C = 1."""
     return clip_rows_l2(scale_to_unit(X, lo, hi))
 
 
@@ -34,3 +48,125 @@ def standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     if np.any(np.asarray(std) <= 0):
         raise ValueError("declared standard deviations must be > 0")
     return (np.asarray(X, dtype=np.float64) - mean) / std
+
+
+# How a release's values relate to the dataset's raw units (``RowTransform.output``):
+# ``raw`` — records or means of records, mapped back (shift + scale · value);
+# ``centred`` — linear combinations of records (SGDRM): scaled back, not shifted, so a value is
+#   a combination of (x − shift) and a real row compares as its clipped x − shift;
+# ``mechanism`` — not in the dataset's feature space (a projection): left as the mechanism
+#   made them.
+OUTPUTS = ("raw", "centred", "mechanism")
+
+
+@dataclass(frozen=True)
+class RowTransform:
+    """z = clip_C((clip(x, lo, hi) − shift) / scale) — the row a mechanism reads is z / divisor —
+    and back: raw = shift + scale · divisor · value. ``clip_norm`` None: rows are not clipped
+    (the mechanism bounds a record's influence otherwise, e.g. DP-SGD's gradient clip).
+
+    ``divisor`` is C for the mechanisms whose accountants assume ‖row‖ ≤ 1 (their noise, in
+    raw units, then scales with C), 1 for those that take C as an accountant key (DP-CDA)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    shift: np.ndarray
+    scale: np.ndarray
+    clip_norm: float | None
+    divisor: float = 1.0
+    output: str = "raw"
+
+    def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ValueError(f"unknown transform output {self.output!r}")
+        if self.clip_norm is not None and not (
+            self.clip_norm > 0 and math.isfinite(self.clip_norm)
+        ):
+            raise ValueError("clip_norm must be a positive finite number")
+        if np.any(np.asarray(self.scale) <= 0):
+            raise ValueError("a transform's scales must be > 0")
+
+    @classmethod
+    def unit_range(
+        cls,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        clip_norm: float | None,
+        *,
+        divide: bool = True,
+        output: str = "raw",
+    ) -> RowTransform:
+        """Features scaled to [0, 1] by their declared bounds, rows clipped to C (and divided
+        by C when ``divide``: rows of norm ≤ 1 for the unit-scale accountants)."""
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        divisor = float(clip_norm) if divide and clip_norm is not None else 1.0
+        return cls(lo, hi, lo, hi - lo, clip_norm, divisor, output)
+
+    def clipped(self, X: np.ndarray) -> np.ndarray:
+        """z: the scaled rows, clipped to norm ≤ C (not divided)."""
+        X = np.clip(np.asarray(X, dtype=np.float64).reshape(len(X), -1), self.lo, self.hi)
+        Z = (X - self.shift) / self.scale
+        return Z if self.clip_norm is None else clip_rows_l2(Z, self.clip_norm)
+
+    def rows(self, X: np.ndarray) -> np.ndarray:
+        """What the mechanism reads: z / divisor (‖·‖ ≤ 1 when divisor = C)."""
+        if self.clip_norm is not None and self.divisor == self.clip_norm:
+            # One division, as ``clip_rows_l2`` at norm 1 does: rows of norm ≤ C become x/C,
+            # longer ones x/‖x‖, so no row's computed norm passes 1 by more than rounding.
+            X = np.clip(np.asarray(X, dtype=np.float64).reshape(len(X), -1), self.lo, self.hi)
+            Z = (X - self.shift) / self.scale
+            return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), self.clip_norm)
+        return self.clipped(X) / self.divisor
+
+    def to_raw(self, values: np.ndarray) -> np.ndarray:
+        """Released values (the mechanism's scale) in raw units, per ``output``; a copy."""
+        factor = (self.scale * self.divisor).astype(np.float64)
+        if self.output == "mechanism":
+            return np.array(values, copy=True)
+        out = np.asarray(values, dtype=np.float64) * factor
+        if self.output == "raw":
+            out += self.shift
+        return out.astype(np.asarray(values).dtype, copy=False)
+
+    def real_rows(self, X: np.ndarray) -> np.ndarray:
+        """A real record as the release represents it (to test models on): clipped to the
+        bounds and to C, in the release's units. Identity for rows within both."""
+        return self.to_raw(self.rows(X))
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "shift": self.shift.tolist(),
+            "scale": self.scale.tolist(),
+            "clip_norm": self.clip_norm,
+            "divisor": self.divisor,
+            "lo": self.lo.tolist(),
+            "hi": self.hi.tolist(),
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any]) -> RowTransform:
+        return cls(
+            np.asarray(meta["lo"], dtype=np.float64),
+            np.asarray(meta["hi"], dtype=np.float64),
+            np.asarray(meta["shift"], dtype=np.float64),
+            np.asarray(meta["scale"], dtype=np.float64),
+            None if meta.get("clip_norm") is None else float(meta["clip_norm"]),
+            float(meta.get("divisor", 1.0)),
+            str(meta.get("output", "raw")),
+        )
+
+
+TRANSFORM_HELP = {
+    "raw": "released features are in the dataset's raw units: value = shift + scale · v for "
+    "the mechanism's value v (per feature, listed here). Each record was clipped to the "
+    "declared [lo, hi], mapped to z = (x − shift)/scale, and scaled down to L2 norm clip_norm "
+    "when ‖z‖ exceeded it (records inside are exact); compare real records through the same "
+    "clipping (dprelease evaluate does)",
+    "centred": "released features are signed combinations of records, in the raw units' "
+    "scale but not shifted: value = scale · v, a combination of (x − shift); a real record "
+    "compares as its clipped x − shift",
+    "mechanism": "released features are not in the dataset's feature space (see the "
+    "mechanism's arrays); a real record maps through the same clipping, then the mechanism's "
+    "public map",
+}

@@ -34,7 +34,7 @@ from dpcore.audit import keys as audit_keys
 from dpcore.audit.case import AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, collect, each
 from dpcore.mechanisms.basis import Basis
-from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.postprocess import Postprocess, postprocessor
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -140,7 +140,7 @@ def generate(
 
 
 def release(params: ToyParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
-    features, labels = unit_scale(data, ctx.device)
+    features, labels = unit_scale(data, ctx.device, unit_transform(data, 1.0))
     totals = ctx.sampler(
         features.sum(dim=0, keepdim=True), sigma=params.totals_noise, sensitivity=SQRT2
     )

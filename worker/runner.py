@@ -45,6 +45,7 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
+from dpcore.preprocessing import TRANSFORM_HELP
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
@@ -495,13 +496,27 @@ def _write_release(
             name: f"{name}.npy inside this NPZ" if job.fmt == "npz" else array_artifact(name)
             for name in output.extra
         }
-    # Only a release in the dataset's own feature space has the categorical blocks (random
-    # projection's features are projections: nothing to decode there).
-    same_space = list(output.feature_names) == list(parsed.feature_names)
+    transform = output.transform
+    if transform is not None:
+        meta["transform"] = {
+            **transform.to_metadata(),
+            "description": TRANSFORM_HELP[transform.output],
+        }
+    # Only a release of records (or their means) in the dataset's own feature space has the
+    # categorical blocks (random projection's features are projections, SGDRM's signed
+    # combinations: nothing to decode there).
+    same_space = list(output.feature_names) == list(parsed.feature_names) and (
+        transform is None or transform.output == "raw"
+    )
     blocks = parsed.categorical_blocks if same_space else ()
+
+    def raw_units(x: np.ndarray) -> np.ndarray:
+        # The public transform's inverse (issue 15 item 2): post-processing of the release.
+        return transform.to_raw(x) if transform is not None else x
 
     def decode(x: np.ndarray) -> np.ndarray:
         # Declared categorical columns (issue 15 item 1): proportions, post-processing.
+        x = raw_units(x)
         return category_proportions(x, blocks) if blocks else x
 
     writer_args: dict[str, Any] = {
@@ -528,7 +543,7 @@ def _write_release(
         for mixed_x, mixed_y in output.chunks:
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
             # The owner's raw copy keeps the rows as drawn; the release decodes categories.
-            writer.write(x if post is not None else decode(x), y)
+            writer.write(raw_units(x) if post is not None else decode(x), y)
             if post is not None:
                 post.fit(x, y)
                 scratch.write(x, y)

@@ -111,17 +111,26 @@ def build(
     return spec.release(params_of(spec, params), data, context)
 
 
-def materialise(output: ReleaseOutput) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def materialise(
+    output: ReleaseOutput, *, raw_units: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """All of a release in memory (benches, tests): (X, Y) as released — post-processed when
-    the output says so — and (X_raw, Y_raw) as drawn. The worker streams instead."""
+    the output says so — and (X_raw, Y_raw) as drawn. Features are mapped back through the
+    output's transform like the worker writes them (``raw_units``; False: the mechanism's own
+    scale). The worker streams instead."""
     chunks = [(x.cpu().numpy(), y.cpu().numpy()) for x, y in output.chunks]
     if not chunks:  # a release of no rows (e.g. ClustMix with every cluster dropped)
         empty = np.zeros((0, len(output.feature_names)), dtype=np.float32)
         return empty, np.zeros((0, 0), np.float32), empty, np.zeros((0, 0), np.float32)
     X_raw = np.concatenate([c[0] for c in chunks]).astype(np.float32)
     Y_raw = np.concatenate([c[1] for c in chunks]).astype(np.float32)
+    transform = output.transform if raw_units else None
+
+    def units(x: np.ndarray) -> np.ndarray:
+        return transform.to_raw(x) if transform is not None else x
+
     if output.postprocess is None:
-        return X_raw, Y_raw, X_raw, Y_raw
+        return units(X_raw), Y_raw, units(X_raw), Y_raw
     output.postprocess.fit(X_raw, Y_raw)
     X, Y = output.postprocess.transform(X_raw, Y_raw)
-    return X, Y, X_raw, Y_raw
+    return units(X), Y, units(X_raw), Y_raw

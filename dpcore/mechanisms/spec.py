@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dpcore.audit.case import AuditCase
     from dpcore.mechanisms.noise import NoiseSampler
     from dpcore.mechanisms.secure_random import SecureRandom
+    from dpcore.preprocessing import RowTransform
 
 
 # The worker pools a mechanism's jobs may run on (``MechanismSpec.queue``).
@@ -179,7 +180,9 @@ class ExtraArtifact:
 
 
 UNIT_SCALE: dict[str, Any] = {
-    "features": "clip to the declared feature_range, scale to [0, 1], scale rows to L2 norm <= 1",
+    "features": "clip to the declared feature_range, scale to [0, 1], clip rows to L2 norm "
+    "<= clip_norm and divide by it (the accountant's rows of norm <= 1); released in raw "
+    "units (see transform)",
     "labels": "one-hot over the declared classes",
     "statistics": "none computed from the data",
 }
@@ -206,7 +209,11 @@ class ReleaseOutput:
     reports through ``RunContext.report`` (training jobs: iterations, epochs).
 
     ``postprocess``: applied by the runner to the whole release (two passes over the drawn
-    rows); the rows as drawn are kept as the owner's raw release."""
+    rows); the rows as drawn are kept as the owner's raw release.
+
+    ``transform``: the public map from raw records to the rows the mechanism read; the runner
+    writes released features through ``transform.to_raw`` (raw units, issue 15 item 2) and the
+    metadata describes it. None: values are written as the mechanism made them."""
 
     rows: int
     feature_names: list[str]
@@ -216,6 +223,7 @@ class ReleaseOutput:
     artifacts: tuple[ExtraArtifact, ...] = ()
     progress: Literal["rows", "own"] = "rows"
     postprocess: Postprocessor | None = None
+    transform: RowTransform | None = None
 
 
 Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]

@@ -112,9 +112,11 @@ def _preview(h: Harness, owner: str, ds: dict[str, Any], **body: Any) -> dict[st
 
 
 def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Harness) -> None:
-    """Local perturbation adds N(0, σ²) to every unit-scale value: in raw units σ·(hi − lo),
-    per column. Doubling σ doubles every figure; a column with twice the range has twice the
-    raw noise and the same noise-to-range."""
+    """Local perturbation adds N(0, σ²) to every value of its rows (scaled to [0, 1], clipped
+    to norm C and divided by C): in raw units σ·C·(hi − lo), per column — C the table default
+    ⌈√6⌉/2 = 1.5. Doubling σ doubles every figure; a column with twice the range has twice
+    the raw noise and the same noise-to-range."""
+    C = 1.5
     h = harness
     owner, _ = h.new_key("owner")
     ds = _dataset(h, owner, feature_range=RANGES)
@@ -127,15 +129,15 @@ def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Ha
         guides[sigma] = out["noise_guide"]
     for sigma, guide in guides.items():
         assert guide["applies"] is True
-        assert guide["max_row_shrink"] == pytest.approx(6**0.5)
+        assert guide["max_row_shrink"] == pytest.approx(6**0.5 / C)
         columns = {c["column"]: c for c in guide["columns"]}
         assert set(columns) == set(RANGES)
         for name, (lo, hi) in RANGES.items():
             assert columns[name]["range"] == [lo, hi]
-            assert columns[name]["noise_std_raw"] == pytest.approx(sigma * (hi - lo))
-            assert columns[name]["noise_to_range"] == pytest.approx(sigma)
-        assert guide["noise_std_raw"]["max"] == pytest.approx(sigma * 78.0)
-        assert guide["noise_std_raw"]["min"] == pytest.approx(sigma * 13.0)
+            assert columns[name]["noise_std_raw"] == pytest.approx(sigma * C * (hi - lo))
+            assert columns[name]["noise_to_range"] == pytest.approx(sigma * C)
+        assert guide["noise_std_raw"]["max"] == pytest.approx(sigma * C * 78.0)
+        assert guide["noise_std_raw"]["min"] == pytest.approx(sigma * C * 13.0)
     half = {c["column"]: c["noise_std_raw"] for c in guides[0.5]["columns"]}
     one = {c["column"]: c["noise_std_raw"] for c in guides[1.0]["columns"]}
     assert all(one[k] == pytest.approx(2 * half[k]) for k in one)
@@ -150,11 +152,12 @@ def test_preview_noise_of_calibrated_mixing_and_where_it_does_not_apply(
     h = harness
     owner, _ = h.new_key("owner")
     ds = _dataset(h, owner, feature_range=RANGES)
-    out = _preview(h, owner, ds, mechanism="dpmix", epsilon=4.0)
-    sigma = out["noise"]["sigma_x"]
-    for column in out["noise_guide"]["columns"]:
-        lo, hi = RANGES[column["column"]]
-        assert column["noise_std_raw"] == pytest.approx(sigma * (hi - lo))
+    for clip in (1.0, 2.0):
+        out = _preview(h, owner, ds, mechanism="dpmix", epsilon=4.0, params={"clip_norm": clip})
+        sigma = out["noise"]["sigma_x"]
+        for column in out["noise_guide"]["columns"]:
+            lo, hi = RANGES[column["column"]]
+            assert column["noise_std_raw"] == pytest.approx(sigma * clip * (hi - lo))
     for mechanism in ("clustmix", "dpgm", "random_projection"):
         guide = _preview(h, owner, ds, mechanism=mechanism, epsilon=4.0)["noise_guide"]
         assert guide["applies"] is False and guide["meaning"], mechanism

@@ -280,12 +280,20 @@ def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
     assert meta["params"]["postprocess"] == "denoise"
     assert meta["preprocessing"]["postprocess"].startswith("Free post-processing")
     assert meta["preprocessing"]["basis"].startswith("dct: rows projected on the first 3")
-    assert X.min() >= 0 and X.max() <= 1
-    assert np.linalg.norm(X, axis=1).max() <= 1 + 1e-6
+    # Values in raw units: back on the mechanism's scale through the metadata's transform.
+    t = meta["transform"]
+    assert raw_meta["transform"] == t
+
+    def unit(values: np.ndarray) -> np.ndarray:
+        return (values - np.asarray(t["shift"])) / (np.asarray(t["scale"]) * t["divisor"])
+
+    U, U_raw = unit(X), unit(X_raw)
+    assert U.min() >= -1e-5 and U.max() <= 1 + 1e-5
+    assert np.linalg.norm(U, axis=1).max() <= 1 + 1e-5
     assert np.allclose(Y.sum(axis=1), 1, atol=1e-5) and Y.min() >= 0
     # Raw: the noisy rows as drawn (outside the domain), which the release was made from.
     assert raw_meta["preprocessing"]["postprocess"].startswith("none")
-    assert X_raw.min() < 0 and not np.allclose(X, X_raw)
+    assert U_raw.min() < 0 and not np.allclose(X, X_raw)
     # The owner only: the analyst, granted the release, does not see the raw rows.
     denied = h.client.get(f"/releases/{rid}/raw", headers=h.headers(analyst))
     assert denied.status_code == 404

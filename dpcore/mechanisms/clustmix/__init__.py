@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
+from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams, foreign_fields
 from dpcore.mechanisms.spec import (
     AuditSpec,
@@ -143,6 +144,7 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
             f"variant {params.variant}"
         )
     basis.check(params, facts)
+    check_clip_norm(params.clip_norm, facts)
     if params.dpkip_steps:
         if params.clusters_per_class == 1:
             raise InvalidParams(
@@ -172,7 +174,7 @@ def _feature_noise(
 ) -> FeatureNoise:
     return FeatureNoise(
         None,
-        row_shrink(facts.n_features),
+        row_shrink(facts.n_features, params.clip_norm),
         "each released row is a cluster's noisy sum over its noisy count: its noise is the "
         "sums' σ divided by the cluster's size, which is private (larger clusters, less noise)",
     )
@@ -194,8 +196,10 @@ SPEC = MechanismSpec(
     params=ClustMixParams,
     feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER, FIXED),
+    shape_defaults=(CLIP_DEFAULT,),
     release_only=frozenset(
         {
+            "clip_norm",
             "basis",
             "basis_dim",
             "drop_below",

@@ -33,7 +33,7 @@ from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.clustmix.release import _rows, row_repeats
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
-from dpcore.preprocessing import scale_to_unit
+from dpcore.preprocessing import RowTransform, scale_to_unit
 
 # Algorithm 2's domain: x ∈ [0, 1]^D (no row scaling: Eq. 8's σ is for that scale).
 PAPER_SCALE: dict[str, str] = {
@@ -523,4 +523,6 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             else "cluster means repeated in proportion to their (exact) sizes",
         },
         progress="own",
+        # Algorithm 2 reads [0, 1]^D records, unclipped (clip_norm applies to variant dp).
+        transform=RowTransform.unit_range(data.lo, data.hi, None),
     )

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpcore.mechanisms.basis import BASIS_RULE, BasisParams
+from dpcore.mechanisms.clipping import ClipNormParams
 
 
 def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
@@ -33,7 +34,7 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     ]
 
 
-class ClustMixParams(BasisParams):
+class ClustMixParams(BasisParams, ClipNormParams):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_rules)
 
     variant: Literal["dp", "paper"] = Field(

@@ -17,7 +17,7 @@ from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import basis_for
 from dpcore.mechanisms.clustmix import accounting
 from dpcore.mechanisms.clustmix.params import ClustMixParams
-from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.kmeans import (
     Centres,
     FourierFeatures,
@@ -71,7 +71,8 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         from dpcore.mechanisms.clustmix import paper
 
         return paper.release(params, data, ctx)
-    features, _ = unit_scale(data, ctx.device)
+    transform = unit_transform(data, params.clip_norm)
+    features, _ = unit_scale(data, ctx.device, transform)
     basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
     # Sums of up to n rows in float64, and the basis's rounding: covered by the sampler.
     n = features.shape[0]
@@ -196,6 +197,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             ),
         },
         progress="own",
+        transform=transform,
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
+from dpcore.mechanisms.clipping import DEFAULT_RULE, check_clip_norm, default_clip_norm
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
@@ -106,6 +107,8 @@ TIGHT = Accountant(
 
 def _check(params: DPCDAParams, facts: PublicFacts) -> None:
     basis.check(params, facts)
+    if params.standardization == "unit_range":
+        check_clip_norm(params.clip_norm, facts)
     if params.mixture_degree > params.min_class_size:
         raise InvalidParams(
             f"min_class_size {params.min_class_size} must be at least mixture_degree "
@@ -189,6 +192,15 @@ SPEC = MechanismSpec(
             lambda values, facts: min(mixing_degree(facts.n), values["min_class_size"]),
         ),
         rows_default(per_class=True),
+        ShapeDefault(
+            "clip_norm",
+            f"standardization unit_range: {DEFAULT_RULE}; declared or dp: 1",
+            lambda values, facts: (
+                default_clip_norm(facts)
+                if values.get("standardization", "unit_range") == "unit_range"
+                else 1.0
+            ),
+        ),
     ),
     output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
     "scale); y: their one-hot classes (exact)",

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from dpcore.mechanisms.basis import BASIS_RULE
+from dpcore.mechanisms.clipping import CLIP_HELP
 from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
@@ -64,7 +65,13 @@ class DPCDAParams(ReleaseOnlyParams):
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records of one class per mixture")
     n_samples: int = Field(ge=1, description="T: mixtures in all, split evenly over classes")
-    clip_norm: float = Field(default=1.0, gt=0, description="C: L2 clip of every record")
+    clip_norm: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=f"{CLIP_HELP}. With standardization declared or dp, C bounds the "
+        "z-scored record instead",
+    )
     min_class_size: int = Field(
         ge=1,
         description="m: a public lower bound on every class's size, declared by the owner; "

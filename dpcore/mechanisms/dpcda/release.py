@@ -23,7 +23,7 @@ from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
-from dpcore.preprocessing import clip_rows_l2, scale_to_unit, standardise
+from dpcore.preprocessing import RowTransform, clip_rows_l2, scale_to_unit, standardise
 
 _FEATURES = {
     "declared": "clip to the declared feature_range, z-score with the owner's declared "
@@ -64,25 +64,30 @@ BASIS_DIM = 256
 def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
     mode = params.standardization
     published: dict[str, Any] = {}
+    lo, hi = np.asarray(data.lo, dtype=np.float64), np.asarray(data.hi, dtype=np.float64)
+    # Every mode is one public affine map of the clipped record, then the clip to C; the
+    # release maps back through it (raw units). C is an accountant key here (√2·C/ℓ or 2C/ℓ),
+    # so rows are not divided by it.
     if mode == "declared":
         assert params.feature_mean is not None and params.feature_std is not None
-        X = standardise(
-            np.clip(data.X, data.lo, data.hi),
-            np.asarray(params.feature_mean),
-            np.asarray(params.feature_std),
+        std = np.asarray(params.feature_std, dtype=np.float64)
+        if np.any(std <= 0):
+            raise ValueError("declared standard deviations must be > 0")
+        transform = RowTransform(
+            lo, hi, np.asarray(params.feature_mean, dtype=np.float64), std, params.clip_norm
         )
     elif mode == "dp":
         assert params.stats_noise is not None
-        unit = scale_to_unit(data.X, data.lo, data.hi)
+        unit = scale_to_unit(data.X, lo, hi)
         mean, std = dp_statistics(unit, params.stats_noise, ctx.sampler)
-        X = standardise(unit, mean, std)
+        del unit
         # DP outputs: published so analysts can standardise their own data alike.
         published = {"feature_mean": mean.tolist(), "feature_std": std.tolist(), "scale": "unit"}
+        # z = (u − m)/s with u = (x − lo)/(hi − lo): shift lo + m(hi − lo), scale s(hi − lo).
+        transform = RowTransform(lo, hi, lo + mean * (hi - lo), std * (hi - lo), params.clip_norm)
     else:
-        X = scale_to_unit(data.X, data.lo, data.hi)
-    features = torch.as_tensor(
-        clip_rows_l2(X, params.clip_norm), dtype=torch.float32, device=ctx.device
-    )
+        transform = RowTransform.unit_range(lo, hi, params.clip_norm, divide=False)
+    features = torch.as_tensor(transform.rows(data.X), dtype=torch.float32, device=ctx.device)
     k = len(data.classes)
     counts = np.bincount(data.labels, minlength=k)
     class_sizes: dict[str, Any]
@@ -141,6 +146,7 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
         rows=k * rows,
         feature_names=list(data.feature_names),
         chunks=chunks,
+        transform=transform,
     )
 
 

@@ -37,7 +37,7 @@ from dpcore.mechanisms.kmeans import (
 )
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import ExtraArtifact, PrivateData, ReleaseOutput, RunContext
-from dpcore.preprocessing import scale_to_unit, unit_features
+from dpcore.preprocessing import RowTransform, scale_to_unit, unit_features
 
 # Records per chunk of the k-means assignment (memory ≈ chunk × (clusters + 2d)).
 ASSIGN_CHUNK = 4096
@@ -181,6 +181,8 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
         },
         artifacts=artifacts,
         progress="own",
+        # The networks read and write [0, 1] features, unclipped (DP-SGD bounds the rest).
+        transform=RowTransform.unit_range(data.lo, data.hi, None),
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
+from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.dpmix.params import DPMixParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.spec import (
@@ -86,6 +87,7 @@ PAPER = Accountant(
 
 def _check(params: DPMixParams, facts: PublicFacts) -> None:
     basis.check(params, facts)
+    check_clip_norm(params.clip_norm, facts)
     if params.mixture_degree > facts.n:
         raise InvalidParams(
             f"mixture_degree {params.mixture_degree} exceeds the dataset's {facts.n} rows"
@@ -102,8 +104,8 @@ def _feature_noise(
     from dpcore.mechanisms.dpmix.release import BASIS_DIM
 
     return FeatureNoise(
-        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("features")),
-        row_shrink(facts.n_features),
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("features") * params.clip_norm),
+        row_shrink(facts.n_features, params.clip_norm),
         "each released row is the mean of ℓ preprocessed records plus this noise on every value",
     )
 
@@ -123,13 +125,14 @@ SPEC = MechanismSpec(
             lambda values, facts: mixing_degree(facts.n),
         ),
         rows_default(),
+        CLIP_DEFAULT,
     ),
     output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
     feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
-    release_only=RELEASE_ONLY,
+    release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

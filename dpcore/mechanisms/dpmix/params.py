@@ -7,10 +7,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from dpcore.mechanisms.clipping import ClipNormParams
 from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
-class DPMixParams(ReleaseOnlyParams):
+class DPMixParams(ReleaseOnlyParams, ClipNormParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_degree: int = Field(ge=1, description="ℓ: distinct records averaged per mixture")

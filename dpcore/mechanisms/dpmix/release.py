@@ -6,7 +6,7 @@ from __future__ import annotations
 from dpcore.mechanisms.basis import basis_for
 from dpcore.mechanisms.dpmix.generate import generate, generate_by_record
 from dpcore.mechanisms.dpmix.params import DPMixParams
-from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 
@@ -15,7 +15,8 @@ BASIS_DIM = 64
 
 
 def release(params: DPMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
-    features, labels = unit_scale(data, ctx.device)
+    transform = unit_transform(data, params.clip_norm)
+    features, labels = unit_scale(data, ctx.device, transform)
     basis = basis_for(params, tuple(data.feature_shape), features.shape[1], BASIS_DIM)
     mix = generate_by_record if params.assignment == "record" else generate
     sigma_x = ctx.sigma("features")
@@ -48,4 +49,5 @@ def release(params: DPMixParams, data: PrivateData, ctx: RunContext) -> ReleaseO
             "postprocess": post.description if post is not None else "none",
         },
         postprocess=post,
+        transform=transform,
     )

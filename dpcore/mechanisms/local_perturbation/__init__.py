@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.local_perturbation.params import LocalPerturbationParams
 from dpcore.mechanisms.spec import (
     AuditSpec,
@@ -66,6 +67,7 @@ PAPER = Accountant(
 
 
 def _check(params: LocalPerturbationParams, facts: PublicFacts) -> None:
+    check_clip_norm(params.clip_norm, facts)
     facts.check_rows(facts.n)
 
 
@@ -73,8 +75,8 @@ def _feature_noise(
     params: LocalPerturbationParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
     return FeatureNoise(
-        (noise.sigma("features"),) * facts.n_features,
-        row_shrink(facts.n_features),
+        (noise.sigma("features") * params.clip_norm,) * facts.n_features,
+        row_shrink(facts.n_features, params.clip_norm),
         "each released row is one preprocessed record plus this noise on every value",
     )
 
@@ -95,6 +97,8 @@ SPEC = MechanismSpec(
     feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     check=_check,
+    shape_defaults=(CLIP_DEFAULT,),
+    release_only=frozenset({"clip_norm"}),
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(
         keys=(audit_keys.N, audit_keys.NOISE_RATIO),

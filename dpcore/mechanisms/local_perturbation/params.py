@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from dpcore.mechanisms.clipping import ClipNormParams
 
 
-class LocalPerturbationParams(BaseModel):
-    """Every record released once with Gaussian noise; nothing to choose."""
+class LocalPerturbationParams(ClipNormParams):
+    """Every record released once with Gaussian noise; only the row-norm bound to choose."""
 
     model_config = ConfigDict(extra="forbid")

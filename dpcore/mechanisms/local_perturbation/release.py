@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.local_perturbation.generate import local_perturbation
 from dpcore.mechanisms.local_perturbation.params import LocalPerturbationParams
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 
 
 def release(params: LocalPerturbationParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
-    features, labels = unit_scale(data, ctx.device)
+    transform = unit_transform(data, params.clip_norm)
+    features, labels = unit_scale(data, ctx.device, transform)
     return ReleaseOutput(
         rows=data.n_rows,
         feature_names=list(data.feature_names),
@@ -21,4 +22,5 @@ def release(params: LocalPerturbationParams, data: PrivateData, ctx: RunContext)
             generator=ctx.generator,
             noise=ctx.sampler,
         ),
+        transform=transform,
     )

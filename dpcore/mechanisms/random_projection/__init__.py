@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import NOISE_RATIO, SIGMA_Y, Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.random_projection.params import RandomProjectionParams
 from dpcore.mechanisms.spec import (
     AuditSpec,
@@ -84,6 +85,7 @@ PAPER = Accountant(
 
 
 def _check(params: RandomProjectionParams, facts: PublicFacts) -> None:
+    check_clip_norm(params.clip_norm, facts)
     if params.projection_dim > facts.n_features:
         raise InvalidParams(
             f"projection_dim {params.projection_dim} exceeds the dataset's "
@@ -97,7 +99,7 @@ def _feature_noise(
 ) -> FeatureNoise:
     return FeatureNoise(
         None,
-        row_shrink(facts.n_features),
+        row_shrink(facts.n_features, params.clip_norm),
         f"released features are {params.projection_dim} random projections of each record, "
         f"not its columns: each carries noise σ = {noise.sigma_x:.4g} on a projection of "
         f"spectral norm {params.spectral_norm:g}",
@@ -122,6 +124,7 @@ SPEC = MechanismSpec(
             "min(50, the dataset's features)",
             lambda values, facts: min(50, facts.n_features),
         ),
+        CLIP_DEFAULT,
     ),
     output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
     "labels; NPZ also holds the projection matrix",
@@ -129,6 +132,7 @@ SPEC = MechanismSpec(
     feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
     check=_check,
+    release_only=frozenset({"clip_norm"}),
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(
         keys=(

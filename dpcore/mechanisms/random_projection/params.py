@@ -3,10 +3,12 @@ the audit and the worker derive from."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from dpcore.mechanisms.clipping import ClipNormParams
 
 
-class RandomProjectionParams(BaseModel):
+class RandomProjectionParams(ClipNormParams):
     model_config = ConfigDict(extra="forbid")
 
     projection_dim: int = Field(ge=1, description="d: dimension of the projected features")

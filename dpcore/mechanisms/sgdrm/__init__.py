@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
+from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
 from dpcore.mechanisms.spec import (
@@ -91,6 +92,7 @@ TIGHT = Accountant(
 
 def _check(params: SGDRMParams, facts: PublicFacts) -> None:
     basis.check(params, facts)
+    check_clip_norm(params.clip_norm, facts)
     if params.mixture_width > facts.n:
         raise InvalidParams(
             f"mixture_width {params.mixture_width} exceeds the dataset's {facts.n} rows"
@@ -107,8 +109,8 @@ def _feature_noise(
     from dpcore.mechanisms.sgdrm.release import BASIS_DIM
 
     return FeatureNoise(
-        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("mixtures")),
-        row_shrink(facts.n_features),
+        basis.unit_noise(params, facts, BASIS_DIM, noise.sigma("mixtures") * params.clip_norm),
+        row_shrink(facts.n_features, params.clip_norm),
         "each released row is a random signed combination of preprocessed records (about ℓ "
         "of them) plus this noise on every value",
     )
@@ -132,6 +134,7 @@ SPEC = MechanismSpec(
             lambda values, facts: mixing_degree(facts.n),
         ),
         rows_default(),
+        CLIP_DEFAULT,
     ),
     output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
     "y: the same combinations of one-hot labels, noisy; learn with "
@@ -139,7 +142,7 @@ SPEC = MechanismSpec(
     params=SGDRMParams,
     feature_noise=_feature_noise,
     accountants=(TIGHT, PAPER),
-    release_only=RELEASE_ONLY,
+    release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     audit=AuditSpec(

@@ -7,10 +7,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from dpcore.mechanisms.clipping import ClipNormParams
 from dpcore.mechanisms.postprocess import ReleaseOnlyParams
 
 
-class SGDRMParams(ReleaseOnlyParams):
+class SGDRMParams(ReleaseOnlyParams, ClipNormParams):
     model_config = ConfigDict(extra="forbid")
 
     mixture_width: int = Field(ge=1, description="ℓ: each record enters a mixture w.p. ℓ/n")

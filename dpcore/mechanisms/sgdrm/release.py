@@ -4,7 +4,7 @@ coefficient bound the accountant fixed (the declared noise's contribution radius
 from __future__ import annotations
 
 from dpcore.mechanisms.basis import basis_for
-from dpcore.mechanisms.inputs import unit_scale
+from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
 from dpcore.mechanisms.sgdrm.generate import generate
@@ -16,7 +16,9 @@ BASIS_DIM = 64
 
 
 def release(params: SGDRMParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
-    features, labels = unit_scale(data, ctx.device)
+    # Signed combinations of records: scaled back to raw units but not shifted (centred).
+    transform = unit_transform(data, params.clip_norm, output="centred")
+    features, labels = unit_scale(data, ctx.device, transform)
     scale = ctx.noise.scale("mixtures")
     # The clip (clipped) or the lattice's radius (gaussian), exactly as the accountant set it.
     bound = ctx.noise.analysis.get("coefficient_bound", scale.sensitivity / RECORD_NORM)
@@ -51,4 +53,5 @@ def release(params: SGDRMParams, data: PrivateData, ctx: RunContext) -> ReleaseO
             "postprocess": post.description if post is not None else "none",
         },
         postprocess=post,
+        transform=transform,
     )
