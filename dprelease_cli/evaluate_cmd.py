@@ -63,8 +63,10 @@ def _line(name: str, row: dict[str, Any]) -> str:
     "metadata_file",
     type=_FILE,
     default=None,
-    help="The release's metadata JSON. A CSV release carries none: without it classes come "
-    "from the y_<class> columns and test rows are used as given (no declared feature range).",
+    help="The release's metadata JSON (its metadata.json artifact). A CSV release carries "
+    "none and needs it: its layout names the feature and label columns. (A CSV release made "
+    "before layouts, with x_<feature> and y_<class> columns, reads without it: classes from "
+    "the y_<class> columns, test rows used as given.)",
 )
 @click.option(
     "--classifier",

@@ -562,8 +562,9 @@ class Client:
     def to_pandas(self, release: str | os.PathLike[str], *, artifact: str | None = None) -> Any:
         """A release as a ``pandas.DataFrame``: ``release`` is a path to a downloaded artifact
         (NPZ, CSV or Parquet) or a release id (downloaded, checksum verified, to a temporary
-        file). Columns are ``x_<feature>`` then ``y_<class>`` as in the CSV/Parquet
-        artifacts; pandas (and numpy, pyarrow for Parquet) are imported only here."""
+        file). Columns as in the CSV/Parquet artifacts: the dataset's feature names, then its
+        label column (``read_release``); pandas (and numpy, pyarrow for Parquet) are imported
+        only here."""
         if isinstance(release, os.PathLike) or Path(str(release)).is_file():
             return read_release(Path(release))
         with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
@@ -656,7 +657,10 @@ def _describe(release: Mapping[str, Any]) -> str:
 
 def read_release(path: Path) -> Any:
     """A release artifact file as a DataFrame, its format told by its first bytes (NPZ is a
-    zip, Parquet starts ``PAR1``, else CSV), so a file named anything reads."""
+    zip, Parquet starts ``PAR1``, else CSV), so a file named anything reads. Columns as the
+    release's CSV/Parquet tables have them: the dataset's feature names, then its label
+    column (the class, for mechanisms with exact labels) or ``<label>=<class>`` columns (class
+    proportions, or signed values); the NPZ's metadata names them (``layout``)."""
     import pandas as pd
 
     with Path(path).open("rb") as fh:
@@ -672,8 +676,22 @@ def read_release(path: Path) -> Any:
     metadata = json.loads(str(arrays["metadata"])) if "metadata" in arrays else {}
     X = np.asarray(arrays["X"]).reshape(len(arrays["X"]), -1)
     Y = np.asarray(arrays["y"]).reshape(len(arrays["y"]), -1)
-    names = metadata.get("feature_names") or []
     classes = metadata.get("classes") or []
+    layout = metadata.get("layout")
+    if isinstance(layout, dict) and len(layout.get("feature_columns", ())) == X.shape[1]:
+        frame = pd.DataFrame(X, columns=list(layout["feature_columns"]))
+        if layout.get("label_kind") == "exact" and len(classes) == Y.shape[1]:
+            # The NPZ holds one-hot rows: the class at each row's 1.
+            frame[layout["label_column"]] = pd.Series(
+                [classes[i] for i in Y.argmax(axis=1)], index=frame.index
+            )
+        else:
+            for j, name in enumerate(layout["label_columns"]):
+                frame[name] = Y[:, j]
+        frame.attrs["dprelease"] = metadata
+        return frame
+    # A release made before layouts: x_<feature>, y_<class> as its tables had them.
+    names = metadata.get("feature_names") or []
     x_cols = [f"x_{n}" for n in names] if len(names) == X.shape[1] else None
     y_cols = [f"y_{c}" for c in classes] if len(classes) == Y.shape[1] else None
     x_cols = x_cols or [f"x_{i}" for i in range(X.shape[1])]

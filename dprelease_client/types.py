@@ -154,6 +154,7 @@ class Mechanism(TypedDict, total=False):
     reference: str
     accountants: list[Any]
     output: Any
+    label_kind: str  # "exact", "proportions" or "combinations": the release tables' labels
     params_schema: dict[str, Any]
 
 

@@ -33,6 +33,13 @@ class ReleaseTooLarge(InvalidInput):
     code = "release_too_large"
 
 
+class LabelColumnClash(InvalidInput):
+    """A release table of the dataset would repeat a column name (422): its label column,
+    or a '<label>=<class>' column, is also a feature's name (issue 15.2)."""
+
+    code = "label_column_clash"
+
+
 class NotAuthenticated(ServiceError):
     status_code = 401
     code = "not_authenticated"

@@ -254,6 +254,7 @@ SPEC = MechanismSpec(
     output="X: rows × n_features noisy means; y: rows × n_classes noisy mean labels; NPZ also "
     "holds the noisy totals",
     params=ToyParams,
+    label_kind="proportions",  # noisy means of one-hot labels
     accountants=(TIGHT,),
     # How the job reports progress, and shipping a copy of released totals, change no cost.
     release_only=frozenset({"own_progress", "with_weights", "postprocess"}),

@@ -1,7 +1,9 @@
 """Writing a release to a file, chunk by chunk: NPZ, CSV or Parquet, each carrying the same
 columns and metadata. Memory stays bounded by one chunk whatever the number of rows: NPZ
 arrays are filled through memory maps and zipped from disk; CSV and Parquet are written in
-record batches."""
+record batches. The columns are the release's ``Layout`` (``dpcore.release_layout``): the
+dataset's own feature names, then its label column in the form the mechanism's label kind
+gives."""
 
 from __future__ import annotations
 
@@ -18,9 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-
-def column_names(feature_names: list[str], classes: list[Any]) -> tuple[list[str], list[str]]:
-    return [f"x_{name}" for name in feature_names], [f"y_{c}" for c in classes]
+from dpcore.release_layout import Layout
 
 
 class ArtifactWriter:
@@ -32,29 +32,36 @@ class ArtifactWriter:
         path: Path,
         *,
         rows: int,
-        feature_names: list[str],
-        classes: list[Any],
+        layout: Layout,
         metadata: dict[str, Any],
         extra: dict[str, np.ndarray] | None = None,
     ) -> None:
         if fmt not in ("npz", "csv", "parquet"):
             raise ValueError(f"unknown release format {fmt!r}")
         self.fmt, self.path, self.rows = fmt, path, rows
-        self.meta_json = json.dumps(metadata, sort_keys=True)
+        # The layout travels in every format's metadata (CSV: the metadata.json beside it).
+        self.meta_json = json.dumps({**metadata, "layout": layout.describe()}, sort_keys=True)
         self.extra = extra or {}
-        self.x_names, self.y_names = column_names(feature_names, classes)
+        self.layout = layout
+        width, classes = len(layout.features), len(layout.classes)
         self.written = 0
         self._scratch = tempfile.TemporaryDirectory(dir=path.parent, prefix=".npz-")
         if fmt == "npz":
             scratch = Path(self._scratch.name)
             self._x = np.lib.format.open_memmap(
-                scratch / "X.npy", mode="w+", dtype=np.float32, shape=(rows, len(self.x_names))
+                scratch / "X.npy", mode="w+", dtype=np.float32, shape=(rows, width)
             )
             self._y = np.lib.format.open_memmap(
-                scratch / "y.npy", mode="w+", dtype=np.float32, shape=(rows, len(self.y_names))
+                scratch / "y.npy", mode="w+", dtype=np.float32, shape=(rows, classes)
             )
         else:
-            fields = [pa.field(n, pa.float32()) for n in self.x_names + self.y_names]
+            fields = [pa.field(n, pa.float32()) for n in layout.features]
+            if layout.kind == "exact":
+                # The class itself: integers stay integers, any other class set is text.
+                kind = pa.int64() if layout.integer_classes else pa.string()
+                fields.append(pa.field(layout.label, kind))
+            else:
+                fields.extend(pa.field(n, pa.float32()) for n in layout.label_columns)
             schema = pa.schema(fields, metadata={"dprelease": self.meta_json})
             self._schema = schema
             if fmt == "parquet":
@@ -63,18 +70,31 @@ class ArtifactWriter:
                 self._table_writer = pacsv.CSVWriter(str(path), schema.remove_metadata())
 
     def write(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """``X`` rows × features, ``Y`` the label vectors as the mechanism drew them (rows ×
+        classes): the layout turns them into the file's label values."""
         count = X.shape[0]
         if self.written + count > self.rows:
             raise ValueError("more rows than announced")
+        if X.shape[1] != len(self.layout.features) or Y.shape[1] != len(self.layout.classes):
+            raise ValueError(
+                f"rows of {X.shape[1]} features and {Y.shape[1]} label values; the layout has "
+                f"{len(self.layout.features)} and {len(self.layout.classes)}"
+            )
+        labels = self.layout.labels(Y)
         if self.fmt == "npz":
             self._x[self.written : self.written + count] = X
-            self._y[self.written : self.written + count] = Y
+            self._y[self.written : self.written + count] = labels
         else:
-            columns = [X[:, i] for i in range(X.shape[1])] + [Y[:, j] for j in range(Y.shape[1])]
-            batch = pa.record_batch(
-                [pa.array(c, type=pa.float32()) for c in columns],
-                schema=self._schema.remove_metadata(),
-            )
+            schema = self._schema.remove_metadata()
+            columns = [pa.array(X[:, i], type=pa.float32()) for i in range(X.shape[1])]
+            if self.layout.kind == "exact":
+                values = self.layout.class_values(labels)
+                columns.append(pa.array(values, type=schema.field(len(columns)).type))
+            else:
+                columns.extend(
+                    pa.array(labels[:, j], type=pa.float32()) for j in range(labels.shape[1])
+                )
+            batch = pa.record_batch(columns, schema=schema)
             self._table_writer.write_batch(batch)
         self.written += count
 

@@ -46,6 +46,7 @@ from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from dpcore.preprocessing import TRANSFORM_HELP
+from dpcore.release_layout import Layout
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
@@ -519,12 +520,10 @@ def _write_release(
         x = raw_units(x)
         return category_proportions(x, blocks) if blocks else x
 
-    writer_args: dict[str, Any] = {
-        "rows": output.rows,
-        "feature_names": output.feature_names,
-        "classes": classes,
-        "extra": output.extra,
-    }
+    # The table's columns (issue 15.2): the dataset's names, the label as its kind allows.
+    layout = release_layout(job, output.feature_names, classes)
+    meta["layout"] = layout.describe()
+    writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
     done = 0
     # Post-processed: the drawn rows go to the owner's raw file and to a scratch copy the
     # post-processing reads twice (fit, transform); the release file is written from it.
@@ -534,9 +533,14 @@ def _write_release(
         "preprocessing": {**meta["preprocessing"], "postprocess": "none: the rows as drawn"},
         "raw": "the owner's copy of the rows as drawn, before the release's post-processing",
     }
+    raw_layout = replace(layout, as_drawn=True)
     with (
         ArtifactWriter(
-            job.fmt, raw_path or path, metadata=raw_meta if post else meta, **writer_args
+            job.fmt,
+            raw_path or path,
+            metadata=raw_meta if post else meta,
+            layout=raw_layout if post else layout,
+            **writer_args,
         ) as writer,
         _Scratch(path.parent, output.rows, enabled=post is not None) as scratch,
     ):
@@ -553,7 +557,9 @@ def _write_release(
             else:
                 progress.tick()  # the generator's own figures; a cancel is still noticed
         if post is not None:
-            with ArtifactWriter(job.fmt, path, metadata=meta, **writer_args) as processed:
+            with ArtifactWriter(
+                job.fmt, path, metadata=meta, layout=layout, **writer_args
+            ) as processed:
                 for x, y in scratch.chunks():
                     px, py = post.transform(x, y)
                     processed.write(decode(px), py)
@@ -637,6 +643,14 @@ class _Scratch:
         self._x = self._y = None
         if self._dir is not None:
             self._dir.cleanup()
+
+
+def release_layout(job: Job, feature_names: Sequence[str], classes: list[Any]) -> Layout:
+    """The release table's columns: the features as the mechanism names them (the dataset's
+    own, or a projection's), the label under the dataset's label column name (NPZ uploads
+    have none: ``dpcore.release_layout.DEFAULT_LABEL``), as the mechanism's kind gives it."""
+    kind = registry.get(job.mechanism).label_kind
+    return Layout.of(feature_names, job.metadata.label_column, kind, classes)
 
 
 def published_classes(parsed: ParsedDataset) -> list[Any]:

@@ -231,6 +231,16 @@ Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]
 # Issue 15.3: what a mechanism is for, beside what it does.
 MechanismKind = Literal["mechanism", "baseline"]
 
+# Issue 15.2: what a released row's label is, which fixes how a release table names and fills
+# its label column(s) (``dpcore.release_layout``): "exact" — each row has one true class (a
+# mixture within one class, a cluster's mean, a class-conditional sample), released as the
+# class itself; "proportions" — a noisy class vector (mixed or perturbed one-hot labels),
+# released as class proportions; "combinations" — signed random combinations of one-hot
+# labels, released as drawn. Evaluation trains on the first two as class distributions and
+# regresses the third (``MechanismSpec.soft_labels``).
+LabelKind = Literal["exact", "proportions", "combinations"]
+LABEL_KINDS: tuple[LabelKind, ...] = get_args(LabelKind)
+
 
 @dataclass(frozen=True)
 class FeatureNoise:
@@ -302,6 +312,11 @@ def mixing_degree(n: int) -> int:
     return min(n, 16, max(4, n // 32))
 
 
+def soft_labels(kind: str) -> bool:
+    """Whether labels of ``kind`` are trained on as class distributions (else regressed)."""
+    return kind != "combinations"
+
+
 PreprocessTest = Callable[[Mapping[str, Any], Mapping[str, Any], Any], Any]
 
 
@@ -313,12 +328,11 @@ def _no_check(params: Any, facts: PublicFacts) -> None:
 class EvaluationHints:
     """How evaluation reads a release. ``preprocess_test(metadata, extra, X_raw)`` maps real
     records into the release's feature space with public facts only (None: the unit-scale
-    preprocessing of ``dpcore.preprocessing.unit_features``); ``soft_labels``: labels are
-    noisy class mixtures (train on them as distributions) rather than signed combinations
-    (regress them); ``image_features``: features keep the data's image shape."""
+    preprocessing of ``dpcore.preprocessing.unit_features``); ``image_features``: features
+    keep the data's image shape. How to train on the labels follows from the mechanism's
+    ``label_kind`` (``MechanismSpec.soft_labels``)."""
 
     preprocess_test: PreprocessTest | None = None
-    soft_labels: bool = True
     image_features: bool = True
 
 
@@ -360,6 +374,9 @@ class MechanismSpec:
     output: str  # what a release holds, in words
     params: type[BaseModel]
     accountants: tuple[Accountant, ...]
+    # What a released row's label is (``LabelKind``): declared by every mechanism, since it
+    # fixes the release table's label columns.
+    label_kind: LabelKind
     # Parameters only the generator reads; every other parameter must reach each accountant
     # (as a key, or as a value the accountant's analysis assumes).
     release_only: frozenset[str] = frozenset()
@@ -391,6 +408,12 @@ class MechanismSpec:
     @property
     def served(self) -> bool:
         return self.release is not None
+
+    @property
+    def soft_labels(self) -> bool:
+        """Labels are class distributions to train on as such (exact classes, noisy class
+        vectors), rather than signed combinations to regress."""
+        return soft_labels(self.label_kind)
 
     @cached_property
     def request_params(self) -> type[BaseModel]:
@@ -445,6 +468,10 @@ class MechanismSpec:
         shaped = [d.name for d in self.shape_defaults]
         if set(shaped) - fields or len(set(shaped)) != len(shaped):
             raise SpecError(f"{self.name}: shape defaults name unknown or repeated fields {shaped}")
+        if self.label_kind not in LABEL_KINDS:
+            raise SpecError(
+                f"{self.name}: label_kind {self.label_kind!r} is not one of {LABEL_KINDS}"
+            )
         if self.kind not in ("mechanism", "baseline"):
             raise SpecError(f"{self.name}: kind {self.kind!r} is not mechanism or baseline")
         if unknown:

@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from dpcore.release_layout import DEFAULT_LABEL, collisions
 from service import idempotency, strict_json
 from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.audit_trail import service as audit
@@ -25,7 +26,7 @@ from service.datasets.schemas import (
     declared_columns,
 )
 from service.deps import on_rollback
-from service.errors import InvalidInput, NotFound, ReleasesPending
+from service.errors import InvalidInput, LabelColumnClash, NotFound, ReleasesPending
 from service.models import Dataset, Grant, Principal, new_id, utcnow
 from service.releases import keys as release_keys
 from service.releases import repository as release_repository
@@ -79,7 +80,26 @@ def check(
         max_cells=settings.max_upload_cells,
         max_decoded_bytes=settings.max_upload_decoded_bytes,
     )
+    _check_release_columns(metadata, parsed)
     return CheckedUpload(content, filename, fmt, metadata, parsed)
+
+
+def _check_release_columns(metadata: DatasetMetadata, parsed: ParsedDataset) -> None:
+    """A release table names its features as the dataset does and its label column(s)
+    ``<label>`` or ``<label>=<class>`` (``dpcore.release_layout``): refuse a dataset where any
+    of these would repeat a feature's name, whatever mechanism is asked later. Public names
+    only (declared classes; without them the dataset takes no release anyway)."""
+    if not parsed.classes_declared:
+        return
+    clash = collisions(parsed.feature_names, metadata.label_column, parsed.classes)
+    if clash:
+        label = metadata.label_column or DEFAULT_LABEL
+        raise LabelColumnClash(
+            f"a release of this dataset would name label column(s) {clash} (the label "
+            f"column {label!r} as is, or '{label}=<class>' per class), and so is a feature: "
+            "rename the label column or that feature",
+            detail={"columns": clash},
+        )
 
 
 def create(

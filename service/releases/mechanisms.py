@@ -153,6 +153,7 @@ def catalogue() -> MechanismList:
                 name=spec.name,
                 summary=spec.summary,
                 output=spec.output,
+                label_kind=spec.label_kind,
                 kind=spec.kind,
                 good_for=spec.good_for,
                 reference=spec.reference,

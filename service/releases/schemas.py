@@ -359,6 +359,12 @@ class MechanismInfo(BaseModel):
     good_for: str = Field(description="What data and uses it suits, from the measured results")
     reference: str = Field(description="The paper it implements")
     output: str = Field(description="What a release of this mechanism holds")
+    label_kind: Literal["exact", "proportions", "combinations"] = Field(
+        description="What a released row's label is, which names a release table's label "
+        "column(s): exact — one column named as the dataset's label column, holding the "
+        "class; proportions — '<label>=<class>' columns holding class proportions; "
+        "combinations — '<label>=<class>' columns holding signed values as drawn"
+    )
     params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
     accountants: list[AccountantInfo]
 

@@ -113,17 +113,24 @@ def test_evaluate_a_service_release_in_a_table_format(
     release_path = tmp_path / f"release.{fmt}"
     release_path.write_bytes(h.download(owner, r.json()["id"]))
     X_test, y_test = _separable(400, 1)
-    # Read without its metadata, a CSV release's test rows are used as given: the release is in
-    # the data's raw units (issue 15 item 2), so the raw test rows are already comparable.
     columns = {f"f{i}": X_test[:, i] for i in range(X_test.shape[1])}
     test_path = tmp_path / f"test.{fmt}"
     table = pa.table({**columns, "label": y_test})
     pq.write_table(table, test_path) if fmt == "parquet" else pacsv.write_csv(table, test_path)
 
-    result = CliRunner().invoke(cli, ["evaluate", str(release_path), "--test", str(test_path)])
+    args = ["evaluate", str(release_path), "--test", str(test_path)]
+    if fmt == "csv":
+        # A CSV release carries no metadata: its metadata.json artifact names the columns.
+        metadata_path = tmp_path / "metadata.json"
+        metadata_path.write_bytes(h.download(owner, r.json()["id"], "metadata.json"))
+        refused = CliRunner().invoke(cli, args)
+        assert refused.exit_code == 1 and "--metadata" in refused.stderr
+        args += ["--metadata", str(metadata_path)]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert set(report["accuracy"]) == {"logistic", "hgb", "sklearn_mlp"}
     assert report["roc_auc"]["hgb"] > 0.8
     assert report["majority"]["balanced_accuracy"] == pytest.approx(1 / 3)
-    assert report["mechanism"] == ("dpmix" if fmt == "parquet" else "unknown")
+    assert report["mechanism"] == "dpmix"
+    assert report["test_preprocessing"] == "declared feature range"

@@ -165,8 +165,9 @@ def test_preview_noise_of_calibrated_mixing_and_where_it_does_not_apply(
 
 
 def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis() -> None:
-    """784 pixels with DPMix's default DCT basis (k = 64): the per-pixel noise is σ·‖row of
-    B‖, whose mean square is σ²·k/d; past the column limit only the spreads are given."""
+    """784 pixels with DPMix's default DCT basis (k = 64): the per-pixel noise is σ·C·‖row of
+    B‖ (C the image default ⌈28⌉/3: rows divided by C), whose mean square is (σC)²·k/d; past
+    the column limit only the spreads are given."""
     from dpcore.accounting.events import NoiseDescription, NoiseScale
     from service.models import Dataset
     from service.releases.guidance import noise_guide
@@ -184,14 +185,16 @@ def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis()
     listed = noise_guide(spec, params, facts, noise, dataset, max_columns=1000)
     assert listed.columns is not None and len(listed.columns) == 784
     squares = [c.noise_to_range**2 for c in listed.columns]
-    assert sum(squares) / 784 == pytest.approx(sigma**2 * 64 / 784)
+    clip = params["clip_norm"]
+    assert clip == pytest.approx(28 / 3)
+    assert sum(squares) / 784 == pytest.approx((sigma * clip) ** 2 * 64 / 784)
     assert wide.noise_to_range.max == pytest.approx(max(c.noise_to_range for c in listed.columns))
     assert all(c.noise_std_raw == pytest.approx(255 * c.noise_to_range) for c in listed.columns)
     identity = noise_guide(
         spec, {**params, "basis": "identity"}, facts, noise, dataset, max_columns=1000
     )
     assert identity.noise_to_range is not None
-    assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma)
+    assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma * clip)
 
 
 def test_dpcda_default_class_size_is_checked_like_a_declared_one(harness: Harness) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from dprelease_client import ApiError, Client
@@ -73,7 +74,10 @@ def test_notebook_example_end_to_end(harness: Harness, http: httpx.Client, tmp_p
 
     frame = owner.to_pandas(release["id"])
     assert len(frame) == 120
-    assert [c for c in frame.columns if c.startswith("y_")] == ["y_0", "y_1", "y_2"]
+    # An NPZ upload has no label column: the default name "label"; dpmix gives proportions.
+    labels = ["label=0", "label=1", "label=2"]
+    assert [c for c in frame.columns if c.startswith("label")] == labels
+    assert np.allclose(frame[labels].sum(axis=1), 1.0, atol=1e-5)
     content = owner.download(release["id"])
     assert isinstance(content, bytes)
     assert hashlib.sha256(content).hexdigest() == final["artifact"]["sha256"]
@@ -146,5 +150,5 @@ def test_readme_example_csv_to_parquet_dataframe(
     rel = api.create_release(body)
     api.wait(rel["id"], timeout=120, poll=0.05)
     df = api.to_pandas(rel["id"])
-    assert list(df.columns) == ["x_age", "x_hours_per_week", "y_<=50K", "y_>50K"]
+    assert list(df.columns) == ["age", "hours_per_week", "income=<=50K", "income=>50K"]
     assert len(df) == 50

@@ -197,7 +197,9 @@ def test_tabular_formats(harness: Harness, fmt: str) -> None:
     else:
         columns = content.decode().splitlines()[0].replace('"', "").split(",")
         assert len(content.decode().strip().splitlines()) == 51
-    assert columns == [f"x_{i}" for i in range(6)] + ["y_0", "y_1", "y_2"]
+    # An NPZ upload's features are named by index and its label "label" (it has no label
+    # column); dpmix's noisy labels are class proportions.
+    assert columns == [str(i) for i in range(6)] + ["label=0", "label=1", "label=2"]
 
 
 def test_failed_job_before_output_is_refunded(harness: Harness) -> None:

@@ -11,9 +11,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from dpcore.release_layout import Layout
 from worker.artifacts import ArtifactWriter, sha256_file
 
 META = {"mechanism": "dpmix", "release_id": "r1"}
+
+
+def _layout(dim: int, kind: str = "proportions", classes: tuple[object, ...] = (0, 1)) -> Layout:
+    return Layout.of([str(i) for i in range(dim)], "label", kind, classes)  # type: ignore[arg-type]
 
 
 def _write(fmt: str, path: Path, rows: int, dim: int, chunk: int, seed: int = 0) -> None:
@@ -22,8 +27,7 @@ def _write(fmt: str, path: Path, rows: int, dim: int, chunk: int, seed: int = 0)
         fmt,
         path,
         rows=rows,
-        feature_names=[str(i) for i in range(dim)],
-        classes=[0, 1],
+        layout=_layout(dim),
         metadata=META,
         extra={"projection": np.eye(2)} if fmt == "npz" else None,
     ) as writer:
@@ -44,7 +48,7 @@ def test_npz_memory_stays_bounded(tmp_path: Path) -> None:
     with np.load(tmp_path / "r.npz") as npz:
         assert npz["X"].shape == (rows, dim)
         assert (npz["X"][:, 0] == np.arange(rows)).all()
-        assert json.loads(str(npz["metadata"])) == META
+        assert json.loads(str(npz["metadata"])) == {**META, "layout": _layout(dim).describe()}
         assert (npz["projection"] == np.eye(2)).all()
 
 
@@ -53,11 +57,14 @@ def test_tabular_round_trip(tmp_path: Path, fmt: str) -> None:
     path = tmp_path / f"r.{fmt}"
     _write(fmt, path, 2_500, 3, 1_000)
     table = pq.read_table(path) if fmt == "parquet" else pacsv.read_csv(path)
-    assert table.column_names == ["x_0", "x_1", "x_2", "y_0", "y_1"]
+    assert table.column_names == ["0", "1", "2", "label=0", "label=1"]
     assert table.num_rows == 2_500
-    assert table.column("x_0").to_pylist()[:3] == [0.0, 1.0, 2.0]
+    assert table.column("0").to_pylist()[:3] == [0.0, 1.0, 2.0]
+    # The drawn labels were all ones: as proportions, a half each.
+    assert set(table.column("label=1").to_pylist()) == {0.5}
     if fmt == "parquet":
-        assert json.loads(table.schema.metadata[b"dprelease"]) == META
+        stored = json.loads(table.schema.metadata[b"dprelease"])
+        assert stored == {**META, "layout": _layout(3).describe()}
     assert len(sha256_file(path)) == 64
 
 
@@ -65,7 +72,7 @@ def test_row_count_is_enforced(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="announced"):
         _write("npz", tmp_path / "r.npz", 10, 2, 4)  # writes 10 rows: fine
         with ArtifactWriter(
-            "npz", tmp_path / "s.npz", rows=5, feature_names=["a"], classes=[0], metadata=META
+            "npz", tmp_path / "s.npz", rows=5, layout=_layout(1), metadata=META
         ) as writer:
-            writer.write(np.zeros((3, 1)), np.zeros((3, 1)))
+            writer.write(np.zeros((3, 1)), np.zeros((3, 2)))
     assert not (tmp_path / "s.npz").exists()

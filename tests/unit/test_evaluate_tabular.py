@@ -20,6 +20,7 @@ import dprelease_cli.evaluate_cmd as evaluate_cmd
 from dpcore import evaluation
 from dpcore.evaluation import Release, evaluate, load_records, load_release_file
 from dpcore.preprocessing import one_hot, unit_features
+from dpcore.release_layout import Layout
 from dprelease_cli.main import cli
 from worker.artifacts import ArtifactWriter
 
@@ -50,12 +51,11 @@ def _metadata(classes: list[Any]) -> dict[str, Any]:
 
 def _write_release(path: Path, fmt: str, X_raw: np.ndarray, y: np.ndarray) -> Release:
     """A release file exactly as the worker writes one (its own ArtifactWriter)."""
-    meta = _metadata([0, 1])
+    layout = Layout.of(FEATURES, "label", "proportions", [0, 1])
+    meta = {**_metadata([0, 1]), "layout": layout.describe()}
     X = unit_features(X_raw, np.zeros(D), np.full(D, 10.0))
     Y = one_hot(y, 2)
-    with ArtifactWriter(
-        fmt, path, rows=len(X), feature_names=FEATURES, classes=[0, 1], metadata=meta
-    ) as writer:
+    with ArtifactWriter(fmt, path, rows=len(X), layout=layout, metadata=meta) as writer:
         for start in range(0, len(X), 128):  # in chunks, as the worker does
             writer.write(X[start : start + 128], Y[start : start + 128])
     return Release(X, Y, meta)
@@ -74,16 +74,12 @@ def _write_table(path: Path, X: np.ndarray, y: np.ndarray, label: str = "label")
 def test_release_files_read_back_in_every_format(tmp_path: Path, fmt: str) -> None:
     X_raw, y = _imbalanced(300, 0)
     written = _write_release(tmp_path / f"release.{fmt}", fmt, X_raw, y)
-    release = load_release_file(tmp_path / f"release.{fmt}")
+    # A CSV release carries no metadata: the metadata.json artifact beside it is given.
+    given = written.metadata if fmt == "csv" else None
+    release = load_release_file(tmp_path / f"release.{fmt}", given)
     np.testing.assert_allclose(release.X, written.X, rtol=1e-6)  # float32 on disk
     np.testing.assert_array_equal(release.Y, written.Y)
-    if fmt == "csv":
-        # A CSV release carries no metadata: classes and feature names from its columns.
-        assert release.metadata["classes"] == ["0", "1"]
-        assert release.metadata["feature_names"] == FEATURES
-        assert "feature_range" not in release.metadata
-    else:
-        assert release.metadata == written.metadata
+    assert release.metadata == written.metadata
 
 
 def test_a_csv_release_uses_given_metadata(tmp_path: Path) -> None:
@@ -91,8 +87,10 @@ def test_a_csv_release_uses_given_metadata(tmp_path: Path) -> None:
     written = _write_release(tmp_path / "release.csv", "csv", X_raw, y)
     release = load_release_file(tmp_path / "release.csv", written.metadata)
     assert release.metadata == written.metadata
-    with pytest.raises(ValueError, match="2 label columns, its metadata 3 classes"):
-        load_release_file(tmp_path / "release.csv", _metadata([0, 1, 2]))
+    wrong = {**written.metadata, "classes": [0, 1, 2]}
+    wrong["layout"] = Layout.of(FEATURES, "label", "proportions", [0, 1, 2]).describe()
+    with pytest.raises(ValueError, match=r"no column\(s\) \['label=2'\]"):
+        load_release_file(tmp_path / "release.csv", wrong)
 
 
 def test_test_records_from_npz_csv_and_parquet(tmp_path: Path) -> None:
@@ -229,16 +227,14 @@ def test_cli_reads_a_csv_release_and_prints_a_line_per_classifier_as_it_finishes
 @pytest.mark.parametrize("fmt", ["npz", "csv", "parquet"])
 def test_cli_every_release_format_with_a_reference(tmp_path: Path, fmt: str) -> None:
     X_raw, y = _imbalanced(400, 0)
-    _write_release(tmp_path / f"r.{fmt}", fmt, X_raw, y)
+    written = _write_release(tmp_path / f"r.{fmt}", fmt, X_raw, y)
     X_test, y_test = _imbalanced(300, 1)
+    np.savez(tmp_path / "ref.npz", X=X_raw, y=y)
     _write_table(tmp_path / "test.parquet", X_test, y_test, label="y")
-    # The reference, in the release's own feature space for the CSV release (its file has no
-    # feature range, so records are used as given).
-    X_ref = unit_features(X_raw, np.zeros(D), np.full(D, 10.0)) if fmt == "csv" else X_raw
-    np.savez(tmp_path / "ref.npz", X=X_ref, y=y)
-    X_t = unit_features(X_test, np.zeros(D), np.full(D, 10.0)) if fmt == "csv" else X_test
-    _write_table(tmp_path / "test.parquet", X_t, y_test, label="y")
     args = [str(tmp_path / f"r.{fmt}"), "--test", str(tmp_path / "test.parquet")]
+    if fmt == "csv":  # the metadata.json artifact beside a CSV release
+        (tmp_path / "meta.json").write_text(json.dumps(written.metadata))
+        args += ["--metadata", str(tmp_path / "meta.json")]
     result = _cli([*args, "--reference", str(tmp_path / "ref.npz"), "--classifier", "logistic"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

@@ -178,7 +178,7 @@ def _npz(X: np.ndarray, y: np.ndarray, metadata: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def test_read_release_npz_names_columns_as_the_tabular_formats(tmp_path: Path) -> None:
+def test_read_release_npz_made_before_layouts_keeps_its_old_names(tmp_path: Path) -> None:
     X = np.arange(6, dtype=np.float32).reshape(3, 2)
     y = np.eye(3, dtype=np.float32)
     path = tmp_path / "release.bin"  # the format is told by content, not by name
@@ -189,9 +189,39 @@ def test_read_release_npz_names_columns_as_the_tabular_formats(tmp_path: Path) -
     assert frame.attrs["dprelease"]["classes"] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("kind", ["exact", "proportions", "combinations"])
+def test_read_release_npz_names_columns_as_the_tabular_formats(tmp_path: Path, kind: str) -> None:
+    """An NPZ and a Parquet release of the same rows read into the same frame: the dataset's
+    feature names, then its label column (the class) or '<label>=<class>' columns."""
+    from dpcore.release_layout import Layout
+    from worker.artifacts import ArtifactWriter
+
+    X = np.arange(6, dtype=np.float32).reshape(3, 2)
+    Y = (
+        np.eye(2, dtype=np.float32)[[0, 1, 1]]
+        if kind == "exact"
+        else np.array([[0.5, -0.25], [2.0, 2.0], [-1.0, -1.0]], dtype=np.float32)
+    )
+    layout = Layout.of(["age", "ward=A"], "outcome", kind, ["no", "yes"])  # type: ignore[arg-type]
+    frames = []
+    for fmt in ("npz", "parquet"):
+        path = tmp_path / f"release.{fmt}"
+        meta = {"mechanism": "m", "classes": ["no", "yes"]}
+        with ArtifactWriter(fmt, path, rows=3, layout=layout, metadata=meta) as writer:
+            writer.write(X, Y)
+        frames.append(read_release(path))
+    npz, parquet = frames
+    labels = ["outcome"] if kind == "exact" else ["outcome=no", "outcome=yes"]
+    assert list(npz.columns) == list(parquet.columns) == ["age", "ward=A", *labels]
+    pd.testing.assert_frame_equal(npz, parquet, check_dtype=False)
+    if kind == "exact":
+        assert npz["outcome"].tolist() == ["no", "yes", "yes"]
+    assert npz.attrs["dprelease"]["layout"]["label_kind"] == kind
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_read_release_tabular(tmp_path: Path, fmt: str) -> None:
-    frame = pd.DataFrame({"x_a": [0.5, 1.5], "y_0": [1.0, 0.0], "y_1": [0.0, 1.0]})
+    frame = pd.DataFrame({"a": [0.5, 1.5], "label=0": [1.0, 0.0], "label=1": [0.0, 1.0]})
     path = tmp_path / f"release.{fmt}"
     if fmt == "csv":
         frame.to_csv(path, index=False)

@@ -46,6 +46,7 @@ def _spec(**changes: object) -> MechanismSpec:
         output="",
         params=_Params,
         accountants=(accountant,),
+        label_kind="proportions",
         release_only=frozenset({"mode"}),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]

@@ -195,6 +195,8 @@ SPEC = MechanismSpec(
     "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
     feature_noise=_feature_noise,
+    # clusters are formed within classes: each row's class is exact.
+    label_kind="exact",
     accountants=(TIGHT, PAPER, FIXED),
     shape_defaults=(CLIP_DEFAULT,),
     release_only=frozenset(

@@ -206,6 +206,8 @@ SPEC = MechanismSpec(
     "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,
     feature_noise=_feature_noise,
+    # each mixture is of one class's records: its class is exact.
+    label_kind="exact",
     accountants=(TIGHT, PAPER),
     release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
     check=_check,

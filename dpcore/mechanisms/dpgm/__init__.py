@@ -150,6 +150,8 @@ SPEC = MechanismSpec(
     "network's class (exact). Optional second artifact: the weights (safetensors)",
     params=DPGMParams,
     feature_noise=_feature_noise,
+    # one generator per class's cluster: each sample's class is exact.
+    label_kind="exact",
     accountants=(TIGHT, PAPER),
     # Training jobs: the GPU workers' queue (CPU-only deployments run a worker on both).
     queue="gpu",

@@ -131,6 +131,8 @@ SPEC = MechanismSpec(
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
     feature_noise=_feature_noise,
+    # mixed one-hot labels plus noise: a noisy class vector per row.
+    label_kind="proportions",
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,

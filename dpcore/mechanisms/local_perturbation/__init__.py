@@ -95,6 +95,8 @@ SPEC = MechanismSpec(
     "noisy one-hot labels",
     params=LocalPerturbationParams,
     feature_noise=_feature_noise,
+    # each record's one-hot label plus noise (sigma_y): a noisy class vector.
+    label_kind="proportions",
     accountants=(TIGHT, PAPER),
     check=_check,
     shape_defaults=(CLIP_DEFAULT,),

@@ -130,6 +130,8 @@ SPEC = MechanismSpec(
     "labels; NPZ also holds the projection matrix",
     params=RandomProjectionParams,
     feature_noise=_feature_noise,
+    # each record's one-hot label plus noise (sigma_y): a noisy class vector.
+    label_kind="proportions",
     accountants=(TIGHT, PAPER),
     check=_check,
     release_only=frozenset({"clip_norm"}),

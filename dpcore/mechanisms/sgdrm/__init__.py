@@ -22,7 +22,6 @@ from dpcore.mechanisms.spec import (
     AuditSpec,
     BenchCase,
     BenchHints,
-    EvaluationHints,
     FeatureNoise,
     InvalidParams,
     MechanismSpec,
@@ -141,6 +140,8 @@ SPEC = MechanismSpec(
     "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
     feature_noise=_feature_noise,
+    # signed random combinations of one-hot labels, noisy: released as drawn.
+    label_kind="combinations",
     accountants=(TIGHT, PAPER),
     release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,
@@ -157,7 +158,6 @@ SPEC = MechanismSpec(
         case=lazy(f"{__name__}.audit", "case"),
     ),
     # Signed combinations of one-hot labels: regress them, they are not distributions.
-    evaluation=EvaluationHints(soft_labels=False),
     bench=BenchHints(
         sweep="mixture_width",
         sweet_spot=lambda ell, n, min_class: {"mixture_width": ell, "n_samples": n},
