@@ -221,6 +221,8 @@ def plot(summary: Sequence[Mapping[str, Any]], path: Path) -> None:
             for s in mine:
                 if s["mechanism"] == "non-private" and not math.isnan(s[key]):
                     ax.axhline(s[key], color="black", linestyle="--", label="non-private")
+            chance = 1 / int(mine[0]["shape"]["classes"])
+            ax.axhline(chance, color="grey", linestyle=":", label="chance (1/classes)")
             ax.set_xscale("log")
             ax.set_xlabel("ε (δ = 1/n²)")
             ax.set_ylabel(f"{MODEL_NAMES[model]} balanced accuracy")

@@ -92,3 +92,13 @@ def test_the_quick_study_runs_end_to_end(tmp_path: Path) -> None:
     table = (tmp_path / "tabular.md").read_text()
     assert "## Which mechanism wins where" in table and "### ε = 1" in table
     assert (tmp_path / "tabular.png").stat().st_size > 0
+
+
+def test_a_grid_left_out_for_its_cost_is_a_row_saying_so() -> None:
+    table = tabular_data.mixed(rows=15_000)  # 10 500 private rows: above SGDRM's grid limit
+    assert table.private.n_rows > tabular.GRID_MAX_ROWS["sgdrm"]
+    row = tabular.run_one(table, tabular.Config("sgdrm", "grid", {"mixture_width": 4}), 1.0, 1e-9)
+    assert row["note"].startswith("not run: sgdrm's grid")
+    assert "rows" not in row and "logistic_auc" not in row
+    # Its defaults configuration is not left out.
+    assert tabular.left_out(table, tabular.Config("sgdrm", "defaults")) == ""
