@@ -4,13 +4,13 @@ Usage:
     python bench/clip_norm.py --datasets breast_cancer wine make_classification digits \
         --mechanisms dpmix dpcda clustmix local_perturbation [--epsilon 1] [--repeats 2]
 
-For each table (bench/tabular.py's split and declared bounds) and each C in {1, √d/4, √d/2,
-⌈√d⌉/2, √d}: the share of private rows the clip changes, and the balanced accuracy of
-logistic regression and HistGradientBoosting (scikit-learn defaults) trained on the release as
-served (raw units, scaled per column by the declared bounds, dpcore.evaluation.model_scale) and
-tested on the held-out rows, mean over --repeats releases at ε, δ = 1/n². One JSON line per
-(table, C, mechanism) on stdout. MNIST is measured with bench/sweet_spot.py
---param clip_norm=C (docs/results/clip_norm.md).
+For each table of the tabular study (bench/tabular_data.py: split, declared columns) and each C
+in {1, √d/4, √d/2, ⌈√d⌉/2, √d}: the share of private rows the clip changes, and the balanced
+accuracy of logistic regression and HistGradientBoosting (scikit-learn defaults) trained on the
+release as served (raw units, scaled per column by the declared bounds,
+dpcore.evaluation.model_scale) and tested on the held-out rows, mean over --repeats releases at
+ε, δ = 1/n². One JSON line per (table, C, mechanism) on stdout. MNIST is measured with
+bench/sweet_spot.py --param clip_norm=C (docs/results/clip_norm.md).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.sweet_spot import make_release  # noqa: E402
-from bench.tabular import DATASETS, declared_bounds, parse, split  # noqa: E402
-from dpcore.evaluation import class_indices, model_scale, preprocess_test  # noqa: E402
+from bench.tabular import test_space  # noqa: E402
+from bench.tabular_data import DATASETS  # noqa: E402
+from dpcore.evaluation import class_indices, model_scale  # noqa: E402
 from dpcore.preprocessing import scale_to_unit  # noqa: E402
 
 
@@ -59,12 +60,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     for name in args.datasets:
-        X, y, documented = DATASETS[name]()
-        bounds = declared_bounds(X, documented)
-        X_train, X_test, y_train, y_test = split(X, y)
-        parsed = parse(name, X_train, y_train, bounds)
-        d, n = X_train.shape[1], len(X_train)
-        norms = np.linalg.norm(scale_to_unit(X_train, bounds[:, 0], bounds[:, 1]), axis=1)
+        table = DATASETS[name](None)
+        parsed = table.private
+        d, n = parsed.n_features, parsed.n_rows
+        norms = np.linalg.norm(scale_to_unit(parsed.X, parsed.lo, parsed.hi), axis=1)
         root = math.sqrt(d)
         for clip in (1.0, root / 4, root / 2, math.ceil(root) / 2, root):
             for mechanism in args.mechanisms:
@@ -74,8 +73,8 @@ def main() -> None:
                         mechanism, {"clip_norm": clip}, parsed, args.epsilon, 1.0 / n**2
                     )
                     scaled = model_scale(release.metadata)
-                    Xt = scaled(preprocess_test(release, X_test))
-                    yt = class_indices(release, y_test)
+                    Xt = scaled(test_space(release, table.X_test))
+                    yt = class_indices(release, table.y_test)
                     if len(release.X) == 0:
                         runs.append(balanced(np.zeros((0, d)), np.zeros(0), Xt, yt))
                         continue

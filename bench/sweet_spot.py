@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
+from dpcore.categorical import category_proportions  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.run import (  # noqa: E402
@@ -52,7 +53,7 @@ from dpcore.mechanisms.run import (  # noqa: E402
     materialise,
     randomness,
 )
-from dpcore.mechanisms.spec import MechanismSpec, ReleaseOutput  # noqa: E402
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts, ReleaseOutput  # noqa: E402
 from dpcore.preprocessing import RowTransform  # noqa: E402
 
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
@@ -103,11 +104,34 @@ def calibrated(
     """(spec, params, event): the request's params calibrated with the accountant to (ε, δ)
     on ``parsed``'s public facts, as the service calibrates them."""
     spec = registry.get(mechanism)
-    # Shape defaults resolved as the service resolves a request that leaves them out.
-    params = spec.resolve(spec.request_params.model_validate(dict(request)), facts_of(parsed))
+    params = resolved(spec, request, parsed)
     accountant = spec.accountant(accountant_name)
     keys = spec.accountant_keys(accountant, params, facts_of(parsed))
     return spec, params, accountant.calibrate(epsilon, delta, keys)
+
+
+def service_facts(parsed: Any) -> PublicFacts:
+    """``parsed``'s public facts with the service's default caps on release rows and bytes
+    (NPZ values), as admission sees a dataset on a server with default settings."""
+    from service.config import Settings
+
+    caps = Settings.model_fields
+    return facts_of(
+        parsed,
+        max_release_rows=caps["max_release_samples"].default,
+        max_release_bytes=caps["max_release_bytes"].default,
+    )
+
+
+def resolved(spec: MechanismSpec, request: Mapping[str, Any], parsed: Any) -> Any:
+    """The request's params as admission (``service.releases.service.plan``) makes them: the
+    shape defaults a request leaves out filled in by ``spec.resolve`` from the public facts,
+    then the mechanism's own checks (``InvalidParams``/``ValueError`` where the service would
+    answer 422). A complete request comes back as it was."""
+    public = service_facts(parsed)
+    params = spec.resolve(spec.request_params.model_validate(dict(request)), public)
+    spec.check(params, public)
+    return params
 
 
 def generated(
@@ -144,8 +168,16 @@ def make_release(
     output = generated(spec, params, parsed, event, noise_sampler)
     X32, Y32, _, _ = materialise(output)
     X, Y = X32.astype(np.float64), Y32.astype(np.float64)
-    meta = release_metadata(mechanism, params, parsed, output.transform)
-    return Release(X, Y, meta, output.extra), event
+    metadata = release_metadata(mechanism, params, parsed, output.transform)
+    # Declared categorical columns decode to proportions, as the worker serves them — only for
+    # records (or their means) in the dataset's own feature space (worker/runner.py); the
+    # blocks travel in the metadata so a study can map test rows alike.
+    blocks = getattr(parsed, "categorical_blocks", ())
+    same_space = list(output.feature_names) == list(parsed.feature_names)
+    if blocks and same_space and (output.transform is None or output.transform.output == "raw"):
+        X = category_proportions(X, blocks)
+        metadata["categorical_blocks"] = [list(b) for b in blocks]
+    return Release(X, Y, metadata, output.extra), event
 
 
 def release_metadata(

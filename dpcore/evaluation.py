@@ -490,6 +490,14 @@ FAMILIES: dict[str, Trainer] = {
     "cnn": _torch_family("cnn"),
 }
 CLASSIFIERS = tuple(FAMILIES)
+#: The scikit-learn families' unfitted models by name (``make(seed)``), with the settings
+#: ``evaluate`` trains: a study that needs the fitted model's class probabilities (bench/
+#: tabular.py) builds the same models from here.
+SKLEARN_MODELS: dict[str, Callable[[int], Any]] = {
+    "logistic": _logistic,
+    "sklearn_mlp": _sklearn_mlp,
+    "hgb": _hgb,
+}
 #: What ``dprelease evaluate`` trains unless told: scikit-learn models as an analyst would use
 #: them, quick on CPU; the torch networks only when asked.
 DEFAULT_CLASSIFIERS = ("logistic", "hgb", "sklearn_mlp")
