@@ -13,7 +13,8 @@ fixed in advance — an algorithm nobody runs, so ``dprelease account`` only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
@@ -29,6 +30,7 @@ from dpcore.mechanisms.spec import (
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
     row_shrink,
 )
 
@@ -169,6 +171,19 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
         )
 
 
+# Measured: on the small tables (≤ 240 rows per class at δ = 1/n²) K = 16 read chance while
+# K = 1 gave 0.77–0.83 (docs/results/tabular.md); on MNIST-10k (1000 rows a class) K = 16 is
+# the sweet spot (docs/results/sweet_spot.md). Variant paper keeps the field's default (it does
+# not read K; a value away from it would be refused as foreign).
+CLUSTERS_RULE = "1 below 1000 rows per class (n / classes), else 16; variant paper: 16"
+
+
+def clusters_default(values: Mapping[str, Any], facts: PublicFacts) -> int:
+    if values.get("variant", "dp") == "paper":
+        return int(ClustMixParams.model_fields["clusters_per_class"].default)
+    return 1 if facts.n < 1000 * max(1, facts.n_classes) else 16
+
+
 def _feature_noise(
     params: ClustMixParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
@@ -188,7 +203,7 @@ SPEC = MechanismSpec(
     "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
     good_for="Labelled tables and images for linear models and MLPs: the best measured on "
     "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (use clusters_per_class 1 "
-    "below a few hundred rows per class); trees need spread 0.5",
+    "below a few hundred rows per class: the default below 1000 a class); trees need spread 0.5",
     reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '
     '(3A): a Framework for Privacy Preserving Training Data Release for Machine Learning"',
     output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
@@ -198,7 +213,14 @@ SPEC = MechanismSpec(
     # clusters are formed within classes: each row's class is exact.
     label_kind="exact",
     accountants=(TIGHT, PAPER, FIXED),
-    shape_defaults=(CLIP_DEFAULT,),
+    shape_defaults=(
+        ShapeDefault(
+            "clusters_per_class",
+            CLUSTERS_RULE,
+            lambda values, facts: clusters_default(values, facts),
+        ),
+        CLIP_DEFAULT,
+    ),
     release_only=frozenset(
         {
             "clip_norm",
