@@ -133,7 +133,9 @@ def tabular_runs(path: Path) -> list[dict[str, Any]]:
                     "delta": float(row["delta"]),
                     "mechanism": row["mechanism"],
                     "params": _with_rows(row["mechanism"], params, n),
-                    "values": {k: v for k, c in columns.items() if (v := _value(row, c)) is not None},
+                    "values": {
+                        k: v for k, c in columns.items() if (v := _value(row, c)) is not None
+                    },
                     "source": str(path),
                 }
             )

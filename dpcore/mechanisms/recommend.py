@@ -264,7 +264,7 @@ def recommend(
         params = json.loads(candidate)
         try:
             resolved = admissible(spec, params, facts)
-        except (InvalidParams, ValueError) as exc:
+        except (InvalidParams, ValueError, ArithmeticError) as exc:  # what admission refuses
             tried.append(f"{candidate} is not admissible here ({_first_line(exc)})")
             continue
         if tried:

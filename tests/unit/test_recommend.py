@@ -133,7 +133,12 @@ def test_builder_ranks_by_mean_over_models_and_prefers_balanced_accuracy() -> No
         run("dpmix", {"mixture_degree": 16}, a__accuracy=0.6, a__balanced_accuracy=0.7),
         run("dpmix", {"mixture_degree": 16}, a__accuracy=0.6, a__balanced_accuracy=0.6),
         # A tie: the configuration with fewer params wins.
-        run("dpcda", {"mixture_degree": 4, "postprocess": "none"}, a__accuracy=1, a__balanced_accuracy=0.6),
+        run(
+            "dpcda",
+            {"mixture_degree": 4, "postprocess": "none"},
+            a__accuracy=1,
+            a__balanced_accuracy=0.6,
+        ),
         run("dpcda", {"mixture_degree": 4}, a__accuracy=1, a__balanced_accuracy=0.6),
     ]
     entries = {e["mechanism"]: e for e in builder.build(runs)["entries"]}
