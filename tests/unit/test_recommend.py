@@ -240,3 +240,35 @@ def test_the_table_file_is_the_packaged_one() -> None:
     raw = json.loads((ROOT / "dpcore" / "mechanisms" / "recommendations.json").read_text())
     assert raw["made_by"] == builder.COMMAND
     assert len(load()) == len(raw["entries"])
+
+
+def test_builder_reads_the_extended_tabular_columns(tmp_path: Path) -> None:
+    """The tabular study's later layout (n, d, classes and balanced accuracy columns, several
+    ε, a make_classification variant): the columns win over the known shapes, and balanced
+    accuracy ranks."""
+    path = tmp_path / "tabular.csv"
+    fields = [
+        "dataset", "mechanism", "params", "epsilon", "delta", "n", "d", "classes",
+        "logistic_accuracy", "logistic_balanced_accuracy", "logistic_auc",
+    ]  # fmt: skip
+    rows = [
+        ["make_classification", "non-private", "", "inf", "0", "5000", "50", "2", "1", "1", "1"],
+        ["make_classification", "dpmix", '{"mixture_degree": 4}', "0.5", "1e-8", "5000", "50",
+         "2", "0.9", "0.5", "0.8"],
+        ["make_classification", "dpmix", '{"mixture_degree": 16}', "0.5", "1e-8", "5000", "50",
+         "2", "0.7", "0.6", "0.8"],
+        ["make_classification_n500_d8", "dpmix", '{"mixture_degree": 4}', "4", "1e-6", "", "",
+         "", "0.7", "0.6", "0.8"],
+    ]  # fmt: skip
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(fields)
+        writer.writerows(rows)
+    entries = builder.build(builder.tabular_runs(path))["entries"]
+    assert len(entries) == 2  # the ε = ∞ reference is no candidate
+    big, small = sorted(entries, key=lambda e: e["n"], reverse=True)
+    assert (big["n"], big["d"], big["classes"], big["epsilon"]) == (5000, 50, 2, 0.5)
+    assert big["metric"] == "balanced_accuracy"
+    assert big["params"] == {"mixture_degree": 16, "n_samples": 5000}
+    assert big["metrics"]["logistic_auc"] == 0.8
+    assert (small["n"], small["d"], small["classes"]) == (500, 8, 2)
