@@ -113,6 +113,8 @@ class Preview(TypedDict, total=False):
     research: dict[str, Any] | None
     warnings: list[dict[str, Any]]
     noise_guide: dict[str, Any]  # the noise against each column's declared range
+    # Per mechanism, the configuration measured best on the nearest public dataset shape.
+    recommended: list[dict[str, Any]]
 
 
 class Ledger(TypedDict, total=False):

@@ -271,11 +271,14 @@ class ShapeDefault:
     the server's caps): a request may leave it out (or null), and admission fills it in with
     ``value(params so far, facts)`` — public figures only — before the checks, the accountant
     and the stored parameters see it. ``rule`` says it in words for the schema's description.
-    Resolved in the order the spec lists them (a later one may read an earlier one's value)."""
+    Resolved in the order the spec lists them (a later one may read an earlier one's value).
+    ``per_row``: the value is a count of released rows that scales with n (a recommendation
+    measured at n' keeps its ratio to n, ``dpcore.mechanisms.recommend``)."""
 
     name: str
     rule: str
     value: Callable[[Mapping[str, Any], PublicFacts], Any]
+    per_row: bool = False
 
 
 Check = Callable[[Any, PublicFacts], None]
@@ -291,6 +294,7 @@ def rows_default(name: str = "n_samples", per_class: bool = False) -> ShapeDefau
         name,
         rule,
         lambda values, facts: facts.default_rows(facts.n_classes if per_class else 1),
+        per_row=True,
     )
 
 

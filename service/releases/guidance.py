@@ -1,6 +1,7 @@
-"""The preview's signal-to-noise in raw units (issue 15.3): the noise a release puts on each
-released feature value, mapped back through the public preprocessing to the column's declared
-range.
+"""The preview's guidance (issue 15.3): the signal-to-noise in raw units — the noise a release
+puts on each released feature value, mapped back through the public preprocessing to the
+column's declared range — and the recommended configuration of every served mechanism
+(``recommended``, from ``dpcore.mechanisms.recommend``'s measured table).
 
 Only public figures enter: the calibrated σ (what the preview reports in ``noise``), the
 declared feature bounds, the declared shape and the mechanism's public basis. The
@@ -15,13 +16,21 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
 from typing import Any
 
 from dpcore.accounting.events import NoiseDescription
+from dpcore.mechanisms import recommend, registry
 from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
 from service.datasets.schemas import MissingIndicator, NumericColumn, declared_columns
 from service.models import Dataset
-from service.releases.schemas import ColumnNoise, NoiseGuide, NoiseSpread
+from service.releases.schemas import (
+    ColumnNoise,
+    MeasuredOn,
+    NoiseGuide,
+    NoiseSpread,
+    Recommendation,
+)
 
 
 def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
@@ -109,3 +118,30 @@ def noise_guide(
         noise_std_raw=_spread([c.noise_std_raw for c in columns]),
         columns=columns if len(columns) <= max_columns else None,
     )
+
+
+def recommendations(facts: PublicFacts, epsilon: float) -> list[Recommendation]:
+    """Every served mechanism's recommended configuration for a dataset of these public facts
+    at ``epsilon``. The class counts are private: dropped here, before the lookup sees the
+    facts (which puts a balanced stand-in in their place for the admission checks)."""
+    public = replace(facts, class_counts=None)
+    out = []
+    for r in recommend.recommend_all(registry.served(), public, epsilon):
+        measured = None
+        if r.measured is not None:
+            fields = asdict(r.measured)
+            del fields["mechanism"], fields["params"]
+            measured = MeasuredOn(**fields)
+        out.append(
+            Recommendation(
+                mechanism=r.mechanism,
+                kind=r.kind,  # type: ignore[arg-type]
+                params=r.params,
+                resolved_params=r.resolved,
+                measured_on=measured,
+                distance=r.distance,
+                same_kind=r.kind_matches,
+                why=r.why,
+            )
+        )
+    return out

@@ -314,6 +314,61 @@ class NoiseGuide(BaseModel):
     )
 
 
+class MeasuredOn(BaseModel):
+    """The public dataset and budget a recommendation was measured on, and what it scored."""
+
+    dataset: str = Field(description="The public dataset of the study (docs/results/)")
+    n: int = Field(description="Its private rows in the study")
+    d: int = Field(description="Its features")
+    classes: int
+    image: bool = Field(description="Whether it was uploaded image-shaped")
+    epsilon: float
+    delta: float
+    metric: Literal["balanced_accuracy", "accuracy"] = Field(
+        description="The figure configurations were ranked by: its mean over `models`"
+    )
+    models: list[str] = Field(description="The models trained on the release and averaged")
+    score: float = Field(description="Mean over models (and repeats) of the metric")
+    spread: float = Field(description="max − min of the per-run score over the repeats")
+    repeats: int
+    candidates: int = Field(description="How many configurations of the mechanism competed")
+    metrics: dict[str, float] = Field(
+        description="Each model's mean of every measured metric, `<model>_<metric>`"
+    )
+    source: str = Field(description="The study's CSV in the repository")
+
+
+class Recommendation(BaseModel):
+    """A configuration for this dataset's public shape (issue 15.3), from the project's
+    measured table (dpcore/mechanisms/recommendations.json). Only public facts are read: n,
+    the declared features, classes and feature shape, the request's ε and the server's caps —
+    never the class counts."""
+
+    mechanism: str
+    kind: Literal["mechanism", "baseline"] = Field(
+        description="baseline: a comparison point, not a recommended choice (GET /mechanisms)"
+    )
+    params: dict[str, Any] = Field(
+        description="The params to send: admissible on this dataset's public shape (request "
+        "model, shape defaults and admission checks passed; a dpcda min_class_size default "
+        "is still checked against the class counts at admission)"
+    )
+    resolved_params: dict[str, Any] = Field(
+        description="`params` with every shape default filled in, as admission stores them"
+    )
+    measured_on: MeasuredOn | None = Field(
+        description="The nearest measured entry; null: the mechanism is not in the table "
+        "and its defaults are given"
+    )
+    distance: float | None = Field(
+        description="|ln ε/ε'| + |ln n/n'| + |ln d/d'|/2 + |ln c/c'|/2 to the measured entry"
+    )
+    same_kind: bool = Field(
+        description="Whether the measured dataset is of this dataset's kind (image or table)"
+    )
+    why: str = Field(description="One line: what was measured and what was adapted")
+
+
 class PreviewOut(BaseModel):
     dataset_id: str
     mechanism: str
@@ -333,6 +388,13 @@ class PreviewOut(BaseModel):
     noise_guide: NoiseGuide = Field(
         description="The noise in the columns' raw units: its std against each column's "
         "declared range"
+    )
+    recommended: list[Recommendation] = Field(
+        default_factory=list,
+        description="Per mechanism the service runs (baselines marked), the configuration "
+        "measured best on the public dataset nearest to this one's public shape at this ε; a "
+        "mechanism none of whose configurations (measured, shape defaults, all defaults) "
+        "passes this dataset's admission checks is left out",
     )
 
 

@@ -259,16 +259,19 @@ def preview(
                 "consumed_delta": max(0.0, budget["delta_after"] - budget["delta_reserved"]),
             }
         )
+    public = facts(p.dataset, settings, request.format)
     guide = guidance.noise_guide(
         registry.get(request.mechanism),
         p.params,
-        facts(p.dataset, settings, request.format),
+        public,
         p.event.noise(),
         p.dataset,
         settings.preview_noise_columns,
     )
     return PreviewOut(
         noise_guide=guide,
+        # At the ε this release is charged (or, for a given noise, reaches): public.
+        recommended=guidance.recommendations(public, p.cost.epsilon),
         dataset_id=p.dataset.id,
         mechanism=request.mechanism,
         params=p.params,
