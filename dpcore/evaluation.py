@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpcore import release_layout
+from dpcore.categorical import encode_declared
 from dpcore.mechanisms.spec import EvaluationHints, soft_labels
 from dpcore.preprocessing import RowTransform, unit_features
 
@@ -228,12 +229,21 @@ def _legacy_table_release(
 
 
 def load_records(
-    path: Any, *, label_column: str | None = None, feature_names: list[str] | None = None
+    path: Any,
+    *,
+    label_column: str | None = None,
+    feature_names: list[str] | None = None,
+    declared: list[dict[str, Any]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Real records (features ``X`` in the dataset's raw scale, labels ``y``) from an NPZ with
     ``X`` and ``y`` or a CSV/Parquet table with a label column: ``label_column``, else the
     first of LABEL_COLUMNS present. The table's other columns are the features, taken in the
-    release's feature order when it names them all (``feature_names``), else in file order."""
+    release's feature order when it names them all (``feature_names``), else in file order.
+
+    ``declared``: the release's declared columns (its metadata's ``declared_columns``). A table
+    holding those columns as uploaded (categories as text, gaps) is encoded the way the upload
+    was — one-hot categories, each column's missing-value policy — so the real table itself can
+    be the test file."""
     fmt = detect_format(path)
     if fmt == "npz":
         try:
@@ -256,6 +266,8 @@ def load_records(
             )
     elif label_column not in names:
         raise ValueError(f"{path} has no column {label_column!r}")
+    if declared and {c["name"] for c in declared} == set(names) - {label_column}:
+        return _declared_records(path, fmt, label_column, declared)
     rest = [c for c in names if c != label_column]
     if feature_names and all(f in rest for f in feature_names):
         rest = list(feature_names)
@@ -265,6 +277,27 @@ def load_records(
         raise ValueError(f"{path}: feature columns must be numeric ({exc})") from None
     y = np.asarray(table.column(label_column).to_pylist(), dtype=object)
     return X, y
+
+
+def _declared_records(
+    path: Any, fmt: str, label_column: str, declared: list[dict[str, Any]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """A table in the declared schema encoded as its upload was (``load_records``). A CSV is
+    read as the service reads one: categorical columns as text, only an empty cell missing."""
+    import pandas as pd
+
+    if fmt == "csv":
+        text = {c["name"]: str for c in declared if c["type"] == "categorical"}
+        frame = pd.read_csv(
+            path, dtype={**text, label_column: str}, keep_default_na=False, na_values=[""]
+        )
+    else:
+        frame = pd.read_parquet(path)
+    try:
+        X = encode_declared(frame, declared)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return X, frame[label_column].to_numpy(dtype=object)
 
 
 def release_from_file(
@@ -410,11 +443,34 @@ def _linear(data: TrainingSet) -> Prediction:
     return Prediction(scores.argmax(1), scores)
 
 
+def weighted_rows(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Soft labels as scikit-learn takes them: every row once per class, weighted by the row's
+    share of that class (its non-negative entries scaled to sum to 1) — None when every row
+    is one-hot already (hard labels say the same) or carries nothing positive. A release of
+    class mixtures with a rare class (a 5 % outcome mixed 16 records at a time) has that class
+    as almost no row's argmax; weighted, each mixture still says how much of it it holds."""
+    Y = np.clip(np.asarray(Y, dtype=np.float64), 0.0, None)
+    if len(Y) == 0 or bool(np.isin(Y, (0.0, 1.0)).all() and (Y.sum(axis=1) == 1).all()):
+        return None
+    total = Y.sum(axis=1, keepdims=True)
+    weights = np.divide(Y, total, out=np.zeros_like(Y), where=total > 0)
+    if int((weights > 0).any(axis=0).sum()) < 2:  # one class at most: hard labels say it
+        return None
+    k = Y.shape[1]
+    rows = np.repeat(np.arange(len(X)), k)
+    classes = np.tile(np.arange(k), len(X))
+    w = weights.reshape(-1)
+    keep = w > 0
+    return X[rows[keep]], classes[keep], w[keep]
+
+
 def _sklearn(make: Callable[[int], Any]) -> Trainer:
-    """A scikit-learn classifier with its default settings on hard labels (argmax of Y)."""
+    """A scikit-learn classifier with its default settings: on soft labels (class mixtures)
+    through per-class weighted rows (``weighted_rows``), else on hard labels (argmax of Y)."""
 
     def train(data: TrainingSet) -> Prediction:
-        y = data.hard_labels()
+        weighted = weighted_rows(data.X, data.Y) if data.soft else None
+        y = data.hard_labels() if weighted is None else weighted[1]
         present = np.unique(y)
         if len(present) < 2:
             # scikit-learn refuses one-class training sets; the only thing such a release can
@@ -422,10 +478,13 @@ def _sklearn(make: Callable[[int], Any]) -> Trainer:
             return Prediction(
                 np.full(len(data.Xt), present[0]),
                 None,
-                f"the release's hard labels hold one class ({int(present[0])})",
+                f"the release's labels hold one class ({int(present[0])})",
             )
         model = make(data.seed)
-        model.fit(data.X, y)
+        if weighted is None:
+            model.fit(data.X, y)
+        else:
+            model.fit(weighted[0], y, sample_weight=weighted[2])
         labels = np.asarray(model.predict(data.Xt))
         k = data.Y.shape[1]
         if len(present) < k:

@@ -69,13 +69,23 @@ def _line(name: str, row: dict[str, Any]) -> str:
     "the y_<class> columns, test rows used as given.)",
 )
 @click.option(
+    "--array",
+    "array_files",
+    type=_FILE,
+    multiple=True,
+    help="A mechanism's public array that a CSV or Parquet release ships as a further file "
+    "(its metadata's 'arrays' says which: random projection's projection.npy), repeatable; "
+    "named by its file name without .npy. An NPZ release holds them inside.",
+)
+@click.option(
     "--classifier",
     "classifiers",
     type=click.Choice([*CLASSIFIERS, "all"]),
     multiple=True,
     help=f"Model family, repeatable; default {', '.join(DEFAULT_CLASSIFIERS)}. logistic, "
     "sklearn_mlp, hgb: scikit-learn's LogisticRegression, MLPClassifier and "
-    "HistGradientBoostingClassifier with default settings on hard labels (argmax); linear: "
+    "HistGradientBoostingClassifier with default settings (class-mixture labels as per-class "
+    "weighted rows, exact labels as they are); linear: "
     "ridge on the label matrix; mlp, cnn: small torch networks (cnn: image-shaped data only, "
     "refused otherwise). 'all': every family that applies.",
 )
@@ -94,6 +104,7 @@ def evaluate_command(
     label_column: str | None,
     reference_file: Path | None,
     metadata_file: Path | None,
+    array_files: tuple[Path, ...],
     classifiers: tuple[str, ...],
     postprocess: str,
     epochs: int,
@@ -108,11 +119,21 @@ def evaluate_command(
     try:
         metadata = json.loads(metadata_file.read_text()) if metadata_file else None
         rel = load_release_file(release, metadata)
+        for array in array_files:
+            import numpy as np
+
+            rel.extra[array.name.removesuffix(".npy")] = np.load(array, allow_pickle=False)
         families = families_for(rel, classifiers)
         names = rel.metadata.get("feature_names")
-        X_test, y_test = load_records(test_file, label_column=label_column, feature_names=names)
+        # A table in the dataset's declared columns (categories, gaps) is encoded as uploaded.
+        declared = rel.metadata.get("declared_columns")
+        X_test, y_test = load_records(
+            test_file, label_column=label_column, feature_names=names, declared=declared
+        )
         reference = (
-            load_records(reference_file, label_column=label_column, feature_names=names)
+            load_records(
+                reference_file, label_column=label_column, feature_names=names, declared=declared
+            )
             if reference_file
             else None
         )

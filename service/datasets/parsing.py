@@ -22,10 +22,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpcore.categorical import DeclaredValueError, fill_missing, one_hot_column
 from service.datasets.schemas import (
     CategoricalColumn,
     DatasetMetadata,
-    MissingConstant,
     MissingIndicator,
     NumericColumn,
     Range,
@@ -360,72 +360,30 @@ def _numeric_column(column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarra
     return values, gaps
 
 
-def _category_key(value: Any) -> str | None:
-    """A cell's text as categories are matched: strings as they are, integers (and whole
-    floats, which is what Parquet integers with nulls become) in decimal; anything else
-    matches no category."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | np.bool_):
-        return None
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating) and math.isfinite(value) and value == int(value):
-        return str(int(value))
-    return None
-
-
 def _categorical_column(
     column: pd.Series, spec: CategoricalColumn
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One-hot over the declared categories and the missing mask. Each distinct value is
-    looked up once (pandas factorises the column), so a long column costs one pass."""
-    codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    position: dict[str | None, int] = {str(c): k for k, c in enumerate(spec.categories)}
-    lookup = np.array(
-        [position.get(_category_key(u), -1) for u in np.asarray(uniques, dtype=object)],
-        dtype=np.int64,
-    )
-    gaps = codes < 0
-    index = np.full(len(codes), -1, dtype=np.int64)
-    index[~gaps] = lookup[codes[~gaps]] if len(lookup) else -1
-    if (index[~gaps] < 0).any():
-        # Neither the value nor its row: the value is the data (private), and naming the
-        # column and the declared set (public) says what to fix.
-        raise InvalidInput(
-            f"column {spec.name!r} holds a value that is not among its declared categories "
-            f"{_some(list(spec.categories))}; declare every category the column may hold"
-        )
-    onehot = np.zeros((len(codes), len(spec.categories)), dtype=np.float64)
-    held = np.flatnonzero(~gaps)
-    onehot[held, index[held]] = 1.0
-    return onehot, gaps
+    """One-hot over the declared categories and the missing mask (dpcore.categorical, shared
+    with evaluation's encoding of held-out rows)."""
+    try:
+        return one_hot_column(column, spec.name, spec.categories)
+    except DeclaredValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _fill_missing(
     block: np.ndarray, gaps: np.ndarray, column: NumericColumn | CategoricalColumn
 ) -> None:
     """Write the declared fill into a column's features (a view of X) where entries are
-    missing; a missing entry without a policy is refused."""
-    if not gaps.any():
-        return
-    policy = column.missing
-    if policy is None:
-        raise InvalidInput(
-            f"column {column.name!r} is missing a value in row {int(np.argmax(gaps)) + 1}; "
-            'declare a missing-value policy for it ("missing": {"policy": "constant", '
-            '"value": …} or {"policy": "indicator"})'
-        )
-    fill = policy.value if isinstance(policy, MissingConstant) else policy.fill
-    if isinstance(column, NumericColumn):
-        lo, hi = column.bounds
-        block[gaps, 0] = (lo + hi) / 2 if fill is None else float(fill)
-        return
-    block[gaps, :] = 0.0  # no category; an indicator column says the entry was missing
-    if fill is not None:
-        texts = [str(c) for c in column.categories]
-        key = fill if isinstance(fill, str) else str(int(fill))
-        block[gaps, texts.index(key)] = 1.0  # the schema checked it is declared
+    missing; a missing entry without a policy is refused (dpcore.categorical.fill_missing)."""
+    policy = column.missing.model_dump(mode="json") if column.missing is not None else None
+    try:
+        if isinstance(column, NumericColumn):
+            fill_missing(block, gaps, column.name, policy, bounds=column.bounds)
+        else:
+            fill_missing(block, gaps, column.name, policy, categories=column.categories)
+    except DeclaredValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _check_csv_size(
