@@ -29,13 +29,16 @@ that field; ``--sweep KEY=V1,V2,...`` makes KEY a grid axis the same way (each c
 of such a mechanism once per value; the others once), e.g. ``--sweep clip_norm=1,2,4``.
 
 Models (``dpcore.evaluation.SKLEARN_MODELS``, the settings ``dprelease evaluate`` trains):
-LogisticRegression and HistGradientBoosting on the release's hard labels (argmax of its label
-columns), tested on the held-out rows mapped into the release's space with public facts
-(``dpcore.evaluation.preprocess_test``; declared categorical blocks decoded to proportions
-like the release's). Metrics (``dpcore.evaluation``): accuracy, balanced accuracy (mean recall
-over the test classes) and ROC AUC (binary: the positive class; multi-class: macro one-vs-rest;
-a class absent from a release scores 0, a one-class release is a constant: 0.5). The
-``non-private`` rows (ε = ∞) train the same models on the private rows themselves.
+LogisticRegression and HistGradientBoosting trained as ``dprelease evaluate`` trains them:
+exact labels as they are, class-mixture labels as per-class weighted rows
+(``dpcore.evaluation.weighted_rows``), SGDRM's signed combinations by their argmax; features in
+raw units scaled by the declared bounds (``model_scale``); tested on the held-out rows mapped
+into the release's space with public facts (``dpcore.evaluation.preprocess_test``; declared
+categorical blocks decoded to proportions like the release's). Metrics (``dpcore.evaluation``):
+accuracy, balanced accuracy (mean recall over the test classes) and ROC AUC (binary: the
+positive class; multi-class: macro one-vs-rest; a class absent from a release scores 0, a one-
+class release is a constant: 0.5). The ``non-private`` rows (ε = ∞) train the same models on
+the private rows themselves.
 
 CSV columns (OUT/tabular.csv, one row per release, written as each finishes):
     dataset, n (private rows), d (encoded features), classes, image (features image-shaped),
@@ -79,6 +82,7 @@ from dpcore.evaluation import (  # noqa: E402
     model_scale,
     preprocess_test,
     roc_auc,
+    weighted_rows,
 )
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.preprocessing import scale_to_unit  # noqa: E402
@@ -169,10 +173,20 @@ def test_space(release: Release, X_test: np.ndarray) -> np.ndarray:
 
 
 def scores(
-    X: np.ndarray, labels: np.ndarray, n_classes: int, Xt: np.ndarray, yt: np.ndarray
+    X: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    Xt: np.ndarray,
+    yt: np.ndarray,
+    Y: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Each model trained on (X, hard labels), its metrics on (Xt, yt) and training seconds."""
+    """Each model trained on (X, hard labels) — or, given class-mixture labels ``Y``, on
+    per-class weighted rows as ``dprelease evaluate`` trains (``weighted_rows``) — its metrics
+    on (Xt, yt) and training seconds."""
     out: dict[str, float] = {}
+    weighted = weighted_rows(X, Y) if Y is not None else None
+    if weighted is not None:
+        X, labels, weights = weighted
     present = np.unique(labels)
     for model in MODELS:
         start = time.perf_counter()
@@ -182,7 +196,10 @@ def scores(
             proba[:, present[0]] = 1.0
         elif len(present) > 1:
             clf = SKLEARN_MODELS[model](0)
-            clf.fit(X, labels)
+            if weighted is None:
+                clf.fit(X, labels)
+            else:
+                clf.fit(X, labels, sample_weight=weights)
             # A class no released row carries scores 0 (it can neither be predicted nor ranked).
             proba = np.zeros((len(Xt), n_classes))
             proba[:, np.asarray(clf.classes_, dtype=int)] = clf.predict_proba(Xt)
@@ -273,7 +290,9 @@ def run_one(table: Table, config: Config, epsilon: float, delta: float) -> dict[
     scaled = model_scale(release.metadata)
     Xt = scaled(test_space(release, table.X_test))
     yt = class_indices(release, table.y_test)
-    row.update(scores(scaled(release.X), labels, len(table.private.classes), Xt, yt))
+    soft = registry.get(config.mechanism).soft_labels
+    Y = release.Y if soft and len(release.X) else None
+    row.update(scores(scaled(release.X), labels, len(table.private.classes), Xt, yt, Y))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 
