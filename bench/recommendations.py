@@ -123,8 +123,14 @@ def tabular_runs(path: Path) -> list[dict[str, Any]]:
             epsilon = float(row["epsilon"])
             if not math.isfinite(epsilon):
                 continue
+            if (row.get("note") or "").strip():
+                continue  # not run (refused, or left out): no figures to rank
             n, d, classes, image = _shape(row["dataset"], row)
             params = json.loads(row["params"]) if row.get("params") else {}
+            if row.get("config") == "defaults":
+                # The shape defaults as resolved for that table: recommended as "the defaults",
+                # so a request of another shape gets its own (clip_norm, ℓ, min_class_size).
+                params = {}
             runs.append(
                 {
                     "dataset": row["dataset"],
