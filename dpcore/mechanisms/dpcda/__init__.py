@@ -170,7 +170,8 @@ SPEC = MechanismSpec(
     "class; class-balanced output, exact labels",
     good_for="Labelled tables and images whose every class has many rows: the best mixing "
     "mechanism measured (MNIST ε = 1: 0.77–0.81 with every model family, trees included; "
-    "within a few points of ClustMix on the small tables of docs/results/tabular.md)",
+    "on the tables of docs/results/tabular.md at ε = 1: 0.86 logistic balanced accuracy on "
+    "breast-cancer, the best on make_classification, 0.68)",
     reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
     "Through Randomized Mixing",
     shape_defaults=(

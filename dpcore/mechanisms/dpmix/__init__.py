@@ -127,7 +127,7 @@ SPEC = MechanismSpec(
         rows_default(),
         CLIP_DEFAULT,
     ),
-    output="X: n_samples × n_features noisy mixtures (preprocessed scale); "
+    output="X: n_samples × n_features noisy mixtures (raw units: see the metadata's transform); "
     "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
     feature_noise=_feature_noise,

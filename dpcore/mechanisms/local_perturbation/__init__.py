@@ -87,12 +87,12 @@ SPEC = MechanismSpec(
     summary="Baseline: every record once, with Gaussian noise (random-mixing paper, Sec. IV)",
     kind="baseline",
     good_for="A comparison point, not a choice: every record gets the whole noise, so models "
-    "trained on it reach chance level at practical ε (ε = 1: 0.50 on make_classification, "
-    "0.10 on digits; docs/results/tabular.md)",
+    "trained on it reach chance level at practical ε (balanced accuracy at ε = 1: 0.52 on "
+    "make_classification, 0.09 on digits; docs/results/tabular.md)",
     reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
     'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
-    output="X: n × n_features noisy records (preprocessed scale); y: n × n_classes "
-    "noisy one-hot labels",
+    output="X: n × n_features noisy records (raw units: see the metadata's transform); "
+    "y: n × n_classes noisy one-hot labels",
     params=LocalPerturbationParams,
     feature_noise=_feature_noise,
     # each record's one-hot label plus noise (sigma_y): a noisy class vector.

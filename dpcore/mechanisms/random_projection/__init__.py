@@ -113,8 +113,8 @@ SPEC = MechanismSpec(
     "then noised (random-mixing paper, Sec. IV)",
     kind="baseline",
     good_for="A comparison point, not a choice: each projected record gets the whole noise, "
-    "so models trained on it reach chance level at practical ε (ε = 1: 0.50 on "
-    "make_classification, 0.08 on digits; docs/results/tabular.md)",
+    "so models trained on it reach chance level at practical ε (balanced accuracy at ε = 1: "
+    "0.50 on make_classification, 0.10 on digits; docs/results/tabular.md)",
     reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
     'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
     shape_defaults=(

@@ -135,7 +135,8 @@ SPEC = MechanismSpec(
         rows_default(),
         CLIP_DEFAULT,
     ),
-    output="X: n_samples × n_features noisy random combinations (preprocessed scale); "
+    output="X: n_samples × n_features noisy random combinations (in raw units' scale, not "
+    "shifted: see the metadata's transform); "
     "y: the same combinations of one-hot labels, noisy; learn with "
     "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
