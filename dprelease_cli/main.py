@@ -596,7 +596,7 @@ def delete(state: CliState, dataset_id: str, yes: bool) -> None:
     type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
-    help="Seconds between status polls.",
+    help="Seconds between status polls (the first ones come sooner: 0.1 s, doubling up to it).",
 )
 @click.option(
     "--timeout",
@@ -670,8 +670,9 @@ def _describe_error(error: Any) -> str:
 def _wait_for(
     api: ApiClient, release: Mapping[str, Any], *, poll_interval: float, timeout: float | None
 ) -> dict[str, Any]:
-    """Wait with :meth:`dprelease_client.Client.wait` (its progress bar on stderr), polling
-    every ``poll_interval`` seconds (no backoff: the user chose the interval)."""
+    """Wait with :meth:`dprelease_client.Client.wait` (its progress bar on stderr): the first
+    polls come sooner (from 0.1 s, doubling), then every ``poll_interval`` seconds (no
+    further backoff: the user chose the interval)."""
     release_id = str(release.get("id"))
     if release.get("status") in TERMINAL_STATUSES:
         return dict(release)
@@ -681,6 +682,7 @@ def _wait_for(
             timeout=timeout,
             poll=poll_interval,
             max_poll=poll_interval,
+            backoff=2.0,
             progress=True,
             check=False,
         )

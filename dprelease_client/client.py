@@ -511,21 +511,25 @@ class Client:
         poll: float = 1.0,
         max_poll: float = 10.0,
         backoff: float = 1.5,
+        first_poll: float = 0.1,
         progress: bool | Callable[[t.Release], None] = False,
         check: bool = True,
     ) -> t.Release:
         """Poll the release until it is succeeded, failed or cancelled and return it.
 
-        Polls start ``poll`` seconds apart and grow by ``backoff`` up to ``max_poll`` (a long
-        DPGM training is not polled every second for an hour); the interval starts over when
-        the progress moves. ``progress`` is a callback given each state seen, or True for a
-        bar on stderr (tqdm when importable, else a line per change). With ``check`` a failed
+        The first poll comes ``first_poll`` seconds after the first look (at most ``poll``):
+        a release that takes a second is seen done within a fraction of it. Each further
+        interval is ``backoff`` times the last, at most ``poll`` while the job moves (status,
+        progress or phase changed) and at most ``max_poll`` while nothing moves (a long DPGM
+        training is not polled every second for an hour). ``progress`` is a callback given
+        each state seen, or True for a bar on stderr (tqdm when importable, else a line per
+        change). With ``check`` a failed
         or cancelled release raises :class:`ReleaseFailed`; after ``timeout`` seconds
         :class:`WaitTimeout` is raised (the release keeps running on the server).
         """
         report = _progress_reporter(release_id, progress)
         deadline = None if timeout is None else time.monotonic() + timeout
-        interval = poll
+        interval = min(first_poll, poll) / backoff  # the first wait is min(first_poll, poll)
         last: Any = None
         try:
             while True:
@@ -535,7 +539,7 @@ class Client:
                 if status in TERMINAL_STATUSES:
                     break
                 moved = (status, release.get("progress"), release.get("phase"))
-                interval = poll if moved != last else min(interval * backoff, max_poll)
+                interval = min(interval * backoff, poll if moved != last else max_poll)
                 last = moved
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:

@@ -142,11 +142,35 @@ def test_wait_backs_off_while_nothing_moves_and_reports_each_state() -> None:
     ]
     client, waits = _client(_releases(states))
     seen: list[dict[str, Any]] = []
-    final = client.wait("rel-1", poll=1.0, max_poll=2.0, backoff=1.5, progress=seen.append)
+    final = client.wait(
+        "rel-1", poll=1.0, max_poll=2.0, backoff=1.5, first_poll=1.0, progress=seen.append
+    )
     assert final["status"] == "succeeded"
     assert [s["status"] for s in seen] == [s["status"] for s in states]
     # Backoff 1 → 1.5 → 2 (capped) while queued; back to 1 when the job moves.
     assert waits == [1.0, 1.5, 2.0, 1.0, 1.5]
+
+
+def test_wait_looks_again_soon_then_backs_off_to_the_poll_while_the_job_moves() -> None:
+    # A job that takes about a second is seen done a fraction of a second after it ends:
+    # the first polls come 0.1 s apart and grow, capped at `poll` while the job moves and at
+    # `max_poll` once it stalls.
+    states = [
+        {"status": "queued", "progress": 0.0},
+        {"status": "running", "progress": 0.1},
+        {"status": "running", "progress": 0.2},
+        {"status": "running", "progress": 0.3},
+        {"status": "running", "progress": 0.4},
+        {"status": "running", "progress": 0.5},
+        {"status": "running", "progress": 0.6},
+        {"status": "running", "progress": 0.6},
+        {"status": "running", "progress": 0.6},
+        {"status": "running", "progress": 0.6},
+        {"status": "succeeded", "progress": 1.0},
+    ]
+    client, waits = _client(_releases(states))
+    client.wait("rel-1", poll=1.0, max_poll=3.0, backoff=2.0)
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 2.0, 3.0, 3.0]
 
 
 def test_wait_raises_on_failure_unless_told_not_to() -> None:
