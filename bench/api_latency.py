@@ -5,11 +5,11 @@ Two stacks, each a fresh one of its own:
 - ``embedded``: what ``make run`` serves (SQLite and local files under a temporary
   ``DPRELEASE_HOME``, jobs in the server's own threads), one uvicorn process
   (``bench.health_latency.uvicorn_process``);
-- ``real``: a scratch Postgres database migrated from scratch (``DPRELEASE_BENCH_DATABASE_URL``'s
-  server, default ``postgresql+psycopg://postgres@127.0.0.1:5432/dprelease_bench``), a private
-  redis-server on a free port, moto's S3 behind the tests' SigV4 check (in this process), the
-  API under uvicorn and a ``celery worker --pool solo`` consuming both queues — the pieces of
-  ``tests/integration/servers.py`` and ``tests/conftest.py``, reused.
+- ``real``: a scratch Postgres database migrated from scratch (created beside
+  ``DPRELEASE_BENCH_DATABASE_URL``, else ``DPRELEASE_TEST_DATABASE_URL``; dropped after), a
+  private redis-server on a free port, moto's S3 behind the tests' SigV4 check (in this
+  process), the API under uvicorn and a ``celery worker --pool solo`` consuming both
+  queues: the pieces of ``tests/integration/servers.py`` and ``tests/conftest.py``, reused.
 
 ``e2e`` cases (one server, or one worker in real mode, per case, so its ``VmHWM`` is the
 case's peak RSS): upload → ``POST /releases`` → polled (every 0.1 s) until succeeded →
@@ -54,8 +54,12 @@ from bench.health_latency import ROOT, embedded_env, uvicorn_process
 from bench.rss import vm_hwm_mib
 from dprelease_client import Client
 
+# The server and an existing database to create the scratch one from (it is dropped after).
 BENCH_DATABASE_URL = os.environ.get(
-    "DPRELEASE_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/dprelease_bench"
+    "DPRELEASE_BENCH_DATABASE_URL",
+    os.environ.get(
+        "DPRELEASE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/dprelease_test"
+    ),
 )
 POLL = 0.1
 

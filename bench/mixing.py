@@ -18,7 +18,9 @@ are not counted). SGDRM draws a Bernoulli(ℓ/n) inclusion over all n records pe
 multiplies a dense (rows × n) float64 coefficient matrix by the n × (d + k) records: its cost is
 T·n·(d + k)·2 flops whatever ℓ, so no T·ℓ·d byte model applies; it is reported in rows/s and
 GFLOP/s, run on fewer rows (``sgdrm_rows``) and scaled linearly to T when that is smaller
-(``scaled_from_rows`` says so).
+(``scaled_from_rows`` says so). Any generator whose pilot run (512 rows) predicts more than
+``max_run_s`` (60 s full, 20 s quick) for T rows is likewise timed on fewer rows and scaled,
+and marked the same way.
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ class Sizes:
     rows: int  # T
     sgdrm_rows: int  # SGDRM's T (scaled to ``rows`` when smaller)
     bandwidth_mib: int
+    # A timed run whose pilot predicts more than this runs on fewer rows, scaled to T.
+    max_run_s: float = 60.0
 
 
 FULL = Sizes(60_000, 784, 10, (16, 64, 256), 60_000, 4096, 1536)
-QUICK = Sizes(6_000, 784, 10, (16, 64), 6_000, 512, 256)
+QUICK = Sizes(4_000, 784, 10, (16, 64), 4_000, 256, 256, max_run_s=20.0)
+PILOT_ROWS = 512
 
 
 class NoNoise:
@@ -216,11 +221,18 @@ def time_generator(
     ell: int,
     rows: int,
     noise: str,
+    max_run_s: float = math.inf,
 ) -> dict[str, Any]:
-    """Seconds for the generator to yield ``rows`` rows (after a one-chunk warm-up)."""
+    """Seconds for the generator to yield ``rows`` rows, after a pilot run (a warm-up) on
+    ``PILOT_ROWS``; when the pilot predicts more than ``max_run_s``, fewer rows are timed
+    (``rows`` in the result says how many were produced)."""
     device = features.device
-    warm = _generator(mechanism, features, classes, onehot, ell, min(rows, 64), noise)
-    _consume(warm, device)
+    pilot = min(rows, PILOT_ROWS)
+    start = time.perf_counter()
+    _consume(_generator(mechanism, features, classes, onehot, ell, pilot, noise), device)
+    predicted = (time.perf_counter() - start) * rows / pilot
+    if predicted > max_run_s:
+        rows = max(pilot, int(rows * max_run_s / predicted))
     with PeakRss() as peak:
         start = time.perf_counter()
         produced = _consume(
@@ -284,7 +296,9 @@ def run(
             for noise in ("fast", "kernel"):
                 log(f"ell={ell}: {mechanism} ({noise}, {rows} rows)")
                 try:
-                    timed = time_generator(mechanism, features, classes, onehot, ell, rows, noise)
+                    timed = time_generator(
+                        mechanism, features, classes, onehot, ell, rows, noise, sizes.max_run_s
+                    )
                 except Exception as exc:
                     case[noise] = {"error": f"{type(exc).__name__}: {exc}"}
                     continue

@@ -38,8 +38,10 @@ What each figure is:
   matrix with 1/ℓ entries @ X; the matrix build is not included). SGDRM draws a Bernoulli(ℓ/n)
   inclusion over all n records per mixture and multiplies a dense rows × n float64 coefficient
   matrix by the records, 2·T·n·(d+k) flops whatever ℓ: no byte model applies, so it is given
-  in rows/s and GFLOP/s, measured on fewer rows and scaled linearly to T where marked.
-  Peak RSS is sampled (every 10 ms) during the timed run.
+  in rows/s and GFLOP/s, measured on fewer rows and scaled linearly to T ("from N rows"). Any
+  generator whose 512-row pilot predicts more than a minute (20 s quick) for T rows is timed
+  on fewer rows and scaled the same way, and marked so. Peak RSS is sampled (every 10 ms)
+  during the timed run.
 - **Secure vs fast noise**: the README release's noise (dpmix, ℓ = 64, ε = 10, δ = 1e-5,
   calibrated by its tight accountant) drawn on random rows of 784 features and 10 labels, in
   chunks of 4096 rows as the worker does, by `SecureNoise` and `FastNoise`
