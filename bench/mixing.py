@@ -4,10 +4,10 @@ All measured in one process, one run, so the ratios mean something on the machin
 
 - ``bandwidth``: a large float32 array (1.5 GiB full, 256 MiB quick) read by numpy (one
   thread) and by torch (``torch.get_num_threads()`` threads), and copied by numpy; best of 3.
-- per ℓ, two baselines over the same rows: ``numpy`` (uniform indices from numpy's
-  ``default_rng``, drawn *with* replacement, then ``X[idx].mean(axis=1)`` in chunks of at most
-  2^25 gathered floats, the project's own bound) and ``scipy_csr`` (the T × n CSR mixing matrix
-  with 1/ℓ entries, built from the same kind of indices, times X; its build is timed apart).
+- per ℓ, two baselines over the same rows: ``numpy`` (uniform ℓ-subsets from numpy's
+  ``default_rng``, ``subsets``, then ``X[idx].mean(axis=1)`` in chunks of at most 2^25
+  gathered floats, the project's own bound) and ``scipy_csr`` (the T × n CSR mixing matrix
+  with 1/ℓ entries, built from the same kind of subsets, times X; its build is timed apart).
 - per mechanism and ℓ, the project's generator (``dpcore.mechanisms.<m>.generate.generate``)
   producing all T rows with the fast sampler (``fast``) and with a sampler that adds nothing
   (``kernel``: the subset draw from the secure source, the gather and the float64 mean, the
@@ -118,6 +118,18 @@ def _chunk(ell: int, d: int) -> int:
     return max(1, min(4096, GATHER_BUDGET // (ell * d)))
 
 
+def subsets(rng: np.random.Generator, n: int, ell: int, count: int) -> np.ndarray:
+    """``count`` uniform ℓ-subsets of range(n) (rows of distinct indices): drawn with
+    replacement, rows with a repeat drawn again (uniform given distinct; ℓ² ≲ n here)."""
+    out = rng.integers(0, n, (count, ell))
+    bad = np.arange(count)
+    while bad.size:
+        ordered = np.sort(out[bad], axis=1)
+        bad = bad[(ordered[:, 1:] == ordered[:, :-1]).any(axis=1)]
+        out[bad] = rng.integers(0, n, (bad.size, ell))
+    return out
+
+
 def numpy_baseline(x: np.ndarray, ell: int, rows: int, seed: int = 1) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     n, d = x.shape
@@ -126,7 +138,7 @@ def numpy_baseline(x: np.ndarray, ell: int, rows: int, seed: int = 1) -> dict[st
     for at in range(0, rows, step):
         count = min(step, rows - at)
         start = time.perf_counter()
-        idx = rng.integers(0, n, (count, ell))
+        idx = subsets(rng, n, ell, count)
         middle = time.perf_counter()
         x[idx].mean(axis=1)
         kernel += time.perf_counter() - middle
@@ -138,7 +150,7 @@ def scipy_baseline(x: np.ndarray, ell: int, rows: int, seed: int = 2) -> dict[st
     rng = np.random.default_rng(seed)
     n = x.shape[0]
     start = time.perf_counter()
-    indices = rng.integers(0, n, rows * ell, dtype=np.int32)
+    indices = subsets(rng, n, ell, rows).astype(np.int32).ravel()
     indptr = np.arange(0, rows * ell + 1, ell, dtype=np.int64)
     data = np.full(rows * ell, 1.0 / ell, dtype=np.float32)
     matrix = sp.csr_matrix((data, indices, indptr), shape=(rows, n))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,8 @@ What each figure is:
   without its noise). Effective GB/s = T·ℓ·d·4 / s, the feature bytes a gather-mean must
   read; "of read bw" divides it by the read bandwidth; "× numpy" and "× CSR" are the
   generator's seconds over the baselines' (> 1: slower than the baseline). Baselines, on the
-  same rows: numpy (indices from `default_rng` *with* replacement, `X[idx].mean(axis=1)` in
-  chunks of ≤ 2²⁵ gathered floats; its index draw is included) and scipy (the T × n CSR mixing
+  same rows: numpy (uniform ℓ-subsets from `default_rng`, `X[idx].mean(axis=1)` in chunks
+  of ≤ 2²⁵ gathered floats; its subset draw is included) and scipy (the T × n CSR mixing
   matrix with 1/ℓ entries @ X; the matrix build is not included). SGDRM draws a Bernoulli(ℓ/n)
   inclusion over all n records per mixture and multiplies a dense rows × n float64 coefficient
   matrix by the records, 2·T·n·(d+k) flops whatever ℓ: no byte model applies, so it is given
@@ -135,7 +135,8 @@ def _mixing(result: dict[str, Any]) -> str:
                     timed.get("peak_rss_mib"),
                 ]
             )
-    head = ["mechanism", "ℓ", "noise", "s", "rows/s", "eff. GB/s", "of read bw", "× numpy"]
+    base = "× numpy" if result["device"] == "cpu" else "× torch gather-mean"
+    head = ["mechanism", "ℓ", "noise", "s", "rows/s", "eff. GB/s", "of read bw", base]
     head += ["× CSR", "peak RSS MiB"]
     out.append(_table(head, rows))
     return "\n".join(out)
@@ -232,7 +233,7 @@ def _gpu(result: dict[str, Any]) -> str:
     )
 
 
-TITLES = {
+TITLES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "mixing": ("Mixing throughput", _mixing),
     "noise": ("Secure vs fast noise", _noise),
     "calibration": ("Calibration", _calibration),

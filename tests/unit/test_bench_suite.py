@@ -92,3 +92,13 @@ def test_noise_and_calibration_sections(tmp_path: Path, monkeypatch: pytest.Monk
     for case in cases:
         assert _positive(case["calibration_s"]) and _positive(case["one_evaluation_s"])
         assert case["achieved_epsilon"] <= case["target_epsilon"] * (1 + 1e-9)
+
+
+def test_numpy_baseline_draws_uniform_subsets() -> None:
+    import numpy as np
+
+    drawn = mixing.subsets(np.random.default_rng(0), 30, 12, 2000)  # most first draws repeat
+    assert drawn.shape == (2000, 12)
+    assert all(len(set(row)) == 12 for row in drawn.tolist())
+    counts = np.bincount(drawn.ravel(), minlength=30)  # every index equally likely
+    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
