@@ -79,8 +79,12 @@ test-integration: $(STAMP) services ## The integration tier, slow tests included
 openapi: $(STAMP) ## Write openapi/openapi.json
 	$(PY) -m service.openapi_export openapi/openapi.json
 
-bench: $(STAMP) ## Run the calibration benchmark
-	$(PY) bench/calibration.py
+# Extra arguments for the benchmark suite, e.g. `make bench BENCH_ARGS='--quick'` or
+# `BENCH_ARGS='--only mixing noise'` (bench/suite.py --help).
+BENCH_ARGS ?=
+
+bench: $(STAMP) services ## Benchmark suite: mixing, noise, calibration, API latency (docs/results/bench.*)
+	$(PY) bench/suite.py $(BENCH_ARGS)
 
 format: $(STAMP) ## ruff format and ruff check --fix
 	$(BIN)/ruff format .

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from dpcore.mechanisms import registry
@@ -25,12 +26,10 @@ def cases() -> list[tuple[str, str, float, float, dict[str, Any]]]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="only the first two cases")
-    args = parser.parse_args()
+def measure(quick: bool = False) -> Iterator[dict[str, Any]]:
+    """One dict per case (every case, or the first two with ``quick``)."""
     every = cases()
-    for mechanism, name, epsilon, delta, keys in every[:2] if args.quick else every:
+    for mechanism, name, epsilon, delta, keys in every[:2] if quick else every:
         accountant = registry.accountant(mechanism, name)
         start = time.perf_counter()
         event = accountant.calibrate(epsilon, delta, keys)
@@ -41,7 +40,8 @@ def main() -> None:
         start = time.perf_counter()
         achieved = fresh.epsilon(delta)
         evaluate_s = time.perf_counter() - start
-        line = {
+        assert achieved <= epsilon * (1 + 1e-9)
+        yield {
             "mechanism": mechanism,
             "accountant": name,
             "target_epsilon": epsilon,
@@ -52,7 +52,13 @@ def main() -> None:
             "one_evaluation_s": round(evaluate_s, 4),
             "calibration_s": round(calibrate_s, 3),
         }
-        assert achieved <= epsilon * (1 + 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="only the first two cases")
+    args = parser.parse_args()
+    for line in measure(args.quick):
         print(json.dumps(line), flush=True)
 
 

@@ -56,13 +56,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def embedded_server(home: Path, repo: Path = ROOT) -> Iterator[str]:
-    """``uvicorn service.run:app_factory --factory`` in embedded mode; yields its URL."""
-    port = _free_port()
+def embedded_env(home: Path, repo: Path = ROOT, **extra: str) -> dict[str, str]:
+    """Our environment without any DPRELEASE_ setting, then embedded mode under ``home``, no
+    rate limit, and ``extra`` (named without the DPRELEASE_ prefix)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPRELEASE_")}
     env |= {"DPRELEASE_HOME": str(home), "PYTHONPATH": str(repo), "DPRELEASE_RATE_LIMIT": ""}
-    log = (home.parent / "server.log").open("w")
+    return env | {f"DPRELEASE_{k}": v for k, v in extra.items()}
+
+
+@contextmanager
+def uvicorn_process(
+    env: dict[str, str], repo: Path, log_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``uvicorn service.run:app_factory --factory`` (one process) with ``env``; yields its
+    URL and process once ``/health`` answers."""
+    port = _free_port()
+    log = log_path.open("w")
     command = [sys.executable, "-m", "uvicorn", "service.run:app_factory", "--factory"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
     proc = subprocess.Popen(
@@ -82,13 +91,20 @@ def embedded_server(home: Path, repo: Path = ROOT) -> Iterator[str]:
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((home.parent / "server.log").read_text()[-3000:])
+                raise RuntimeError(log_path.read_text()[-3000:])
             time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@contextmanager
+def embedded_server(home: Path, repo: Path = ROOT) -> Iterator[str]:
+    """``uvicorn service.run:app_factory --factory`` in embedded mode; yields its URL."""
+    with uvicorn_process(embedded_env(home, repo), repo, home.parent / "server.log") as (url, _):
+        yield url
 
 
 def parquet_bomb(rows: int = 40_000_000) -> bytes:

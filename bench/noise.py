@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -32,6 +33,62 @@ def _width(perturbs: tuple[str, ...]) -> int:
     return width or FEATURES
 
 
+def measure(
+    mechanism: str | None = None,
+    rows: int = 10_000,
+    ell: int = 64,
+    epsilon: float = 10.0,
+    repeat: int = 3,
+) -> dict[str, Any]:
+    """The benchmark's figures as a dict (what ``main`` prints as one JSON line)."""
+    spec = registry.get(mechanism or registry.BUILTIN[0])
+    assert spec.bench.sweet_spot is not None, f"{spec.name} has no sweet-spot parameters"
+    params = spec.params.model_validate(spec.bench.sweet_spot(ell, rows, rows // CLASSES))
+    facts = PublicFacts(n=rows, n_features=FEATURES, n_classes=CLASSES)
+    accountant = spec.accountant("tight")
+    keys = spec.accountant_keys(accountant, params, facts)
+    noise = accountant.calibrate(epsilon, 1e-5, keys).noise()
+    values = {s.name: torch.rand((rows, _width(s.perturbs))) for s in noise.scales}
+
+    rounded_gaussian._table.cache_clear()
+    secure = SecureNoise()
+    start = time.perf_counter()
+    for scale in noise.scales:
+        plan = secure.plan(
+            sigma=scale.sigma, sensitivity=scale.sensitivity, dim=values[scale.name].shape[1]
+        )
+        rounded_gaussian.RoundedGaussian(plan.scale)
+    build_s = time.perf_counter() - start
+
+    timings: dict[str, list[float]] = {"secure": [], "fast": []}
+    for _ in range(repeat):
+        for name, sampler in (("secure", secure), ("fast", FastNoise(SecureRandom()))):
+            start = time.perf_counter()
+            for scale in noise.scales:
+                chunks = values[scale.name]
+                for at in range(0, chunks.shape[0], CHUNK):
+                    sampler(
+                        chunks[at : at + CHUNK], sigma=scale.sigma, sensitivity=scale.sensitivity
+                    )
+            timings[name].append(time.perf_counter() - start)
+    entries = sum(v.numel() for v in values.values())
+    return {
+        "mechanism": spec.name,
+        "params": params.model_dump(),
+        "rows": rows,
+        "noised_entries": entries,
+        "noise": noise.to_json(),
+        "plans": secure.describe(),
+        "table_entries": [rounded_gaussian.table_size(p.scale) for p in secure.plans.values()],
+        "table_build_s": round(build_s, 3),
+        "secure_s": round(statistics.median(timings["secure"]), 3),
+        "fast_s": round(statistics.median(timings["fast"]), 3),
+        "secure_ns_per_entry": round(1e9 * statistics.median(timings["secure"]) / entries, 1),
+        "torch_threads": torch.get_num_threads(),
+        "sigma_increase": max(p.slack for p in secure.plans.values()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mechanism", default=registry.BUILTIN[0])
@@ -40,62 +97,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    spec = registry.get(args.mechanism)
-    assert spec.bench.sweet_spot is not None, f"{spec.name} has no sweet-spot parameters"
-    params = spec.params.model_validate(
-        spec.bench.sweet_spot(args.ell, args.rows, args.rows // CLASSES)
-    )
-    facts = PublicFacts(n=args.rows, n_features=FEATURES, n_classes=CLASSES)
-    accountant = spec.accountant("tight")
-    keys = spec.accountant_keys(accountant, params, facts)
-    noise = accountant.calibrate(args.epsilon, 1e-5, keys).noise()
-    rows = {s.name: torch.rand((args.rows, _width(s.perturbs))) for s in noise.scales}
-
-    rounded_gaussian._table.cache_clear()
-    secure = SecureNoise()
-    start = time.perf_counter()
-    for scale in noise.scales:
-        plan = secure.plan(
-            sigma=scale.sigma, sensitivity=scale.sensitivity, dim=rows[scale.name].shape[1]
-        )
-        rounded_gaussian.RoundedGaussian(plan.scale)
-    build_s = time.perf_counter() - start
-
-    timings: dict[str, list[float]] = {"secure": [], "fast": []}
-    for _ in range(args.repeat):
-        for name, sampler in (("secure", secure), ("fast", FastNoise(SecureRandom()))):
-            start = time.perf_counter()
-            for scale in noise.scales:
-                values = rows[scale.name]
-                for at in range(0, values.shape[0], CHUNK):
-                    sampler(
-                        values[at : at + CHUNK], sigma=scale.sigma, sensitivity=scale.sensitivity
-                    )
-            timings[name].append(time.perf_counter() - start)
-    entries = sum(v.numel() for v in rows.values())
-    print(
-        json.dumps(
-            {
-                "mechanism": spec.name,
-                "params": params.model_dump(),
-                "rows": args.rows,
-                "noised_entries": entries,
-                "noise": noise.to_json(),
-                "plans": secure.describe(),
-                "table_entries": [
-                    rounded_gaussian.table_size(p.scale) for p in secure.plans.values()
-                ],
-                "table_build_s": round(build_s, 3),
-                "secure_s": round(statistics.median(timings["secure"]), 3),
-                "fast_s": round(statistics.median(timings["fast"]), 3),
-                "secure_ns_per_entry": round(
-                    1e9 * statistics.median(timings["secure"]) / entries, 1
-                ),
-                "torch_threads": torch.get_num_threads(),
-                "sigma_increase": max(p.slack for p in secure.plans.values()),
-            }
-        )
-    )
+    print(json.dumps(measure(args.mechanism, args.rows, args.ell, args.epsilon, args.repeat)))
 
 
 if __name__ == "__main__":
