@@ -408,8 +408,8 @@ def test_combined_gaussian_against_separate_composition() -> None:
     # The tight event is exactly this combined Gaussian in the replace-one PLD accountant.
     event = DPGMEvent(10_000, 100, 500, 0, z_s, 10.0, z_c)
     assert event.sgd_noise_multiplier == pytest.approx(z, rel=1e-15)
-    # The PLD is composed on a discretised grid: z one ulp apart (the two formulas round
-    # differently on some libms) moves ε by ~1e-10, so the reference takes the event's own z.
+    # The PLD is composed on a discretised grid: z one ulp apart (the test's formula and the
+    # event's round differently) moves ε by ~1e-10, so the reference takes the event's own z.
     accountant = dpa.pld.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
     step = dpa.GaussianDpEvent(event.sgd_noise_multiplier)
     accountant.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, step), 500))
