@@ -298,6 +298,33 @@ def test_secure_outputs_are_lattice_points_with_the_planned_noise() -> None:
     assert noise.describe()[0]["sigma_effective"] == plan.sigma_effective
 
 
+def test_secure_noise_adds_the_sampler_draws_block_by_block() -> None:
+    """The lean in-place path equals the plain formula g·(rint(x/g) + K), K the sampler's
+    draws of the same stream: each block reads its words, then its rare extra words."""
+    rng = np.random.default_rng(2)
+    values = torch.as_tensor(rng.uniform(-1, 1, size=(700, 100)), dtype=torch.float32)
+    out = SecureNoise(SecureRandom.from_seed(5))(values, sigma=0.2, sensitivity=0.1)
+    plan = lattice_plan(sigma=0.2, sensitivity=0.1, dim=100)
+    stream = SecureRandom.from_seed(5)
+    sampler = RoundedGaussian(plan.scale)
+    count = values.numel()
+    assert count > 2 * rounded_gaussian.BLOCK  # several blocks, the last one partial
+    draws = np.concatenate(
+        [
+            sampler.sample(min(rounded_gaussian.BLOCK, count - at), random_bytes=stream.bytes)
+            for at in range(0, count, rounded_gaussian.BLOCK)
+        ]
+    )
+    steps = np.rint(values.double().numpy().ravel() / plan.lattice)
+    expected = ((steps + draws) * plan.lattice).astype(np.float32).reshape(values.shape)
+    assert out.dtype == torch.float32
+    assert np.array_equal(out.numpy(), expected)
+    # Float64 rows come back as float64, and values past 2^53 lattice steps are refused.
+    assert SecureNoise()(values.double(), sigma=0.2, sensitivity=0.1).dtype == torch.float64
+    with pytest.raises(OverflowError):
+        SecureNoise()(torch.full((3, 100), 1e30), sigma=0.2, sensitivity=0.1)
+
+
 def _precision_attack(outputs0: np.ndarray, outputs1: np.ndarray) -> float:
     """Largest two-proportion z-score of 'the output is a multiple of 2^-j', j = 0 … 60.
 
