@@ -145,7 +145,7 @@ def _mixing(result: dict[str, Any]) -> str:
 def _noise(r: dict[str, Any]) -> str:
     head = ["rows", "entries", "secure s", "fast s", "secure/fast", "ns/entry (secure)"]
     head += ["table build s", "σ increase", "threads"]
-    row = [r["rows"], r["noised_entries"], r["secure_s"], r["fast_s"], r["secure_over_fast"]]
+    row = [r["rows"], r["noised_entries"], r["secure_s"], r["fast_s"], r["ratio_secure_to_fast"]]
     row += [r["secure_ns_per_entry"], r["table_build_s"], r["sigma_increase"], r["torch_threads"]]
     return _table(head, [row])
 

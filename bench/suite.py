@@ -74,7 +74,6 @@ def _noise(args: argparse.Namespace) -> Any:
 
     rows = NOISE_ROWS["quick" if args.quick else "full"]
     result = noise.measure(rows=rows, repeat=1 if args.quick else 3)
-    result["secure_over_fast"] = round(result["secure_s"] / result["fast_s"], 2)
     result["chunk_rows"] = noise.CHUNK
     return result
 

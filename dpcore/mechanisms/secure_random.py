@@ -40,6 +40,9 @@ KEY_BYTES = 32
 # counter (256 GiB per nonce); segments of 1 GiB stay far from its wrap-around.
 SEGMENT_BYTES = 1 << 30
 _UNIFORM_BITS = 53
+# Keystream is produced by encrypting this many zero bytes at a time (cache-sized).
+_CHUNK_BYTES = 1 << 16
+_ZEROS = memoryview(bytes(_CHUNK_BYTES))
 _TWO_PI = 2.0 * math.pi
 
 
@@ -75,16 +78,16 @@ class SecureRandom:
         """Overwrite the (C-contiguous) array ``out`` with keystream bytes and return it."""
         if not out.flags.c_contiguous:
             raise ValueError("out must be C-contiguous")
-        view = out.reshape(-1).view(np.uint8)
+        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         with self._lock:
             start = 0
-            while start < view.size:
+            while start < view.nbytes:
                 if self._left == 0:
                     self._encryptor = self._next_segment()
-                take = min(self._left, view.size - start)
-                # Encrypting zeros yields the keystream itself.
-                window = memoryview(view[start : start + take].data)  # type: ignore[arg-type]
-                self._encryptor.update_into(bytes(take), window)
+                take = min(self._left, view.nbytes - start, _CHUNK_BYTES)
+                # Encrypting zeros yields the keystream itself; in chunks from one shared
+                # zero buffer (a fresh bytes(n) a call made 376 MB fills 2.5–6× slower).
+                self._encryptor.update_into(_ZEROS[:take], view[start : start + take])
                 self._left -= take
                 start += take
         return out

@@ -83,7 +83,13 @@ def test_noise_and_calibration_sections(tmp_path: Path, monkeypatch: pytest.Monk
     sections = _run(tmp_path, monkeypatch, "noise", "calibration")["sections"]
     assert sections["noise"]["status"] == "ok", sections["noise"]
     noise = sections["noise"]["result"]
-    for key in ("secure_s", "fast_s", "secure_over_fast", "table_build_s", "secure_ns_per_entry"):
+    for key in (
+        "secure_s",
+        "fast_s",
+        "ratio_secure_to_fast",
+        "table_build_s",
+        "secure_ns_per_entry",
+    ):
         assert _positive(noise[key]), key
     assert noise["rows"] == 300 and noise["chunk_rows"] == 4096
     assert sections["calibration"]["status"] == "ok", sections["calibration"]

@@ -42,14 +42,15 @@ def _pmf(scale: float, support: np.ndarray) -> np.ndarray:
     return norm.cdf((support + 0.5) / scale) - norm.cdf((support - 0.5) / scale)
 
 
-@pytest.mark.parametrize("scale", [0.7, 2.5, 40.0])
+@pytest.mark.parametrize("scale", [0.7, 2.5, 40.0, 300.0])
 def test_draws_follow_the_rounded_gaussian(scale: float) -> None:
     draws = RoundedGaussian(scale).sample(1_000_000)
     assert draws.dtype == np.int64
     bound = int(4 * scale) + 1
     support = np.arange(-bound, bound + 1)
     expected = _pmf(scale, support)
-    observed = np.array([(draws == k).sum() for k in support])
+    inside = draws[np.abs(draws) <= bound]
+    observed = np.bincount(inside + bound, minlength=support.size)
     # Pool both tails into one cell so every expected count is large.
     observed = np.append(observed, draws.size - observed.sum())
     expected = np.append(expected, 1 - expected.sum()) * draws.size
@@ -69,27 +70,61 @@ def test_a_wrong_scale_is_rejected_by_the_same_check() -> None:
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue < 1e-6
 
 
-@pytest.mark.parametrize("scale", [0.3, 3.0, 1234.5])
-def test_table_entries_are_within_two_of_the_exact_cdf(scale: float) -> None:
+_E = rounded_gaussian.TABLE_ERROR
+_TOP = 2**63
+
+
+def _exact_entry(k: int, scale: float) -> mpmath.mpf:
+    return _cdf(k, scale) * mpmath.mpf(2) ** 63
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 300.0, 1234.5, 8807.0])
+def test_table_entries_are_within_the_stated_bound_of_the_exact_cdf(scale: float) -> None:
     sampler = RoundedGaussian(scale)
-    assert sampler.size == table_size(scale)
-    picks = sorted({0, 1, sampler.size // 3, sampler.size // 2, sampler.size - 1})
-    for k in picks:
-        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
-        exact = _cdf(k, scale) * mpmath.mpf(2) ** 128
-        assert abs(entry - exact) < 2, (k, entry, exact)
+    entries = sampler._table.entries
+    assert sampler.size == table_size(scale) == entries.size
+    assert np.all(entries[1:] >= entries[:-1]) and int(entries[-1]) < _TOP
+    # Picks, both ends of every Taylor span near them (u = 0 and u = m − 1), and random k.
+    per_anchor = max(1, math.floor(scale * math.sqrt(2) / 64))
+    picks = {0, 1, sampler.size // 3, sampler.size // 2, sampler.size - 1}
+    for k in list(picks):
+        anchor = k - k % per_anchor
+        picks |= {anchor, anchor + per_anchor - 1, anchor + per_anchor}
+    picks |= set(np.random.default_rng(0).integers(0, sampler.size, 40).tolist())
+    worst = mpmath.mpf(0)
+    for k in sorted(p for p in picks if 0 <= p < sampler.size):
+        worst = max(worst, abs(int(entries[k]) - _exact_entry(k, scale)))
+    assert worst < _E, worst
+    if per_anchor == 1:  # small tables: one Arb erf per entry, within 2
+        assert worst < 2, worst
     # The table reaches far enough that its tail is below 2^-130.
     tail = 1 - _cdf(sampler.size - 1, scale)
     assert tail < mpmath.mpf(2) ** -130
 
 
+def test_the_taylor_build_refuses_a_bound_above_the_stated_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The build checks each span's rigorous bound against E: a smaller E must make it refuse.
+    rounded_gaussian._table.cache_clear()
+    monkeypatch.setattr(rounded_gaussian, "TABLE_ERROR", 4)
+    with pytest.raises(ArithmeticError, match="error bound"):
+        RoundedGaussian(1234.5)
+    rounded_gaussian._table.cache_clear()
+
+
+def _word(head: int, negative: bool = False) -> int:
+    """The 64-bit draw word: the sign in the top bit, then the 63 head bits of V."""
+    assert 0 <= head < _TOP
+    return (int(negative) << 63) | head
+
+
 class _Bytes:
     """A random-bytes source that plays back chosen words and counts the extra ones read."""
 
-    def __init__(self, head: list[tuple[int, int]], extra: list[int], signs: int = 0) -> None:
+    def __init__(self, words: list[int], extra: list[int]) -> None:
         self.chunks = [
-            b"".join(hi.to_bytes(8, "little") + lo.to_bytes(8, "little") for hi, lo in head),
-            bytes([signs]) * (-(-len(head) // 8)),
+            b"".join(word.to_bytes(8, "little") for word in words),
             *(word.to_bytes(8, "little") for word in extra),
         ]
         self.calls = 0
@@ -102,7 +137,7 @@ class _Bytes:
 
     @property
     def extra_read(self) -> int:
-        return self.calls - 2
+        return self.calls - 1
 
 
 def _exact_magnitude(scale: float, value: mpmath.mpf) -> int:
@@ -112,43 +147,118 @@ def _exact_magnitude(scale: float, value: mpmath.mpf) -> int:
     return k
 
 
-@pytest.mark.parametrize("offset", [-2, -1, 0, 1])
-def test_draws_near_a_table_entry_read_more_bits_and_stay_exact(offset: int) -> None:
-    scale = 5.0
+def _assert_exact(scale: float, head: int, extra: list[int], taken: int, got: int) -> None:
+    """Every V with the bits read (the head, then ``taken`` extra words) gives ``got``."""
+    bits = head
+    for word in extra[:taken]:
+        bits = (bits << 64) | word
+    lo = mpmath.mpf(bits) / mpmath.mpf(2) ** (63 + 64 * taken)
+    hi = lo + mpmath.mpf(2) ** -(63 + 64 * taken)
+    assert _exact_magnitude(scale, lo) == got == _exact_magnitude(scale, hi * (1 - 1e-150))
+
+
+@pytest.mark.parametrize("scale", [5.0, 300.0])
+@pytest.mark.parametrize("offset", [-_E - 1, -_E, -1, 0, 1, _E - 1, _E])
+def test_draws_near_a_table_entry_read_more_bits_and_stay_exact(scale: float, offset: int) -> None:
     sampler = RoundedGaussian(scale)
     for k in (0, 3, 9):
-        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
-        head = entry + offset
+        head = int(sampler._table.entries[k]) + offset
         for extra in ([0], [2**64 - 1], [2**63, 12345]):
-            source = _Bytes([(head >> 64, head & (2**64 - 1))], extra)
+            source = _Bytes([_word(head, negative=k == 3)], extra)
             got = int(sampler.sample(1, random_bytes=source)[0])
-            # What was read of V: the head, then as many extra words as the sampler took.
+            assert (got < 0) == (k == 3 and got != 0)
+            # The head alone decides exactly when it is at least E away from the entry.
             taken = source.extra_read
-            assert taken >= 1  # the head alone could not decide it
-            bits = head
-            for word in extra[:taken]:
-                bits = (bits << 64) | word
-            lo = mpmath.mpf(bits) / mpmath.mpf(2) ** (128 + 64 * taken)
-            hi = lo + mpmath.mpf(2) ** -(128 + 64 * taken)
-            # Exactness: every V in [lo, hi) gives the same answer, the one returned.
-            assert _exact_magnitude(scale, lo) == got == _exact_magnitude(scale, hi * (1 - 1e-150))
+            assert (taken >= 1) == (-_E <= offset < _E), (k, offset, taken)
+            _assert_exact(scale, head, extra, taken, abs(got))
 
 
 def test_draws_beyond_the_table_are_exact() -> None:
     scale = 2.0
     sampler = RoundedGaussian(scale)
-    top = 2**128 - 1
-    extra = [2**64 - 1, 0, 0, 0]
-    source = _Bytes([(top >> 64, top & (2**64 - 1))], extra)
-    got = abs(int(sampler.sample(1, random_bytes=source)[0]))
+    top = _TOP - 1
+    # V ≥ 1 − 2^-191: beyond the table, whose tail is below 2^-130.
+    extra = [2**64 - 1, 2**64 - 1, 0, 0, 0]
+    source = _Bytes([_word(top)], extra)
+    got = int(sampler.sample(1, random_bytes=source)[0])
     assert got >= sampler.size
-    bits, taken = top, source.extra_read
-    for word in extra[:taken]:
-        bits = (bits << 64) | word
-    lo = mpmath.mpf(bits) / mpmath.mpf(2) ** (128 + 64 * taken)
-    hi = lo + mpmath.mpf(2) ** -(128 + 64 * taken)
-    assert hi < 1  # it read past the all-ones word
-    assert _exact_magnitude(scale, lo) == got == _exact_magnitude(scale, hi * (1 - 1e-150))
+    taken = source.extra_read
+    assert taken >= 3  # it read past the all-ones words
+    _assert_exact(scale, top, extra, taken, got)
+
+
+def _hard_words(sampler: RoundedGaussian, rng: np.random.Generator) -> np.ndarray:
+    """Words in every kind of guide bucket: random, in marked buckets, in crowded ones, and
+    within E + 2 of entries (the undecided band and both its edges)."""
+    table = sampler._table
+    bits = table.guide_bits
+    width = 1 << (63 - bits)
+    buckets = np.arange(1 << bits)
+    marked = buckets[table.guide[: 1 << bits] == rounded_gaussian._MARK]
+    crowded = buckets[table.lowest < 0]
+    words = [rng.integers(0, 2**64, 20_000, dtype=np.uint64)]
+    for chosen in (marked, crowded):
+        if chosen.size:
+            j = rng.choice(chosen, 5_000).astype(np.uint64)
+            inside = rng.integers(0, width, j.size, dtype=np.uint64)
+            words.append(j * np.uint64(width) + inside)
+    ks = rng.integers(0, sampler.size, 200)
+    near = [int(table.entries[k]) + d for k in ks for d in (-_E - 1, -_E, 0, _E - 1, _E, _E + 1)]
+    words.append(np.array([h for h in near if 0 <= h < _TOP], dtype=np.uint64))
+    heads = np.concatenate(words) & np.uint64(_TOP - 1)
+    signs = rng.integers(0, 2, heads.size, dtype=np.uint64) << np.uint64(63)
+    return heads | signs
+
+
+@pytest.mark.parametrize("scale", [0.3, 0.7, 2.5, 40.0, 300.0, 1234.5, 8807.0])
+def test_the_guide_table_and_the_binary_search_give_the_same_draws(scale: float) -> None:
+    sampler = RoundedGaussian(scale)
+    words = _hard_words(sampler, np.random.default_rng(int(scale * 10)))
+    # The same stream for the extra words of the (rare) undecided draws: both paths must
+    # read them in the same order and use them the same way.
+    guided = sampler.draw(words, SecureRandom.from_seed(1).bytes)
+    searched = sampler.search(words, SecureRandom.from_seed(1).bytes)
+    assert guided.dtype == np.int32
+    assert np.array_equal(guided, searched)
+    # Symmetric, and a draw never exceeds what its head (or the exact path) allows.
+    assert np.array_equal(
+        sampler.draw(words ^ np.uint64(1 << 63), SecureRandom.from_seed(1).bytes), -guided
+    )
+
+
+def test_decided_buckets_read_nothing_more_and_marked_ones_are_rare() -> None:
+    sampler = RoundedGaussian(8807.0)  # the README walkthrough's table size (117 135 entries)
+    table = sampler._table
+    decided = table.guide != rounded_gaussian._MARK
+    # Draws in marked buckets take the slower path: few enough of them at this size. Some
+    # buckets hold more than two entries (the far tail), so the search fallback is exercised
+    # by the guide-against-search test above.
+    assert decided.mean() > 0.85
+    assert (table.lowest < 0).any()
+    # Words in decided buckets: the answer comes from the guide alone, no further bytes.
+    bits = table.guide_bits
+    index = np.flatnonzero(decided)[:: max(1, decided.sum() // 50_000)].astype(np.uint64)
+    words = index << np.uint64(63 - bits) | np.uint64((1 << (63 - bits)) - 1)
+
+    def no_more(n: int) -> bytes:
+        raise AssertionError("a decided bucket read more bits")
+
+    assert np.array_equal(sampler.draw(words, no_more), sampler.search(words, no_more))
+
+
+def test_each_draw_reads_eight_bytes_in_one_call() -> None:
+    calls: list[int] = []
+    stream = SecureRandom.from_seed(3)
+
+    def counted(n: int) -> bytes:
+        calls.append(n)
+        return stream.bytes(n)
+
+    draws = RoundedGaussian(1234.5).sample(100_000, random_bytes=counted)
+    assert draws.shape == (100_000,)
+    # One read of 8 bytes a draw (sign and 63 bits of V); an undecided draw (probability
+    # below 2^-35 at this size) would read 8 more at a time.
+    assert calls == [800_000]
 
 
 def test_signs_are_uniform_and_zero_is_not_doubled() -> None:
@@ -189,6 +299,33 @@ def test_secure_outputs_are_lattice_points_with_the_planned_noise() -> None:
     assert abs(offsets.std() - plan.scale) < 0.01 * plan.scale
     assert abs(offsets.mean()) < 0.01 * plan.scale
     assert noise.describe()[0]["sigma_effective"] == plan.sigma_effective
+
+
+def test_secure_noise_adds_the_sampler_draws_block_by_block() -> None:
+    """The lean in-place path equals the plain formula g·(rint(x/g) + K), K the sampler's
+    draws of the same stream: each block reads its words, then its rare extra words."""
+    rng = np.random.default_rng(2)
+    values = torch.as_tensor(rng.uniform(-1, 1, size=(700, 100)), dtype=torch.float32)
+    out = SecureNoise(SecureRandom.from_seed(5))(values, sigma=0.2, sensitivity=0.1)
+    plan = lattice_plan(sigma=0.2, sensitivity=0.1, dim=100)
+    stream = SecureRandom.from_seed(5)
+    sampler = RoundedGaussian(plan.scale)
+    count = values.numel()
+    assert count > 2 * rounded_gaussian.BLOCK  # several blocks, the last one partial
+    draws = np.concatenate(
+        [
+            sampler.sample(min(rounded_gaussian.BLOCK, count - at), random_bytes=stream.bytes)
+            for at in range(0, count, rounded_gaussian.BLOCK)
+        ]
+    )
+    steps = np.rint(values.double().numpy().ravel() / plan.lattice)
+    expected = ((steps + draws) * plan.lattice).astype(np.float32).reshape(values.shape)
+    assert out.dtype == torch.float32
+    assert np.array_equal(out.numpy(), expected)
+    # Float64 rows come back as float64, and values past 2^53 lattice steps are refused.
+    assert SecureNoise()(values.double(), sigma=0.2, sensitivity=0.1).dtype == torch.float64
+    with pytest.raises(OverflowError):
+        SecureNoise()(torch.full((3, 100), 1e30), sigma=0.2, sensitivity=0.1)
 
 
 def _precision_attack(outputs0: np.ndarray, outputs1: np.ndarray) -> float:
@@ -254,8 +391,7 @@ def test_tables_build_correctly_from_concurrent_threads() -> None:
     assert not errors
     for scale, sampler in built.items():
         k = sampler.size // 4
-        entry = (int(sampler._hi[k]) << 64) | int(sampler._lo[k])
-        assert abs(entry - _cdf(k, scale) * mpmath.mpf(2) ** 128) < 2
+        assert abs(int(sampler._table.entries[k]) - _exact_entry(k, scale)) < _E
 
 
 def test_noise_too_large_for_any_table_is_refused_in_words() -> None:
