@@ -249,14 +249,13 @@ def lazy_bernoulli(
     size = math.prod(shape)
     if numerator == denominator:
         return np.ones(shape, dtype=bool)
-    out = np.zeros(size, dtype=bool)
-    todo = np.arange(size)
-    remainder = numerator
-    while todo.size:
+    digit, remainder = divmod(256 * numerator, denominator)
+    byte = generator.words(size, np.uint8)
+    out = byte < digit
+    todo = np.flatnonzero(byte == digit) if remainder else np.empty(0, np.intp)
+    while todo.size:  # ties with p's digit so far (about 1 entry in 256 per byte)
         digit, remainder = divmod(256 * remainder, denominator)
         byte = generator.words(todo.size, np.uint8)
         out[todo[byte < digit]] = True
-        if remainder == 0:  # p's expansion ends: equal digits mean V ≥ p
-            break
-        todo = todo[byte == digit]
+        todo = todo[byte == digit] if remainder else todo[:0]
     return out.reshape(shape)
