@@ -180,18 +180,21 @@ def floyd_indices(n: int, size: int, count: int, *, generator: SecureRandom) -> 
     for i, j in enumerate(range(n - size, n)):
         draws[:, i] = generator.integers(j + 1, count)
     positions = np.arange(size, dtype=np.int64)
+    base = (np.arange(count, dtype=np.int64) * size)[:, None]  # flat offsets of the rows
     # (a): sorted by (value, position), an entry equal to its predecessor repeats an earlier t.
     keys = draws * size + positions
     keys.sort(axis=1)
-    taken = np.zeros((count, size), dtype=bool)
-    repeat = keys[:, 1:] // size == keys[:, :-1] // size
-    np.put_along_axis(taken, keys[:, 1:] % size, repeat, axis=1)
-    # (b): pointer i → k = t_i − (n − ℓ) where 0 ≤ k < i, else to itself (a no-op below).
+    values = keys // size
+    taken = np.zeros(count * size, dtype=bool)
+    taken[(keys[:, 1:] % size + base).ravel()] = (values[:, 1:] == values[:, :-1]).ravel()
+    # (b): pointer i → k = t_i − (n − ℓ) where 0 ≤ k < i, else to itself (a no-op below);
+    # flat indices, as 1-D gathers are the cheapest numpy has.
     k = draws - (n - size)
-    pointer = np.where((k >= 0) & (k < positions), k, positions)
+    pointer = (np.where((k >= 0) & (k < positions), k, positions) + base).ravel()
     for _ in range(math.ceil(math.log2(size)) if size > 1 else 0):
-        taken |= np.take_along_axis(taken, pointer, axis=1)
-        pointer = np.take_along_axis(pointer, pointer, axis=1)
+        taken |= taken[pointer]
+        pointer = pointer[pointer]
+    taken = taken.reshape(count, size)
     return np.where(taken, n - size + positions, draws)
 
 
