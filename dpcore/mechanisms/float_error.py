@@ -17,10 +17,11 @@ passes to its sampler (which raises its noise by the factor (Δ + error)/Δ):
    inequality, ‖error‖₂ ≤ γ_m·Σ‖a_i‖₂. Each neighbour's row carries such an error, so the
    pair moves apart by at most 2·γ_m·Σ‖a_i‖₂ more. In float64 (u = 2⁻⁵³) this term is
    negligible (≈ 10⁻¹¹ relative at ℓ = 256). The mixing generators read float32 rows and sum
-   them in float32 over blocks of at most b = 16 terms, then add the block sums in float64
+   them in float32 over blocks of at most b = 64 terms, then add the block sums in float64
    (``blocked_sum``): each term then carries a factor (1 + θ)(1 + η) with |θ| ≤ γ_b in
    float32 and |η| ≤ γ_{B+1} in float64 (B blocks, plus the scaling), so the relative bound
-   is γ_b^{(32)} + γ_{B+1}^{(64)} + their product ≈ 9.5·10⁻⁷, whatever ℓ.
+   is γ_b^{(32)} + γ_{B+1}^{(64)} + their product: ≈ 3.8·10⁻⁶ for every ℓ ≥ 64, ℓ·2⁻²⁴
+   below.
 
 Written by hand: no library bounds rounding for a given reduction.
 """

@@ -15,9 +15,10 @@ from dpcore.mechanisms.secure_random import SecureRandom
 # ``gather_sum``): bounds memory at a few hundred MB.
 GATHER_BUDGET = 1 << 25
 # ``gather_sum`` on float32 rows sums blocks of this many rows in float32, then the block sums
-# in float64: float32 speed (half the bytes of a float64 copy), a rounding bound that does not
-# grow with ℓ beyond γ_16 in float32 (``float_error.blocked_sum``).
-SUM_BLOCK = 16
+# in float64: float32 speed (half the bytes of a float64 copy; blocks of 16 measured up to 2×
+# slower at ℓ = 256), a rounding bound that stops growing with ℓ at γ_64 in float32
+# (``float_error.blocked_sum``).
+SUM_BLOCK = 64
 # The former sampler's regime rule, kept for bench/secure_random.py (which compares the old
 # paths): releases no longer choose a path by it.
 _MIN_ACCEPT = 1 / 16
@@ -38,12 +39,13 @@ def uses_rejection(n: int, size: int) -> bool:
 def chunk_size(*, mixture_degree: int, dim: int, n: int) -> int:
     """Rows per chunk of a mechanism that mixes ``mixture_degree`` of ``n`` records of ``dim``
     entries: the chunk's indices (ℓ per row), its float64 output row and ``gather_sum``'s
-    block partial sums (⌈ℓ/16⌉ rows of ``dim``) stay within ``GATHER_BUDGET`` entries. Public
+    block partial sums (⌈ℓ/64⌉ rows of ``dim``, in float32 and a float64 copy) stay within
+    ``GATHER_BUDGET`` entries. Public
     sizes only (``n`` is accepted for the callers' sake and no longer matters: the subset
     sampler's memory is O(ℓ) per row)."""
     del n
     blocks = -(-mixture_degree // SUM_BLOCK)
-    per_row = mixture_degree + dim * (1 + blocks)
+    per_row = mixture_degree + dim * (1 + 2 * blocks)
     return max(1, min(4096, GATHER_BUDGET // max(1, per_row)))
 
 
@@ -211,13 +213,16 @@ def gather_sum(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         table = table.double()
     if count == 0:
         return torch.zeros((0, table.shape[1]), dtype=torch.float64, device=table.device)
-    if table.dtype == torch.float64 or size == 1:
-        return torch.nn.functional.embedding_bag(index, table, mode="sum").double()
     blocks = -(-size // SUM_BLOCK)
-    starts = torch.arange(0, size, SUM_BLOCK, device=index.device)
-    offsets = (torch.arange(count, device=index.device)[:, None] * size + starts).reshape(-1)
-    partial = torch.nn.functional.embedding_bag(index.reshape(-1), table, offsets, mode="sum")
-    return partial.view(count, blocks, -1).sum(dim=1, dtype=torch.float64)
+    if table.dtype == torch.float64 or blocks == 1:
+        return torch.nn.functional.embedding_bag(index, table, mode="sum").double()
+    if size % SUM_BLOCK == 0:  # equal blocks: the fixed-size bag kernel
+        partial = torch.nn.functional.embedding_bag(index.reshape(-1, SUM_BLOCK), table, mode="sum")
+    else:
+        starts = torch.arange(0, size, SUM_BLOCK, device=index.device)
+        offsets = (torch.arange(count, device=index.device)[:, None] * size + starts).reshape(-1)
+        partial = torch.nn.functional.embedding_bag(index.reshape(-1), table, offsets, mode="sum")
+    return partial.view(count, blocks, -1).double().sum(dim=1)
 
 
 def gather_sum_error(
@@ -226,7 +231,7 @@ def gather_sum_error(
     """The ``error`` a sampler must cover for rows computed as ``gather_sum`` of ``terms``
     rows of a ``dtype`` table (total norm ≤ ``magnitude`` after the scaling), then scaled once
     in float64: ``float_error.scaled_sum`` for float64 sums, ``float_error.blocked_sum`` for
-    float32 blocks of ``SUM_BLOCK``."""
+    float32 blocks of ``SUM_BLOCK`` (one block of ℓ when ℓ ≤ ``SUM_BLOCK``)."""
     if dtype != torch.float32 or terms == 1:
         return float_error.scaled_sum(sensitivity, terms=terms, magnitude=magnitude)
     return float_error.blocked_sum(

@@ -11,7 +11,7 @@ the accountant's sensitivity assumes. Two assignments:
   looks at the data, which is what the record accountant's sensitivity argument needs.
 
 Means are sums of gathered rows (``sampling.gather_sum``: float32 rows summed in float32
-blocks of 16, the blocks in float64; float64 rows in float64) scaled by 1/ℓ in float64; the
+blocks of 64, the blocks in float64; float64 rows in float64) scaled by 1/ℓ in float64; the
 noise sampler's ``error`` covers that rounding (``sampling.gather_sum_error``).
 """
 
