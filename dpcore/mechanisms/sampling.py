@@ -196,8 +196,7 @@ def floyd_indices(n: int, size: int, count: int, *, generator: SecureRandom) -> 
     for _ in range(math.ceil(math.log2(size)) if size > 1 else 0):
         taken |= taken[pointer]
         pointer = pointer[pointer]
-    taken = taken.reshape(count, size)
-    return np.where(taken, n - size + positions, draws)
+    return np.where(taken.reshape(count, size), n - size + positions, draws)
 
 
 def gather_sum(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
