@@ -19,8 +19,8 @@ GATHER_BUDGET = 1 << 25
 # slower at ℓ = 256), a rounding bound that stops growing with ℓ at γ_64 in float32
 # (``float_error.blocked_sum``).
 SUM_BLOCK = 64
-# The former sampler's regime rule, kept for bench/secure_random.py (which compares the old
-# paths): releases no longer choose a path by it.
+# The former sampler's regime rule (whole-row rejection vs keys), kept for
+# bench/secure_random.py's comparison: releases choose by ``subset_path``.
 _MIN_ACCEPT = 1 / 16
 _KEY_COST_RATIO = 4
 
@@ -36,16 +36,27 @@ def uses_rejection(n: int, size: int) -> bool:
     return p >= _MIN_ACCEPT and size / p * _KEY_COST_RATIO <= n
 
 
+def subset_path(n: int, size: int) -> str:
+    """Which exact sampler ``uniform_subsets`` uses, from public (n, ℓ): ``distinct`` draws
+    while 8ℓ ≤ n (a fresh draw collides with probability ≤ 1/8: few, cheap rounds),
+    ``complement`` (distinct draws of the n − ℓ excluded) while 8(n − ℓ) ≤ n, else ``keys``
+    (n sort keys per subset, O(n) = O(ℓ) there: distinct draws near ℓ = n/2 need about
+    log₂ ℓ rounds of sorting and measured 4× slower than the keys)."""
+    if 8 * size <= n:
+        return "distinct"
+    if 8 * (n - size) <= n:
+        return "complement"
+    return "keys"
+
+
 def chunk_size(*, mixture_degree: int, dim: int, n: int) -> int:
     """Rows per chunk of a mechanism that mixes ``mixture_degree`` of ``n`` records of ``dim``
-    entries: the chunk's indices (ℓ per row), its float64 output row and ``gather_sum``'s
-    block partial sums (⌈ℓ/64⌉ rows of ``dim``, in float32 and a float64 copy) stay within
-    ``GATHER_BUDGET`` entries. Public
-    sizes only (``n`` is accepted for the callers' sake and no longer matters: the subset
-    sampler's memory is O(ℓ) per row)."""
-    del n
+    entries: the chunk's indices (ℓ per row, n sort keys on the ``keys`` path, where n < 8ℓ),
+    its float64 output row and ``gather_sum``'s block partial sums (⌈ℓ/64⌉ rows of ``dim``, in
+    float32 and a float64 copy) stay within ``GATHER_BUDGET`` entries. Public sizes only."""
     blocks = -(-mixture_degree // SUM_BLOCK)
-    per_row = mixture_degree + dim * (1 + 2 * blocks)
+    keys = n if subset_path(n, mixture_degree) == "keys" else 0
+    per_row = mixture_degree + keys + dim * (1 + 2 * blocks)
     return max(1, min(4096, GATHER_BUDGET // max(1, per_row)))
 
 
@@ -53,22 +64,26 @@ def uniform_subsets(
     n: int, size: int, count: int, *, generator: SecureRandom, device: torch.device
 ) -> torch.Tensor:
     """``count`` independent subsets of ``size`` distinct indices from range(n), each exactly
-    uniform, as an int64 (count, size) tensor on ``device``; O(ℓ) expected draws and
-    O(ℓ log ℓ) expected work per subset, for every ℓ ≤ n.
+    uniform, as an int64 (count, size) tensor on ``device``; O(ℓ) expected draws per subset
+    and O(ℓ log ℓ) expected work, for every ℓ ≤ n. Three exact paths (``subset_path``):
 
-    ℓ ≤ n/2 (``distinct_draws``): draw ℓ indices with replacement (exact uniform integers),
-    then repeatedly redraw only the positions that repeat a value held at an earlier position
-    of their row, until every row is distinct. Rows come in random order (every position is
-    uniform on range(n)).
+    ``distinct`` (8ℓ ≤ n, ``distinct_draws``): draw ℓ indices with replacement (exact uniform
+    integers), then repeatedly redraw only the positions that repeat a value held at an
+    earlier position of their row, until every row is distinct. Every position is uniform.
 
-    ℓ > n/2: the n − ℓ excluded indices are drawn so, and the row is their complement, in
-    increasing order (ℓ = n: every row is range(n)).
+    ``complement`` (8(n − ℓ) ≤ n): the n − ℓ excluded indices are drawn so, and the row is
+    their complement, in increasing order (ℓ = n: every row is range(n)). A set's complement
+    is uniform when the set is.
 
-    Exact: see ``distinct_draws``; a set's complement is uniform when the set is.
+    ``keys`` (otherwise, so n < 8ℓ and n keys cost O(ℓ)): ``_by_keys``, the ℓ smallest of n
+    i.i.d. uniform 32-bit keys, rows tying at the boundary redrawn.
     """
     if not 1 <= size <= n:
         raise ValueError(f"subset size must be in [1, {n}], got {size}")
-    if 2 * size <= n:
+    path = subset_path(n, size)
+    if path == "keys":
+        return _by_keys(n, size, count, generator, device)
+    if path == "distinct":
         return torch.from_numpy(distinct_draws(n, size, count, generator=generator)).to(device)
     excluded = distinct_draws(n, n - size, count, generator=generator)
     keep = np.ones((count, n), dtype=bool)
@@ -101,7 +116,8 @@ def distinct_draws(n: int, size: int, count: int, *, generator: SecureRandom) ->
 
     Work. A fresh draw collides with probability < ``size``/n ≤ 1/2, so a row takes fewer
     than 2·``size`` draws in expectation, and the marked positions shrink geometrically:
-    O(log ℓ) rounds at ℓ = n/2, two or three at ℓ = 256 of n = 60 000.
+    O(log ℓ) rounds at ℓ = n/2 (``uniform_subsets`` uses it while 8ℓ ≤ n: a handful of
+    rounds; two or three at ℓ = 256 of n = 60 000).
     """
     if not 0 <= size <= n:
         raise ValueError(f"need 0 <= size <= {n}, got {size}")
@@ -130,10 +146,12 @@ def distinct_draws(n: int, size: int, count: int, *, generator: SecureRandom) ->
 def _by_keys(
     n: int, size: int, count: int, generator: SecureRandom, device: torch.device
 ) -> torch.Tensor:
-    """The former large-ℓ path, kept for bench/secure_random.py's comparison (releases use
-    ``uniform_subsets``): the ``size`` smallest of n i.i.d. uniform 32-bit keys per row, rows
-    whose ``size``-th and (``size`` + 1)-th smallest keys tie redrawn. Exact (the key vector is
-    exchangeable and the tie event commutes with permutations), but O(n) per subset."""
+    """The ``keys`` path: the ``size`` smallest of n i.i.d. uniform 32-bit keys per row, rows
+    whose ``size``-th and (``size`` + 1)-th smallest keys tie redrawn. Exact: the key vector is
+    exchangeable; permuting the keys by π permutes the selected set by π and leaves the event
+    "tie at the boundary" unchanged, so conditioned on no tie P(S = A) = P(S = π(A)) for every
+    A, π — the uniform law (ties inside the set or beyond it do not change the set). O(n) per
+    subset, which ``subset_path`` only allows where n < 8ℓ."""
     if size == n:  # the whole range: no boundary to tie at
         return generator.keys((count, n), device=device).argsort(dim=1)
     out = torch.empty((count, size), dtype=torch.int64, device=device)

@@ -28,9 +28,10 @@ def identity_data(
 
 def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     n, k, ell = 12, 3, 3
-    # a chunk row holds ℓ indices, its float64 output (d + k) and one block partial sum
-    # (⌈3/64⌉ = 1 row of d + k, float32 and float64): 3 + 15·3 = 48; budget 7·48 → 7 per chunk
-    monkeypatch.setattr(sampling, "GATHER_BUDGET", 7 * (ell + 3 * (n + k)))
+    # a chunk row holds ℓ indices, n sort keys (8ℓ > n: the keys path), its float64 output
+    # (d + k) and one block partial sum (⌈3/64⌉ = 1 row of d + k, float32 and float64):
+    # 3 + 12 + 15·3 = 60 entries; budget 7·60 → 7 per chunk
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 7 * (ell + n + 3 * (n + k)))
     assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 7
     features, labels = identity_data(n, k)
     chunks = list(
@@ -51,17 +52,18 @@ def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sum(x.shape[0] for x, _ in chunks) == 50
 
 
-def test_complement_regime_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
-    n, k, ell = 10, 2, 4  # ℓ ≤ n/2: distinct draws; ℓ = 6 > n/2 below: the complement
+def test_key_regime_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    n, k, ell = 10, 2, 4  # 8ℓ > n and 8(n − ℓ) > n: the keys path, n keys per row
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 40)
-    assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // (4 + 36) → 1
+    assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // (4 + 10 + 36) → 1
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 100)
-    # 4 indices + 2·(1 + 2·⌈4/64⌉) = 10 entries per row; n plays no part (O(ℓ) sampler)
-    assert chunk_size(mixture_degree=ell, dim=2, n=n) == 10
+    # 4 indices + 10 keys + 2·(1 + 2·⌈4/64⌉) = 20 entries per row
+    assert chunk_size(mixture_degree=ell, dim=2, n=n) == 5
+    # distinct draws (8ℓ ≤ n): no keys, n plays no part
     assert chunk_size(mixture_degree=ell, dim=2, n=10**6) == 10
-    assert chunk_size(mixture_degree=65, dim=2, n=100) == 1  # 65 + 2·5 = 75: 100 // 75
+    assert chunk_size(mixture_degree=65, dim=2, n=100) == 1  # 65 + 100 + 2·5: 100 // 175
     ell = 6
-    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * (ell + 3 * (n + k)))
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * (ell + n + 3 * (n + k)))
     features, labels = identity_data(n, k)
     sizes = [
         x.shape[0]
@@ -83,7 +85,8 @@ def test_default_chunk_size_bounded() -> None:
     for ell, dim, n in [(64, 794, 60_000), (1, 3, 2), (300, 100, 1_000), (2, 10_000, 10)]:
         c = chunk_size(mixture_degree=ell, dim=dim, n=n)
         assert 1 <= c <= 4096
-        per_row = ell + dim * (1 + 2 * -(-ell // sampling.SUM_BLOCK))
+        keys = n if sampling.subset_path(n, ell) == "keys" else 0
+        per_row = ell + keys + dim * (1 + 2 * -(-ell // sampling.SUM_BLOCK))
         assert c * per_row <= sampling.GATHER_BUDGET or c == 1
 
 
