@@ -9,7 +9,7 @@ Per ℓ, on the same data and the same machine, in one run:
 - dpmix (mixture assignment): subset sampling, old (whole-row rejection while it is cheap,
   else the ℓ smallest of n sort keys; ``sampling._by_keys``) and new
   (``sampling.uniform_subsets``), and the reduction, old (``features[idx].double().mean(1)``)
-  and new (``sampling.gather_sum``, float32 blocks of 16 added in float64), both on the same
+  and new (``sampling.gather_sum``, float32 blocks of 64 added in float64), both on the same
   indices; plus the whole new ``dpmix.generate`` with a pass-through noise sampler;
 - dpcda: Floyd's sampler, old (the O(ℓ²) membership scan) and new (``floyd_indices``), on a
   class of n/10 records, and the reduction as above;
