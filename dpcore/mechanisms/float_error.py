@@ -15,8 +15,13 @@ passes to its sampler (which raises its noise by the factor (Δ + error)/Δ):
    m·u) and u the unit roundoff (Higham, Accuracy and Stability of Numerical Algorithms,
    §3.1 and Lemma 3.1 on accumulated (1 + δ) factors); over coordinates, by the triangle
    inequality, ‖error‖₂ ≤ γ_m·Σ‖a_i‖₂. Each neighbour's row carries such an error, so the
-   pair moves apart by at most 2·γ_m·Σ‖a_i‖₂ more. Generators compute in float64 (u = 2⁻⁵³)
-   so this term is negligible (≈ 10⁻¹¹ relative at ℓ = 256).
+   pair moves apart by at most 2·γ_m·Σ‖a_i‖₂ more. In float64 (u = 2⁻⁵³) this term is
+   negligible (≈ 10⁻¹¹ relative at ℓ = 256). The mixing generators read float32 rows and sum
+   them in float32 over blocks of at most b = 64 terms, then add the block sums in float64
+   (``blocked_sum``): each term then carries a factor (1 + θ)(1 + η) with |θ| ≤ γ_b in
+   float32 and |η| ≤ γ_{B+1} in float64 (B blocks, plus the scaling), so the relative bound
+   is γ_b^{(32)} + γ_{B+1}^{(64)} + their product: ≈ 3.8·10⁻⁶ for every ℓ ≥ 64, ℓ·2⁻²⁴
+   below.
 
 Written by hand: no library bounds rounding for a given reduction.
 """
@@ -57,4 +62,29 @@ def scaled_sum(
     scaling), each row's own error ≤ γ·magnitude·(1 + 2⁻²³), twice for the pair, plus the
     stored inputs' excess."""
     own = gamma(terms + 1, dtype) * magnitude * (1.0 + INPUT_RELATIVE)
+    return stored_rows(sensitivity) + 2.0 * own
+
+
+def blocked_sum(
+    sensitivity: float,
+    *,
+    terms: int,
+    block: int,
+    magnitude: float,
+) -> float:
+    """``scaled_sum`` for rows computed as float32 sums of blocks of at most ``block`` of the
+    ``terms`` vectors, each block sum converted (exactly) to float64, the ⌈terms/block⌉ block
+    sums added in float64 and the result scaled once in float64.
+
+    Per coordinate a term a_i reaches the result as a_i·(1 + θ_i)(1 + η_i): |θ_i| ≤
+    γ_{block−1} in float32 (its block's additions, any order), |η_i| ≤ γ_{B} in float64 (the
+    B − 1 additions of block sums and the scaling); (1 + θ)(1 + η) − 1 is at most g =
+    γ_block^{(32)} + γ_{B+1}^{(64)} + their product (each γ taken one step larger, as
+    ``scaled_sum`` does). Each row's error is ≤ g·magnitude·(1 + 2⁻²³), twice for the pair,
+    plus the stored inputs' excess."""
+    if not 1 <= block <= terms:
+        raise ValueError(f"need 1 <= block <= terms, got block={block}, terms={terms}")
+    blocks = -(-terms // block)
+    g32, g64 = gamma(block, torch.float32), gamma(blocks + 1, torch.float64)
+    own = (g32 + g64 + g32 * g64) * magnitude * (1.0 + INPUT_RELATIVE)
     return stored_rows(sensitivity) + 2.0 * own

@@ -274,3 +274,75 @@ def test_floyd_subsets_are_uniform_and_distinct() -> None:
     assert stats.chisquare(counts).pvalue > 1e-4
     with pytest.raises(ValueError, match="subset size"):
         floyd_subsets(2, 3, 1, generator=SecureRandom.from_seed(0), device=None)  # type: ignore[arg-type]
+
+
+def _floyd_scan(n: int, size: int, count: int, generator: SecureRandom) -> np.ndarray:
+    """Floyd's algorithm as written (the O(ℓ²) membership scan): the reference."""
+    out = np.empty((count, size), dtype=np.int64)
+    for i, j in enumerate(range(n - size, n)):
+        t = generator.integers(j + 1, count)
+        taken = (out[:, :i] == t[:, None]).any(axis=1)
+        out[:, i] = np.where(taken, j, t)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("n", "size"),
+    [(1, 1), (2, 2), (7, 3), (7, 7), (9, 8), (40, 39), (40, 20), (300, 256), (60_000, 256)],
+)
+def test_floyd_equals_the_scan_draw_for_draw(n: int, size: int) -> None:
+    # Same stream, same draws, same output: the chain-resolved membership test is the scan's
+    # (ℓ close to n makes long chains t_i = j_k with t_k taken, which the doubling resolves).
+    from dpcore.mechanisms.sampling import floyd_indices
+
+    count = 2_000 if n < 60_000 else 100
+    fast = floyd_indices(n, size, count, generator=SecureRandom.from_seed(n + size))
+    assert (fast == _floyd_scan(n, size, count, SecureRandom.from_seed(n + size))).all()
+
+
+class _Script(SecureRandom):
+    def __init__(self, draws: list[int]) -> None:
+        super().__init__(key=bytes(32))
+        self.draws = draws
+
+    def integers(self, high: int, shape: int | tuple[int, ...]) -> np.ndarray:
+        value = self.draws.pop(0)
+        assert 0 <= value < high
+        return np.array([value], dtype=np.int64)
+
+
+def test_floyd_long_chain() -> None:
+    # n = ℓ = 6 (j_i = i): t = 0, 0, 1, 2, 3, 4. t_1 = 0 repeats t_0 → 1; t_2 = 1 = j_1 taken
+    # via the chain → 2; …; every later t_i = j_{i−1} → j_i: a chain of length 5.
+    from dpcore.mechanisms.sampling import floyd_indices
+
+    draws = [0, 0, 1, 2, 3, 4]
+    out = floyd_indices(6, 6, 1, generator=_Script(list(draws)))
+    assert (
+        out.tolist() == _floyd_scan(6, 6, 1, _Script(list(draws))).tolist() == [[0, 1, 2, 3, 4, 5]]
+    )
+    draws = [0, 1, 0, 2, 1, 3]  # t_2 = 0 repeats t_0 → 2; t_4 = 1 repeats t_1 → 4; t_5 = 3 → 3
+    out = floyd_indices(6, 6, 1, generator=_Script(list(draws)))
+    assert out.tolist() == _floyd_scan(6, 6, 1, _Script(list(draws))).tolist()
+    assert sorted(out[0].tolist()) == list(range(6))
+
+
+def test_floyd_work_does_not_depend_on_n() -> None:
+    # ℓ draws per subset, requested as ℓ calls of `count` words, whatever n.
+    from dpcore.mechanisms.sampling import floyd_indices
+
+    class Calls(SecureRandom):
+        def __init__(self) -> None:
+            super().__init__(key=bytes(32))
+            self.sizes: list[int | tuple[int, ...]] = []
+
+        def integers(self, high: int, shape: int | tuple[int, ...]) -> np.ndarray:
+            self.sizes.append(shape)
+            return super().integers(high, shape)
+
+    seen = []
+    for n in (20, 21, 500, 60_000):
+        source = Calls()
+        floyd_indices(n, 16, 30, generator=source)
+        seen.append(source.sizes)
+    assert all(s == [30] * 16 for s in seen)

@@ -28,8 +28,10 @@ def identity_data(
 
 def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     n, k, ell = 12, 3, 3
-    # one chunk gathers chunk × ℓ × (d + k) = chunk × 3 × 15 values: budget 315 → 7 per chunk
-    monkeypatch.setattr(sampling, "GATHER_BUDGET", 7 * ell * (n + k))
+    # a chunk row holds ℓ indices, n sort keys (8ℓ > n: the keys path), its float64 output
+    # (d + k) and one block partial sum (⌈3/64⌉ = 1 row of d + k, float32 and float64):
+    # 3 + 12 + 15·3 = 60 entries; budget 7·60 → 7 per chunk
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 7 * (ell + n + 3 * (n + k)))
     assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 7
     features, labels = identity_data(n, k)
     chunks = list(
@@ -51,15 +53,17 @@ def test_chunks_cover_n_samples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_key_regime_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
-    n, k, ell = 10, 2, 4  # key regime: keys of size n per row bound the chunk too
+    n, k, ell = 10, 2, 4  # 8ℓ > n and 8(n − ℓ) > n: the keys path, n keys per row
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 40)
-    assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // 48 → at least 1
+    assert chunk_size(mixture_degree=ell, dim=n + k, n=n) == 1  # 40 // (4 + 10 + 36) → 1
     monkeypatch.setattr(sampling, "GATHER_BUDGET", 100)
-    # gather bound 100 // (4 · 2) = 12, key bound 100 // 10 = 10
-    assert chunk_size(mixture_degree=ell, dim=2, n=n) == 10
-    # rejection regime (3 of 100): no key matrix, only the gather bound
-    assert chunk_size(mixture_degree=3, dim=2, n=100) == 100 // 6
-    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * ell * (n + k))
+    # 4 indices + 10 keys + 2·(1 + 2·⌈4/64⌉) = 20 entries per row
+    assert chunk_size(mixture_degree=ell, dim=2, n=n) == 5
+    # distinct draws (8ℓ ≤ n): no keys, n plays no part
+    assert chunk_size(mixture_degree=ell, dim=2, n=10**6) == 10
+    assert chunk_size(mixture_degree=65, dim=2, n=100) == 1  # 65 + 100 + 2·5: 100 // 175
+    ell = 6
+    monkeypatch.setattr(sampling, "GATHER_BUDGET", 5 * (ell + n + 3 * (n + k)))
     features, labels = identity_data(n, k)
     sizes = [
         x.shape[0]
@@ -81,7 +85,9 @@ def test_default_chunk_size_bounded() -> None:
     for ell, dim, n in [(64, 794, 60_000), (1, 3, 2), (300, 100, 1_000), (2, 10_000, 10)]:
         c = chunk_size(mixture_degree=ell, dim=dim, n=n)
         assert 1 <= c <= 4096
-        assert c * ell * dim <= sampling.GATHER_BUDGET or c == 1
+        keys = n if sampling.subset_path(n, ell) == "keys" else 0
+        per_row = ell + keys + dim * (1 + 2 * -(-ell // sampling.SUM_BLOCK))
+        assert c * per_row <= sampling.GATHER_BUDGET or c == 1
 
 
 @pytest.mark.parametrize(("n", "ell"), [(12, 3), (10, 4), (7, 7), (30, 1)])

@@ -191,7 +191,9 @@ def test_rows_move_by_at_most_the_declared_sensitivity(
         first.calls, second.calls, first.errors, strict=True
     ):
         assert (sigma, declared) == (sigma_b, declared_b)
-        assert 0 <= error < 1e-6 * declared  # float64 statistics: the cover is negligible
+        # Mixtures of float32 rows sum blocks of ≤ 64 in float32 (γ_ℓ for ℓ ≤ 64), the block
+        # sums in float64: the cover stays a tiny fraction of Δ at these sizes (ℓ = 4).
+        assert 0 <= error < 1e-5 * declared
         moved = torch.linalg.vector_norm(a - b, dim=-1).max().item()
         assert moved <= declared + error, (mechanism, moved, declared, error)
         reached.append(moved / declared)

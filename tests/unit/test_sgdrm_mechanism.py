@@ -1,14 +1,16 @@
-"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion, clipped
-Gaussian coefficients, independent across mixtures."""
+"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion (from about
+one keystream byte per entry), clipped Gaussian coefficients, independent across mixtures."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 
+from dpcore.mechanisms.sampling import lazy_bernoulli
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.generate import generate
 
@@ -71,3 +73,73 @@ def test_noise_scale() -> None:
     )
     X = torch.cat([x for x, _ in chunks]).numpy()
     assert abs(X.std() - 2.5) < 0.05
+
+
+# --- inclusion bits: exactly Bernoulli(ℓ/n) from about one byte each ---------------------
+
+
+class _Bytes(SecureRandom):
+    """Counts the keystream bytes drawn."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(key=bytes([seed]) * 32)
+        self.used = 0
+
+    def fill(self, out: np.ndarray) -> np.ndarray:
+        self.used += out.nbytes
+        return super().fill(out)
+
+
+@pytest.mark.parametrize(
+    ("k", "m"), [(5, 50), (1, 3), (2, 3), (255, 256), (1, 60_000), (256, 60_000), (7, 7), (0, 9)]
+)
+def test_lazy_bernoulli_law_and_bytes(k: int, m: int) -> None:
+    rows, cols = 400, 250
+    source = _Bytes(k % 256)
+    bits = lazy_bernoulli(k, m, (rows, cols), generator=source)
+    assert bits.shape == (rows, cols) and bits.dtype == bool
+    p, draws = k / m, rows * cols
+    # About one byte per entry (4 for SecureRandom.bernoulli's 32-bit words); p = 1 reads none.
+    assert source.used <= draws * (1 + 3 / 255) + 64
+    if p in (0.0, 1.0):
+        assert (bits == bool(p)).all()
+        return
+    # Total count ~ Binomial(draws, p), row counts ~ Binomial(cols, p), every entry at rate p.
+    total = int(bits.sum())
+    assert stats.binomtest(total, draws, p).pvalue > 1e-4
+    row_counts = np.bincount(bits.sum(axis=1), minlength=cols + 1)
+    expected = stats.binom(cols, p).pmf(np.arange(cols + 1)) * rows
+    keep = expected >= 5
+    observed = np.append(row_counts[keep], row_counts[~keep].sum())
+    wanted = np.append(expected[keep], expected[~keep].sum())
+    if wanted[-1] < 5:  # fold a thin tail into the last kept cell
+        observed, wanted = observed[:-1], wanted[:-1]
+        observed[-1] += row_counts[~keep].sum()
+        wanted[-1] += expected[~keep].sum()
+    wanted *= observed.sum() / wanted.sum()
+    if observed.size > 1:
+        assert stats.chisquare(observed, wanted).pvalue > 1e-4
+    per_entry = bits.mean(axis=0)
+    assert np.abs(per_entry - p).max() < 5 * math.sqrt(p * (1 - p) / rows) + 1e-12
+
+
+def test_lazy_bernoulli_reads_further_bytes_only_on_a_tie() -> None:
+    # p = 1/3 = 0.555…₂₅₆ (digits 85, 85, …): a first byte of 85 ties and reads another.
+    class Scripted(SecureRandom):
+        def __init__(self, tables: list[list[int]]) -> None:
+            super().__init__(key=bytes(32))
+            self.tables = tables
+            self.sizes: list[int] = []
+
+        def words(self, count: int, dtype: type[np.unsignedinteger] = np.uint64) -> np.ndarray:
+            self.sizes.append(count)
+            return np.array(self.tables.pop(0), dtype=dtype)
+
+    source = Scripted([[84, 85, 86, 85], [85, 0], [200]])
+    bits = lazy_bernoulli(1, 3, (4,), generator=source)
+    assert source.sizes == [4, 2, 1]
+    assert bits.tolist() == [True, False, False, True]
+    # p = 1/2 = 0.80₂₅₆ ends after one digit: 128 decides False, no second byte.
+    source = Scripted([[127, 128, 255]])
+    assert lazy_bernoulli(1, 2, (3,), generator=source).tolist() == [True, False, False]
+    assert source.sizes == [3]

@@ -18,7 +18,7 @@ from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size, floyd_indices
+from dpcore.mechanisms.sampling import chunk_size, floyd_indices, gather_sum, gather_sum_error
 from dpcore.mechanisms.secure_random import SecureRandom
 
 
@@ -51,8 +51,6 @@ def generate(
     sensitivity = mixture_sensitivity(
         clip_norm=clip_norm, mixture_degree=mixture_degree, nonnegative=nonnegative
     )
-    # Means are taken in float64; the sampler covers their rounding and the stored rows'.
-    error = float_error.scaled_sum(sensitivity, terms=mixture_degree, magnitude=clip_norm)
     if labels.ndim != 1 or labels.shape[0] != features.shape[0]:
         raise ValueError("labels must be class indices, one per record")
     # The premise of √2·C/ℓ, checked rather than trusted (the preprocessing guarantees it;
@@ -60,10 +58,16 @@ def generate(
     if nonnegative and bool((features < 0).any()):
         raise ValueError("non-negative features were promised, a negative one was found")
     device, dtype = features.device, features.dtype
+    excess = 0.0
     if basis is not None:
         # A contraction: the sensitivity above bounds the projected rows too (plus rounding).
-        error += basis.excess(sensitivity, clip_norm * (1.0 + float_error.INPUT_RELATIVE))
+        excess = basis.excess(sensitivity, clip_norm * (1.0 + float_error.INPUT_RELATIVE))
         features = basis.project(features)
+    # Means are sums of ℓ rows (``gather_sum``: float32 blocks added in float64, or float64)
+    # scaled by 1/ℓ; the sampler covers their rounding and the stored rows'.
+    error = excess + gather_sum_error(
+        sensitivity, terms=mixture_degree, magnitude=clip_norm, dtype=features.dtype
+    )
     rows = per_class(n_samples, n_classes)
     # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
     # never on a class's size: the class sizes and member offsets stay in numpy (one stable
@@ -82,7 +86,7 @@ def generate(
             count = min(step, rows - start)
             local = floyd_indices(int(counts[c]), mixture_degree, count, generator=generator)
             chosen = torch.from_numpy(order[starts[c] + local]).to(device)
-            mixed = features[chosen].double().mean(dim=1)
+            mixed = gather_sum(features, chosen) / mixture_degree
             onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
             onehot[:, c] = 1
             noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)

@@ -9,6 +9,10 @@ the accountant's sensitivity assumes. Two assignments:
   k = ⌈Tℓ/n⌉ distinct mixtures chosen uniformly among the T, independently per record; each
   mixture is (1/ℓ)·(sum of its members), so mixture sizes vary around ℓ. The assignment never
   looks at the data, which is what the record accountant's sensitivity argument needs.
+
+Means are sums of gathered rows (``sampling.gather_sum``: float32 rows summed in float32
+blocks of 64, the blocks in float64; float64 rows in float64) scaled by 1/ℓ in float64; the
+noise sampler's ``error`` covers that rounding (``sampling.gather_sum_error``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dpcore.mechanisms import float_error, sampling
 from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size, uniform_subsets
+from dpcore.mechanisms.sampling import chunk_size, gather_sum, gather_sum_error, uniform_subsets
 from dpcore.mechanisms.secure_random import SecureRandom
 
 
@@ -43,6 +47,9 @@ def generate(
     ``generator`` draws the subsets; ``noise`` the noise (default: the fast sampler on
     ``generator``; release jobs pass the sampler the request chose).
     """
+    dtype = features.dtype
+    if basis is not None:
+        features = basis.project(features)
     add = _noiser(
         noise,
         generator,
@@ -50,11 +57,10 @@ def generate(
         sigma_x,
         sigma_y,
         terms=mixture_degree,
-        dtype=features.dtype,
+        dtype=dtype,
+        sum_dtypes=(features.dtype, labels.dtype),
         basis=basis,
     )
-    if basis is not None:
-        features = basis.project(features)
     n, dim = features.shape
     if labels.shape[0] != n:
         raise ValueError("features and labels disagree on the number of records")
@@ -64,7 +70,9 @@ def generate(
     while produced < n_samples:
         count = min(step, n_samples - produced)
         idx = uniform_subsets(n, mixture_degree, count, generator=generator, device=device)
-        yield add(features[idx].double().mean(dim=1), labels[idx].double().mean(dim=1))
+        yield add(
+            gather_sum(features, idx) / mixture_degree, gather_sum(labels, idx) / mixture_degree
+        )
         produced += count
 
 
@@ -77,19 +85,22 @@ def _noiser(
     *,
     terms: int,
     dtype: torch.dtype,
+    sum_dtypes: tuple[torch.dtype, torch.dtype] = (torch.float64, torch.float64),
     basis: Basis | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """Noise for one mixture's mean: one record moves it by at most (its norm bound)/ℓ.
 
-    Rows arrive as float64 sums of at most ``terms`` unit-norm records over ℓ; the sampler
-    covers their rounding (``float_error``) and the result goes back to ``dtype``. With a
+    Rows arrive as sums of at most ``terms`` unit-norm records over ℓ, accumulated as
+    ``gather_sum`` does for tables of ``sum_dtypes`` (features, labels; float64 sums for the
+    record assignment); the sampler covers their rounding (``gather_sum_error``) and the
+    result goes back to ``dtype``. With a
     ``basis`` the features arrive projected (a contraction: the same sensitivity, plus the
     projection's rounding) and noisy rows are mapped back."""
     sampler = noise if noise is not None else FastNoise(generator)
     dx, dy = FEATURE_SENSITIVITY / mixture_degree, LABEL_SENSITIVITY / mixture_degree
     magnitude = terms / mixture_degree
-    ex = float_error.scaled_sum(dx, terms=terms, magnitude=magnitude)
-    ey = float_error.scaled_sum(dy, terms=terms, magnitude=magnitude)
+    ex = gather_sum_error(dx, terms=terms, magnitude=magnitude, dtype=sum_dtypes[0])
+    ey = gather_sum_error(dy, terms=terms, magnitude=magnitude, dtype=sum_dtypes[1])
     if basis is not None:
         # Per record (norm ≤ 1 as stored): conservative, the mixture divides it by ℓ.
         ex += basis.excess(dx, 1.0 + float_error.INPUT_RELATIVE)
@@ -144,14 +155,17 @@ def generate_by_record(
     device = features.device
     sums_x = torch.zeros((n_samples, dim), dtype=torch.float64, device=device)
     sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=torch.float64, device=device)
-    step = max(1, sampling.GATHER_BUDGET // max(1, k * (dim + labels.shape[1])))
+    # Records in chunks (their float64 copy and their k targets bounded); each record row is
+    # added to its k mixtures by k index_add_ calls, never repeated k times in memory.
+    step = max(1, min(n, sampling.GATHER_BUDGET // max(1, k + dim + labels.shape[1])))
     for start in range(0, n, step):
         stop = min(n, start + step)
         # Row r of `joined` lists the k distinct mixtures record start + r joins.
         joined = uniform_subsets(n_samples, k, stop - start, generator=generator, device=device)
-        targets = joined.reshape(-1)
-        sums_x.index_add_(0, targets, features[start:stop].double().repeat_interleave(k, dim=0))
-        sums_y.index_add_(0, targets, labels[start:stop].double().repeat_interleave(k, dim=0))
+        rows_x, rows_y = features[start:stop].double(), labels[start:stop].double()
+        for j in range(k):
+            sums_x.index_add_(0, joined[:, j], rows_x)
+            sums_y.index_add_(0, joined[:, j], rows_y)
     chunk = chunk_size(mixture_degree=1, dim=dim + labels.shape[1], n=n)
     for start in range(0, n_samples, chunk):
         yield add(
