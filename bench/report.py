@@ -29,16 +29,16 @@ What each figure is:
 - **Mixing throughput**: time for each generator (`dpcore.mechanisms.<m>.generate.generate`)
   to yield all T rows from n preprocessed random rows (features in [0, 1], rows of L2 norm 1,
   10 classes), with the fast noise sampler (`fast`) and with a sampler that adds nothing
-  (`kernel`: subset draw from the secure source + gather + float64 mean, i.e. the generator
+  (`kernel`: subset draw from the secure source + fused gather-sum, i.e. the generator
   without its noise). Effective GB/s = T·ℓ·d·4 / s, the feature bytes a gather-mean must
   read; "of read bw" divides it by the read bandwidth; "× numpy" and "× CSR" are the
   generator's seconds over the baselines' (> 1: slower than the baseline). Baselines, on the
   same rows: numpy (uniform ℓ-subsets from `default_rng`, `X[idx].mean(axis=1)` in chunks
   of ≤ 2²⁵ gathered floats; its subset draw is included) and scipy (the T × n CSR mixing
-  matrix with 1/ℓ entries @ X; the matrix build is not included). SGDRM draws a Bernoulli(ℓ/n)
-  inclusion over all n records per mixture and multiplies a dense rows × n float64 coefficient
-  matrix by the records, 2·T·n·(d+k) flops whatever ℓ: no byte model applies, so it is given
-  in rows/s and GFLOP/s, measured on fewer rows and scaled linearly to T ("from N rows"). Any
+  matrix with 1/ℓ entries @ X; the matrix build is not included). SGDRM gathers ℓ records per
+  mixture in expectation (the byte model holds in expectation), but first draws a
+  Bernoulli(ℓ/n) inclusion bit for each of the n records per mixture (about a keystream byte
+  each, T·n in all): it is measured on fewer rows and scaled linearly to T ("from N rows"). Any
   generator whose 512-row pilot predicts more than a minute (20 s quick) for T rows is timed
   on fewer rows and scaled the same way, and marked so. Peak RSS is sampled (every 10 ms)
   during the timed run.
@@ -120,7 +120,6 @@ def _mixing(result: dict[str, Any]) -> str:
             scaled = (
                 f" (from {timed['scaled_from_rows']} rows)" if "scaled_from_rows" in timed else ""
             )
-            speed = timed.get("effective_gbs")
             rows.append(
                 [
                     case["mechanism"],
@@ -128,7 +127,7 @@ def _mixing(result: dict[str, Any]) -> str:
                     noise,
                     f"{_cell(timed['seconds'])}{scaled}",
                     timed.get("rows_per_s"),
-                    speed if speed is not None else f"{_cell(timed.get('gflops'))} GFLOP/s",
+                    timed.get("effective_gbs"),
                     timed.get("ratio_to_read_bandwidth"),
                     timed.get("x_numpy", timed.get("x_torch_gather_mean")),
                     timed.get("x_scipy_csr"),

@@ -70,11 +70,9 @@ def test_mixing_section_has_every_figure(tmp_path: Path, monkeypatch: pytest.Mon
                 assert _positive(timed[key]), (mechanism, noise, key)
             assert timed["rows"] >= TINY.rows
             if mechanism == "sgdrm":
-                assert _positive(timed["gflops"])
                 assert timed["scaled_from_rows"] == TINY.sgdrm_rows
-            else:
-                for key in ("effective_gbs", "ratio_to_read_bandwidth", "x_numpy", "x_scipy_csr"):
-                    assert _positive(timed[key]), (mechanism, noise, key)
+            for key in ("effective_gbs", "ratio_to_read_bandwidth", "x_numpy", "x_scipy_csr"):
+                assert _positive(timed[key]), (mechanism, noise, key)
 
 
 @pytest.mark.slow
