@@ -302,3 +302,9 @@ def client_for(scheduler: str | None, *, workers: int = 2, processes: bool = Fal
         n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
     )
     return Client(cluster)
+
+
+def client_from_settings(settings: Any) -> Any:
+    """The client a release job uses: ``DPRELEASE_DASK_SCHEDULER``, else a LocalCluster of
+    ``DPRELEASE_DASK_LOCAL_WORKERS`` worker processes."""
+    return client_for(settings.dask_scheduler, workers=settings.dask_local_workers, processes=True)
