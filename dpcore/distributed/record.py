@@ -162,13 +162,15 @@ def partials(data: torch.Tensor, joined: torch.Tensor, plan: RecordPlan) -> list
     ``joined[r]``), dense or sparse by ``plan.dense``."""
     k, width, total = plan.k, plan.width, plan.n_samples
     rows = data.shape[0]
-    step = max(1, sampling.GATHER_BUDGET // max(1, k * width))
+    step = max(1, sampling.GATHER_BUDGET // max(1, width))  # float64 rows converted at once
     if plan.dense(rows):
         acc = torch.zeros((total, width), dtype=torch.float64)
         for start in range(0, rows, step):
             stop = min(rows, start + step)
-            targets = joined[start:stop].reshape(-1)
-            acc.index_add_(0, targets, data[start:stop].double().repeat_interleave(k, dim=0))
+            block = data[start:stop].double()
+            # One index_add per column of ids: k times faster than adding k repeated rows.
+            for column in range(k):
+                acc.index_add_(0, joined[start:stop, column], block)
         return [
             Partial(None, acc[lo:hi].numpy().copy())
             for lo, hi in zip(plan.bounds[:-1], plan.bounds[1:], strict=True)
@@ -176,13 +178,12 @@ def partials(data: torch.Tensor, joined: torch.Tensor, plan: RecordPlan) -> list
     ids = joined.reshape(-1)
     unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
     sums = torch.zeros((unique.numel(), width), dtype=torch.float64)
+    inverse = inverse.reshape(rows, k)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        sums.index_add_(
-            0,
-            inverse[start * k : stop * k],
-            data[start:stop].double().repeat_interleave(k, dim=0),
-        )
+        block = data[start:stop].double()
+        for column in range(k):
+            sums.index_add_(0, inverse[start:stop, column], block)
     cuts = torch.searchsorted(unique, torch.tensor(plan.bounds, dtype=torch.int64)).tolist()
     out = []
     for b in range(plan.buckets):
