@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.distributed import classes, record
+from dpcore.distributed import classes, jobs, record
 from dpcore.distributed.tasks import NoiseFactory, TaskKeys
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import RowTransform, one_hot
@@ -287,6 +287,48 @@ def class_release(
     while pending:
         x, y = pending.popleft().result()
         yield torch.from_numpy(x), torch.from_numpy(y)
+
+
+# --- a mechanism's job (``MechanismSpec.distributed``) ------------------------------------
+
+
+def run_job(
+    client: Any,
+    job: jobs.RecordJob | jobs.ClassJob,
+    parts: Sequence[Part],
+    columns: Columns,
+    *,
+    noise: NoiseFactory,
+    keys: TaskKeys,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The release rows of the job a mechanism's spec built (dispatch on the job's type)."""
+    if isinstance(job, jobs.RecordJob):
+        return record_release(
+            client,
+            parts,
+            columns,
+            job.transform,
+            mixture_degree=job.mixture_degree,
+            n_samples=job.n_samples,
+            sigma_x=job.sigma_x,
+            sigma_y=job.sigma_y,
+            noise=noise,
+            keys=keys,
+        )
+    return class_release(
+        client,
+        parts,
+        columns,
+        job.transform,
+        mixture_degree=job.mixture_degree,
+        n_samples=job.n_samples,
+        sigma=job.sigma,
+        clip_norm=job.clip_norm,
+        nonnegative=job.nonnegative,
+        noise=noise,
+        keys=keys,
+        min_class_size=job.min_class_size,
+    )
 
 
 # --- the cluster -------------------------------------------------------------------------

@@ -551,3 +551,66 @@ def test_reducers_refuse_undeclared_noise(client: Any, tmp_path: Any) -> None:
     dx, dy, _, _ = plan.noise_bounds()
     scales = {s.name: s for s in declared.declared.scales}
     assert scales["features"].sensitivity >= dx and scales["labels"].sensitivity >= dy
+
+
+# --- the spec's hook: the job a mechanism builds -------------------------------------------
+
+
+def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> None:
+    """``MechanismSpec.distributed`` builds the job from public declarations with the
+    transform the single-machine release uses, refuses what the engine lacks, and the job
+    runs on the cluster with the declared noise."""
+    from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
+    from dpcore.mechanisms import registry
+    from dpcore.mechanisms.run import params_of
+
+    n, d, K = 3000, 4, 2
+    X, labels = _dataset(n, d, K, seed=9)
+    parts, columns, _ = _stored(tmp_path, X, labels, 1000, K)
+    declared = Declared(np.zeros(d), np.ones(d), (d,), K)
+    facts = PublicFacts(n=n, n_features=d, n_classes=K)
+    dpmix, dpcda = registry.get("dpmix"), registry.get("dpcda")
+    assert dpmix.distributed is not None and dpcda.distributed is not None
+
+    raw = {"mixture_degree": 4, "n_samples": 200, "assignment": "record", "clip_norm": 1.5}
+    noise = noise_for("dpmix", raw, facts, sigma=0.5, sigma_y=0.25)
+    job = dpmix.distributed(params_of(dpmix, raw), declared, noise)
+    assert isinstance(job, RecordJob) and (job.sigma_x, job.sigma_y) == (0.5, 0.25)
+    release_transform = RowTransform.unit_range(np.zeros(d), np.ones(d), 1.5)
+    np.testing.assert_array_equal(job.transform.rows(X), release_transform.rows(X))
+    rows = list(
+        dask_release.run_job(
+            client, job, parts, columns, noise=NoiseSpec("secure", noise), keys=SeededKeys(1)
+        )
+    )
+    assert sum(x.shape[0] for x, _ in rows) == 200
+    with pytest.raises(Unsupported):
+        dpmix.distributed(params_of(dpmix, {**raw, "assignment": "mixture"}), declared, noise)
+
+    raw = {
+        "mixture_degree": 4,
+        "n_samples": 200,
+        "min_class_size": 10,
+        "standardization": "unit_range",
+        "clip_norm": 1.0,
+    }
+    noise = noise_for("dpcda", raw, facts, sigma=0.5)
+    job = dpcda.distributed(params_of(dpcda, raw), declared, noise)
+    assert isinstance(job, ClassJob) and job.nonnegative and job.sigma == 0.5
+    rows = list(
+        dask_release.run_job(
+            client, job, parts, columns, noise=NoiseSpec("secure", noise), keys=SeededKeys(2)
+        )
+    )
+    assert sum(x.shape[0] for x, _ in rows) == 200
+    with pytest.raises(ValueError, match="min_class_size"):
+        big = dpcda.distributed(params_of(dpcda, {**raw, "min_class_size": 5000}), declared, noise)
+        list(
+            dask_release.run_job(
+                client, big, parts, columns, noise=NoiseSpec("secure", noise), keys=SeededKeys(2)
+            )
+        )
+    with pytest.raises(Unsupported):
+        dpcda.distributed(
+            params_of(dpcda, {**raw, "standardization": "dp", "stats_noise": 1.0}), declared, noise
+        )
