@@ -94,7 +94,9 @@ def main() -> None:
         params = {"mixture_degree": args.ell, "n_samples": T, "assignment": "record"}
         declared = noise_for("dpmix", params, facts, sigma=1.0, sigma_y=1.0)
         transform = RowTransform.unit_range(np.zeros(d), np.ones(d), 1.0)
-        plan = record.RecordPlan.make(n=n, mixture_degree=args.ell, n_samples=T, dim_x=d, dim_y=K)
+        plan = record.RecordPlan.make(
+            n=n, mixture_degree=args.ell, n_samples=T, dim_x=d, dim_y=K, min_buckets=len(parts)
+        )
         out["k"] = plan.k
         out["buckets"] = plan.buckets
         out["dense_partials"] = plan.dense(args.partition_rows)

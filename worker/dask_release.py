@@ -165,6 +165,7 @@ def record_release(
         dim_x=len(columns.features),
         dim_y=len(columns.classes),
         bucket_rows=bucket_rows,
+        min_buckets=len(parts),
     )
     maps = [
         client.submit(_record_map, part, p, columns, transform, plan, keys, pure=False)

@@ -84,11 +84,17 @@ class RecordPlan:
         dim_x: int,
         dim_y: int,
         bucket_rows: int | None = None,
+        min_buckets: int = 1,
     ) -> RecordPlan:
+        """Buckets of ``bucket_rows`` mixtures; by default as large as the reducer's budget
+        allows but at least ``min_buckets`` of them (the driver asks for one per partition,
+        so the reduces — the noise — run in parallel too)."""
         if not 1 <= mixture_degree <= n:
             raise ValueError(f"mixture_degree must be in [1, {n}]")
         width = dim_x + dim_y
-        rows = bucket_rows or max(1, REDUCE_BUDGET // max(1, width))
+        rows = bucket_rows or min(
+            max(1, REDUCE_BUDGET // max(1, width)), -(-n_samples // max(1, min_buckets))
+        )
         rows = max(1, min(rows, n_samples))
         bounds = (*range(0, n_samples, rows), n_samples)
         plan = cls(n, mixture_degree, n_samples, dim_x, dim_y, tuple(bounds))
