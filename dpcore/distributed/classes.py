@@ -153,9 +153,12 @@ def route(ranks: np.ndarray, c: int, where: np.ndarray) -> dict[int, Request]:
 
 def gather(index: ClassIndex, c: int, request: Request) -> Partial:
     """The map of step 4: the partition's members of each requested mixture, summed."""
-    rows = index.order[index.starts[c] + request.rank]
-    if np.any(index.starts[c] + request.rank >= index.starts[c + 1]):
+    if request.rank.size and (
+        int(request.rank.min()) < 0
+        or int(request.rank.max()) >= int(index.starts[c + 1] - index.starts[c])
+    ):
         raise ValueError("a rank beyond the partition's records of the class")
+    rows = index.order[index.starts[c] + request.rank]
     values = torch.from_numpy(index.features[rows]).double()
     unique, inverse = torch.unique(torch.from_numpy(request.mixture), return_inverse=True)
     sums = torch.zeros((unique.numel(), values.shape[1]), dtype=torch.float64)

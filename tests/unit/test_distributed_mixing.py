@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -614,3 +615,32 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         dpcda.distributed(
             params_of(dpcda, {**raw, "standardization": "dp", "stats_noise": 1.0}), declared, noise
         )
+
+
+def test_routing_is_the_stable_sort_bijection() -> None:
+    """Every class rank r is routed to the record the single machine's stable argsort of all
+    labels puts at rank r; ranks beyond a partition's records are refused."""
+    rng = np.random.default_rng(3)
+    sizes, K = [7, 0, 12, 5], 3
+    labels = rng.integers(0, K, sum(sizes))
+    ids = np.arange(labels.size, dtype=np.float32)[:, None]  # a record's feature: its index
+    bounds = np.cumsum([0, *sizes])
+    indexes = [
+        classes.index_partition(ids[a:z], labels[a:z], n_classes=K, nonnegative=True)
+        for a, z in itertools.pairwise(bounds)
+    ]
+    where = classes.offsets([classes.class_counts(i) for i in indexes])
+    order = np.argsort(labels, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=K))])
+    for c in range(K):
+        ranks = np.arange(starts[c + 1] - starts[c])[:, None]  # one "mixture" per rank
+        found = np.full(ranks.shape[0], -1.0)
+        for p, request in classes.route(ranks, c, where).items():
+            part = classes.gather(indexes[p], c, request)
+            found[part.ids] = part.sums[:, 0]
+        np.testing.assert_array_equal(found, order[starts[c] : starts[c + 1]])
+    with pytest.raises(ValueError, match="beyond"):
+        classes.route(np.array([[int(where[-1, 0])]]), 0, where)
+    bad = classes.Request(np.array([0]), np.array([int(classes.class_counts(indexes[0])[0])]))
+    with pytest.raises(ValueError, match="beyond"):
+        classes.gather(indexes[0], 0, bad)
