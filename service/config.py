@@ -222,12 +222,6 @@ class Settings(BaseSettings):
     dask_local_workers: int = Field(
         default=2, ge=1, le=64, description="Workers of the LocalCluster used without a scheduler"
     )
-    dask_partition_rows: int = Field(
-        default=1_000_000,
-        ge=1,
-        description="Rows per Parquet row group when a dataset is written for distributed "
-        "releases: one row group is one map task's partition",
-    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000
