@@ -343,14 +343,29 @@ def run_job(
 
 
 def client_for(scheduler: str | None, *, workers: int = 2, processes: bool = False) -> Any:
-    """A client of ``scheduler`` (any address), or of a fresh ``LocalCluster`` when None."""
+    """A client of ``scheduler`` (any address), or of a fresh ``LocalCluster`` when None.
+
+    The LocalCluster listens on 127.0.0.1 only and its scheduler and workers serve no HTTP
+    routes (no dashboard, no /metrics): task durations and sizes of DP-CDA's gathers depend on
+    private class counts (``dpcore.distributed.classes``). A production scheduler's HTTP
+    endpoints must likewise stay inside the trust boundary."""
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:
         return Client(scheduler)
-    cluster = LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
-    )
+    with dask.config.set(
+        {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+    ):
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=processes,
+            # Worker processes talk TCP: loopback only. Thread workers talk in-process.
+            **({"host": "127.0.0.1"} if processes else {}),
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard": False},
+        )
     return Client(cluster)
 
 

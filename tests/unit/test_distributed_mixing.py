@@ -644,3 +644,18 @@ def test_routing_is_the_stable_sort_bijection() -> None:
     bad = classes.Request(np.array([0]), np.array([int(classes.class_counts(indexes[0])[0])]))
     with pytest.raises(ValueError, match="beyond"):
         classes.gather(indexes[0], 0, bad)
+
+
+def test_local_cluster_serves_no_metrics(client: Any) -> None:
+    """Task timings reveal private class counts (DP-CDA's gathers): the LocalCluster's
+    scheduler and workers serve no HTTP route (no dashboard, no /metrics)."""
+    import urllib.error
+    import urllib.request
+
+    servers = [client.cluster.scheduler, *client.cluster.workers.values()]
+    for server in servers:
+        port = next(iter(server.http_server._sockets.values())).getsockname()[1]
+        for route in ("metrics", "status", "health"):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/{route}", timeout=5)
+            assert err.value.code == 404
