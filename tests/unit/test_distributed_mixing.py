@@ -600,7 +600,7 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
     assert isinstance(job, ClassJob) and job.nonnegative and job.sigma == 0.5
     rows = list(
         dask_release.run_job(
-            client, job, parts, columns, noise=NoiseSpec("secure", noise), keys=SeededKeys(2)
+            client, job, parts, columns, noise=NoiseSpec("fast", noise), keys=SeededKeys(2)
         )
     )
     assert sum(x.shape[0] for x, _ in rows) == 200
@@ -608,7 +608,7 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         big = dpcda.distributed(params_of(dpcda, {**raw, "min_class_size": 5000}), declared, noise)
         list(
             dask_release.run_job(
-                client, big, parts, columns, noise=NoiseSpec("secure", noise), keys=SeededKeys(2)
+                client, big, parts, columns, noise=NoiseSpec("fast", noise), keys=SeededKeys(2)
             )
         )
     with pytest.raises(Unsupported):
