@@ -212,6 +212,16 @@ class Settings(BaseSettings):
         "columns) for datasets of at most this many features; wider ones get the summary "
         "(min, median, max) only",
     )
+    # --- Issue 16, item 4 (beyond one machine: worker/dask_release.py, docs/scaling.md). ---
+    dask_scheduler: str | None = Field(
+        default=None,
+        description="Address of the dask.distributed scheduler that runs distributed releases "
+        "(e.g. tcp://scheduler:8786); unset: a LocalCluster of dask_local_workers in the job's "
+        "process. The cluster is trusted with the private data and its task timings",
+    )
+    dask_local_workers: int = Field(
+        default=2, ge=1, le=64, description="Workers of the LocalCluster used without a scheduler"
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

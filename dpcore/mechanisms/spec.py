@@ -408,6 +408,11 @@ class MechanismSpec:
     # The noise on released feature values, per column (preview; ``FeatureNoise``); None: the
     # mechanism declares none.
     feature_noise: FeatureNoiseOf | None = None
+    # Issue 16.4 (docs/scaling.md): how the mechanism runs as a map–reduce job, a builder
+    # (params, the dataset's public declarations, the declared noise) → a
+    # ``dpcore.distributed.jobs`` job, raising ``Unsupported`` for options it lacks; None: the
+    # mechanism runs on one machine only. Loaded lazily like ``release``.
+    distributed: Callable[[Any, Any, NoiseDescription], Any] | None = None
 
     @property
     def served(self) -> bool:

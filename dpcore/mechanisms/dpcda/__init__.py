@@ -213,6 +213,7 @@ SPEC = MechanismSpec(
     release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
+    distributed=lazy(f"{__name__}.distributed", "job"),
     audit=AuditSpec(
         keys=(
             Key(

@@ -137,6 +137,7 @@ SPEC = MechanismSpec(
     release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
+    distributed=lazy(f"{__name__}.distributed", "job"),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
