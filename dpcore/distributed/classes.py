@@ -29,8 +29,10 @@ The job, over partitions p = 0 … P − 1 (the dataset's order):
 Same law: the ranks are drawn exactly as the single machine draws them (Floyd, ℓ exact
 uniform draws per mixture, independent across mixtures); the routing is a bijection between
 class ranks and records, the same one; the sums are deterministic given the members, with
-rounding covered by ``float_error.scaled_sum(Δ, terms=ℓ, magnitude=C)`` as on the single
-machine (a sum of ℓ rows in any order); the noise is i.i.d., independent of the members.
+rounding covered by ``float_error.scaled_sum(Δ, terms=ℓ, magnitude=C)``, the bound for a
+float64 sum of ℓ rows in any order (the gather sums in float64; the single machine sums
+float32 rows in float32 blocks and covers that with its own, larger bound,
+``sampling.gather_sum_error``); the noise is i.i.d., independent of the members.
 
 What the work reveals. The driver's draws and the reducers' work are those of the single
 machine: sized by n, K, T_c, ℓ and d only. The gather tasks are not: how many requests
@@ -177,7 +179,8 @@ def reduce_chunk(parts: Sequence[Partial], count: int, dim: int) -> torch.Tensor
 def noise_bounds(
     *, clip_norm: float, mixture_degree: int, nonnegative: bool
 ) -> tuple[float, float]:
-    """(Δ, e): the accountant's sensitivity and the single machine's rounding bound."""
+    """(Δ, e): the accountant's sensitivity and the rounding bound of the reducers' float64
+    sums of ℓ rows (the single machine's for float64 rows)."""
     sensitivity = mixture_sensitivity(
         clip_norm=clip_norm, mixture_degree=mixture_degree, nonnegative=nonnegative
     )

@@ -504,7 +504,9 @@ def test_dpcda_noise_bounds_are_the_single_machine_ones() -> None:
     n, d, K, ell = 500, 3, 2, 4
     X, labels = _dataset(n, d, K, seed=6)
     rec = Recorder()
-    features = torch.as_tensor(X / 2, dtype=torch.float32)
+    # The reducers sum in float64, as the single machine does for float64 rows (float32 rows
+    # it sums in float32 blocks, with a larger bound): the stored float32 values, as float64.
+    features = torch.as_tensor(X / 2, dtype=torch.float32).double()
     for nonnegative in (True, False):
         list(
             cda_generate(
