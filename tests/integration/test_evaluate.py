@@ -25,11 +25,12 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+# (mechanism, params, ε, the accuracy the linear model must pass)
 @pytest.mark.parametrize(
-    ("mechanism", "params"),
+    ("mechanism", "params", "epsilon", "floor"),
     [
-        ("dpmix", {"mixture_degree": 4, "n_samples": 2000}),
-        ("dpcda", {"mixture_degree": 4, "n_samples": 1500, "min_class_size": 100}),
+        ("dpmix", {"mixture_degree": 4, "n_samples": 2000}, 50.0, 0.8),
+        ("dpcda", {"mixture_degree": 4, "n_samples": 1500, "min_class_size": 100}, 50.0, 0.8),
         (
             "dpcda",
             {
@@ -39,8 +40,15 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
                 "standardization": "dp",
                 "stats_noise": 2.0,
             },
+            50.0,
+            0.8,
         ),
-        ("random_projection", {"projection_dim": 6}),
+        # A square Gaussian projection's smallest singular value falls near 0 now and then,
+        # and with it the class signal along that direction: at ε = 50, 3 releases of 30 read
+        # below 0.8 (min 0.68; CI failed once on it); at ε = 500, 97 of 100 read 1.0 and the
+        # lowest 0.78. The floor sits well under that: this test is about evaluate reading
+        # the release (its projection matrix), not about the mechanism's utility.
+        ("random_projection", {"projection_dim": 6}, 500.0, 0.6),
     ],
 )
 def test_evaluate_a_service_release(
@@ -48,6 +56,8 @@ def test_evaluate_a_service_release(
     tmp_path: Path,
     mechanism: str,
     params: dict,  # type: ignore[type-arg]
+    epsilon: float,
+    floor: float,
 ) -> None:
     h = embedded
     owner, _ = h.new_key("owner")
@@ -56,9 +66,9 @@ def test_evaluate_a_service_release(
         owner,
         npz_bytes(X, y),
         feature_range=[0, 10],
-        budget={"epsilon": 100.0, "delta": 1e-5},
+        budget={"epsilon": 2 * epsilon, "delta": 1e-5},
     ).json()
-    body = {"dataset_id": ds["id"], "mechanism": mechanism, "params": params, "epsilon": 50.0}
+    body = {"dataset_id": ds["id"], "mechanism": mechanism, "params": params, "epsilon": epsilon}
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     assert h.wait(owner, r.json()["id"])["status"] == "succeeded"
@@ -78,7 +88,7 @@ def test_evaluate_a_service_release(
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["mechanism"] == mechanism and report["test_rows"] == 400
-    assert report["accuracy"]["linear"] > 0.8 > report["chance"]
+    assert report["accuracy"]["linear"] > floor > report["chance"]
     assert 0 <= report["fidelity"]["label_tv_distance"] <= 1
 
     release = load_release(release_path.read_bytes())
