@@ -222,6 +222,18 @@ class Settings(BaseSettings):
     dask_local_workers: int = Field(
         default=2, ge=1, le=64, description="Workers of the LocalCluster used without a scheduler"
     )
+    # --- Issue 16, item 3 (sharded releases: worker/shards.py). ---
+    shard_rows: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="A release of more rows than this, by a mechanism that can be sharded "
+        "(GET /mechanisms: shardable) is drawn as shards of about this many rows with "
+        "independent randomness, run by several Celery workers in parallel (in-process one "
+        "after the other in embedded mode) and assembled into one file; 0: never shard",
+    )
+    max_shards: int = Field(
+        default=64, ge=2, le=1024, description="The most shards one release is split into"
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

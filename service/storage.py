@@ -56,6 +56,11 @@ class ObjectStore(Protocol):
         """Remove the object for good; idempotent (a missing key is not an error)."""
         ...
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every object whose key starts with ``prefix`` (a folder, ending in "/");
+        returns how many. Idempotent."""
+        ...
+
     def local_path(self, key: str) -> Path | None: ...
     def presigned_url(self, key: str, *, filename: str) -> str | None: ...
     def ping(self) -> None:
@@ -121,6 +126,16 @@ class LocalObjectStore:
         if path.parent.parent != self.root and path.parent != self.root:
             with contextlib.suppress(OSError):  # not empty, or already gone
                 path.parent.rmdir()
+
+    def delete_prefix(self, prefix: str) -> int:
+        if not prefix.endswith("/"):
+            raise ValueError("a prefix names a folder and ends with '/'")
+        folder = self._path(prefix.rstrip("/"))
+        if not folder.is_dir():
+            return 0
+        removed = sum(1 for p in folder.rglob("*") if p.is_file())
+        shutil.rmtree(folder, ignore_errors=True)
+        return removed
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
@@ -209,6 +224,19 @@ class S3ObjectStore:
         # S3 answers 204 for a missing key too. On a versioned bucket this only adds a delete
         # marker: erasure there needs a lifecycle rule expiring noncurrent versions.
         self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def delete_prefix(self, prefix: str) -> int:
+        if not prefix.endswith("/"):
+            raise ValueError("a prefix names a folder and ends with '/'")
+        removed = 0
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        ):
+            batch = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if batch:
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch})
+                removed += len(batch)
+        return removed
 
     def local_path(self, key: str) -> Path | None:
         return None

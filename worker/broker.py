@@ -18,6 +18,9 @@ from celery import Celery
 from service.config import get_settings
 
 RUN_RELEASE = "dprelease.run_release"
+# A sharded release's tasks (worker.shards): one per shard, then its finaliser.
+RUN_SHARD = "dprelease.run_shard"
+FINISH_SHARDS = "dprelease.finish_shards"
 
 _settings = get_settings()
 celery_app = Celery("dprelease", broker=_settings.celery_broker_url or "memory://")

@@ -16,7 +16,7 @@ from dpcore.mechanisms.spec import WorkerQueue
 from service.config import Settings
 from service.models import Release
 from service.runtime import Dispatcher, InProcessDispatcher, Runtime
-from worker.broker import RUN_RELEASE, celery_app
+from worker.broker import FINISH_SHARDS, RUN_RELEASE, RUN_SHARD, celery_app
 from worker.scratch import clean_stale
 
 
@@ -33,6 +33,20 @@ class CeleryDispatcher:
 
     def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
         celery_app.send_task(RUN_RELEASE, args=[release_id], queue=self.queues[queue])
+
+    # A sharded release (worker.shards): its shards go to the pool's queue for any worker of
+    # it, and its finaliser after them.
+    def enqueue_shard(
+        self, release_id: str, attempt: int, index: int, plan: str, queue: WorkerQueue
+    ) -> None:
+        celery_app.send_task(
+            RUN_SHARD, args=[release_id, attempt, index, plan], queue=self.queues[queue]
+        )
+
+    def enqueue_finish(self, release_id: str, attempt: int, plan: str, queue: WorkerQueue) -> None:
+        celery_app.send_task(
+            FINISH_SHARDS, args=[release_id, attempt, plan], queue=self.queues[queue]
+        )
 
     def shutdown(self) -> None:
         pass

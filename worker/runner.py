@@ -41,9 +41,10 @@ from dpcore import evaluation
 from dpcore.accounting.events import NoiseDescription
 from dpcore.categorical import DECODING as CATEGORY_DECODING
 from dpcore.categorical import category_proportions
-from dpcore.mechanisms import registry
+from dpcore.mechanisms import registry, sharding
 from dpcore.mechanisms.noise import SecureNoise
 from dpcore.mechanisms.run import build, randomness
+from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from dpcore.preprocessing import TRANSFORM_HELP
 from dpcore.release_layout import Layout
@@ -59,6 +60,7 @@ from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
 from worker import scratch as scratch_dirs
+from worker import shards
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
@@ -173,12 +175,30 @@ def execute(runtime: Runtime, release_id: str) -> None:
     any other failure is recorded as terminal here."""
     if runtime.stopping.is_set():
         raise Interrupted("shutting down: not starting a job")
+    _attempt(runtime, release_id, lambda: _start(runtime, release_id))
+
+
+def finish_shards(runtime: Runtime, release_id: str, attempt: int, plan_key: str) -> None:
+    """A sharded release's finaliser (``worker.shards``): with every part stored, assemble,
+    publish and settle the release, within the attempt that planned the split (the release is
+    left alone when it is no longer running in that attempt). Raises like ``execute``."""
+    if runtime.stopping.is_set():
+        raise Interrupted("shutting down: not finishing a job")
+    _attempt(runtime, release_id, lambda: _resume(runtime, release_id, attempt), plan_key)
+
+
+def _attempt(
+    runtime: Runtime,
+    release_id: str,
+    begin: Callable[[], Job | None],
+    plan_key: str | None = None,
+) -> None:
     job: Job | None = None
     try:
-        job = _start(runtime, release_id)
+        job = begin()
         if job is None:
             return
-        _produce(runtime, job)
+        _produce(runtime, job, plan_key)
     except Interrupted:
         log.info("release %s: stopped for shutdown; queued again", release_id)
         _requeue(runtime, release_id, None if job is None else job.attempt)
@@ -188,6 +208,7 @@ def execute(runtime: Runtime, release_id: str) -> None:
         # while this attempt ran: the lifecycle recorded the outcome; this attempt stored
         # nothing of its own.
         log.info("release %s: %s; stopped", release_id, exc)
+        _discard_parts(runtime, release_id)
     except RETRYABLE as exc:
         if job is not None and _superseded(runtime, job):
             # The sweeper handed the release over again: a later attempt owns it, and this
@@ -205,6 +226,90 @@ def execute(runtime: Runtime, release_id: str) -> None:
             f"{type(exc).__name__}: {exc}",
             attempt=None if job is None else job.attempt,
         )
+        _discard_parts(runtime, release_id)
+
+
+def run_shard(runtime: Runtime, release_id: str, attempt: int, index: int, plan_key: str) -> None:
+    """Shard ``index`` of a sharded release (``worker.shards``), within ``attempt``: draw and
+    store its part unless stored already, then, if every part is stored, hand the release to
+    the finaliser. Raises like ``execute`` (Interrupted: the shard is left for redelivery,
+    the release keeps running)."""
+    if runtime.stopping.is_set():
+        raise Interrupted("shutting down: not starting a shard")
+    job: Job | None = None
+    try:
+        job = _resume(runtime, release_id, attempt)
+        if job is None:
+            return
+        plan = shards.plan_named(job.mechanism, plan_key)
+        store = runtime.store
+        if store.exists(shards.part_key(release_id, plan, index)):
+            log.info("release %s: shard %d already stored", release_id, index)
+        else:
+            limit = runtime.settings.task_max_attempts
+            if shards.count_try(store, release_id, plan, index, limit) > limit:
+                raise RuntimeError(f"gave up after {limit} tries of this shard")
+            parsed = _parsed(runtime, job)
+            done = plan.count - len(shards.missing(store, release_id, plan))
+            _draw_shard(runtime, job, parsed, plan, index, done)
+        if not shards.missing(store, release_id, plan):
+            _enqueue(
+                lambda d: d.enqueue_finish(release_id, attempt, plan.key, _queue(job)),
+                runtime,
+            )
+    except Interrupted:
+        log.info("release %s: shard %d stopped for shutdown", release_id, index)
+        raise
+    except Cancelled as exc:
+        log.info("release %s shard %d: %s; stopped", release_id, index, exc)
+        _discard_parts(runtime, release_id)
+    except RETRYABLE as exc:
+        if job is not None and _superseded(runtime, job):
+            log.info("release %s: attempt %d superseded; shard not retried", release_id, attempt)
+            return
+        if isinstance(exc, TransientError):
+            raise
+        raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        log.exception("release %s shard %d failed", release_id, index)
+        fail(runtime, release_id, f"shard {index}: {type(exc).__name__}: {exc}", attempt=attempt)
+        _discard_parts(runtime, release_id)
+
+
+def _discard_parts(runtime: Runtime, release_id: str) -> None:
+    """A settled (or abandoned) sharded release's parts go (best effort; never served)."""
+    with contextlib.suppress(Exception), transaction(runtime.session_factory) as session:
+        release = session.get(Release, release_id)
+        if release is not None and release.status == ReleaseStatus.running:
+            return  # still running (another attempt): its parts are in use
+    shards.discard(runtime.store, release_id)
+
+
+def _queue(job: Job) -> Any:
+    return registry.get(job.mechanism).queue
+
+
+def _enqueue(send: Callable[[shards.ShardDispatcher], None], runtime: Runtime) -> None:
+    dispatcher = runtime.dispatcher
+    if not isinstance(dispatcher, shards.ShardDispatcher):
+        raise RuntimeError("this process's dispatcher cannot hand shards over")
+    try:
+        send(dispatcher)
+    except Exception as exc:
+        # The broker did not take it: another attempt (this task's retry) sends it again.
+        raise TransientError(f"could not hand a shard task over: {exc}") from exc
+
+
+def _resume(runtime: Runtime, release_id: str, attempt: int) -> Job | None:
+    """The job of a release running in ``attempt`` (a shard or the finaliser of that
+    attempt's split), or None when it is not (settled, or handed over to a later attempt)."""
+    with transaction(runtime.session_factory) as session:
+        release = session.get(Release, release_id)
+        if release is None or release.status != ReleaseStatus.running:
+            return None
+        if release.attempts != attempt:
+            return None
+        return _job_of(session, release)
 
 
 def _superseded(runtime: Runtime, job: Job) -> bool:
@@ -308,7 +413,7 @@ class Written:
     raw: Path | None = None  # the rows as drawn, when the release was post-processed
 
 
-def _produce(runtime: Runtime, job: Job) -> None:
+def _produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
     store = runtime.store
     if store.exists(job.artifact_key):
         # A previous attempt stored its output and died before recording it: finish from the
@@ -329,18 +434,32 @@ def _produce(runtime: Runtime, job: Job) -> None:
             "the dataset has no declared classes; a release would publish the labels found "
             "in the private data"
         )
-    raw = store.get(job.dataset_key)
-    if sha256_hex(raw) != job.dataset_sha256:
-        raise RuntimeError("stored dataset does not match its recorded sha256")
-    parsed = parse_dataset(
-        content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
+    parsed = _parsed(runtime, job)
+    plan = (
+        shards.plan_named(job.mechanism, plan_key)
+        if plan_key is not None
+        else shards.plan_for(runtime.settings, job.mechanism, job.params, len(parsed.classes))
     )
-    del raw
+    if plan is not None:
+        todo = shards.missing(store, job.release_id, plan)
+        if todo and isinstance(runtime.dispatcher, shards.ShardDispatcher):
+            # Several workers draw the shards; the one that stores the last part hands the
+            # release to the finaliser (``finish_shards``), in this same attempt.
+            for index in todo:
+                _enqueue(
+                    lambda d, j=index: d.enqueue_shard(  # type: ignore[misc]
+                        job.release_id, job.attempt, j, plan.key, _queue(job)
+                    ),
+                    runtime,
+                )
+            return
+        for done, index in enumerate(todo):  # embedded mode: one after the other, here
+            _draw_shard(runtime, job, parsed, plan, index, plan.count - len(todo) + done)
     device = _device(runtime.settings.device)
     # Removed however the job ends (its process killed: at the next start, worker.scratch).
     with scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch:
         path = scratch / f"release.{job.fmt}"
-        written = _write_release(runtime, job, parsed, device, path)
+        written = _write_release(runtime, job, parsed, device, path, plan)
         meta = written.meta
         if not _claim_upload(runtime, job, [e.record for e in written.extras]):
             # The release was settled meanwhile (cancelled, or another delivery gave up and
@@ -375,6 +494,66 @@ def _produce(runtime: Runtime, job: Job) -> None:
             with contextlib.suppress(ObjectExists):
                 store.put(job.report_key, json.dumps(report, indent=2).encode())
     _succeed(runtime, job, size=size, sha256=digest, artifacts=extras)
+    if plan is not None:
+        shards.discard(store, job.release_id)
+
+
+def _parsed(runtime: Runtime, job: Job) -> ParsedDataset:
+    raw = runtime.store.get(job.dataset_key)
+    if sha256_hex(raw) != job.dataset_sha256:
+        raise RuntimeError("stored dataset does not match its recorded sha256")
+    return parse_dataset(
+        content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
+    )
+
+
+# The share of the progress bar a sharded release's shards fill; assembling fills the rest.
+SHARDS_SHARE = 0.8
+
+
+def _draw_shard(
+    runtime: Runtime, job: Job, parsed: ParsedDataset, plan: ShardPlan, index: int, done: int
+) -> None:
+    """Draw shard ``index`` and store its part, create-only, after claiming the upload: a
+    stored part is output, so from then on the release stays charged. ``done``: parts stored
+    before this one (for the progress bar)."""
+
+    def write(fraction: float, phase: str | None) -> bool:
+        own = fraction / (1 - UPLOAD_SHARE)
+        overall = SHARDS_SHARE * min(1.0, (done + own) / plan.count)
+        return _report_progress(runtime, job.release_id, job.attempt, overall, phase)
+
+    progress = Progress(write, release_id=job.release_id, stopping=runtime.stopping.is_set)
+
+    def report(count: float, total: float, phase: str) -> None:
+        progress.report(count, total, f"shard {index + 1} of {plan.count}: {phase}")
+
+    width = len(parsed.feature_names) + len(parsed.classes)
+    with scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch:
+        _check_disk(runtime, scratch, plan.rows_of(index) * width * 4)
+        drawn = shards.draw(
+            job.mechanism,
+            job.params,
+            plan,
+            index,
+            parsed,
+            noise=job.noise,
+            noise_sampler=job.noise_sampler,
+            device=_device(runtime.settings.device),
+            path=scratch / f"part-{index:05d}.npz",
+            report=report,
+        )
+        with transaction(runtime.session_factory) as session:
+            claimed = lifecycle.claim_upload(
+                session,
+                job.release_id,
+                artifact_key=job.artifact_key,
+                artifacts=None,
+                attempt=job.attempt,
+            )
+        if not claimed:
+            raise Cancelled(f"release {job.release_id} is no longer running; part not stored")
+        shards.store_part(runtime.store, job.release_id, plan, index, drawn.path)
 
 
 def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.ArtifactRecord:
@@ -456,16 +635,25 @@ NOISE_SOURCES = {
 
 
 def _write_release(
-    runtime: Runtime, job: Job, parsed: ParsedDataset, device: torch.device, path: Path
+    runtime: Runtime,
+    job: Job,
+    parsed: ParsedDataset,
+    device: torch.device,
+    path: Path,
+    plan: ShardPlan | None = None,
 ) -> Written:
     """Run the mechanism, stream its chunks into the artifact file and write its further
-    files beside it; return the metadata and those files."""
+    files beside it; return the metadata and those files. Sharded (``plan``): the rows are
+    the stored parts', and the mechanism is only built (for its description), with
+    randomness that refuses every draw."""
     classes = published_classes(parsed)  # before anything is drawn
     # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
-    generator, noise = randomness(job.noise_sampler)
+    generator, noise = randomness(job.noise_sampler) if plan is None else sharding.sealed()
+    # Sharded: the shards filled the bar's first SHARDS_SHARE; assembling fills the rest.
+    start, share = (0.0, 1.0) if plan is None else (SHARDS_SHARE, 1 - SHARDS_SHARE)
     progress = Progress(
         lambda fraction, phase: _report_progress(
-            runtime, job.release_id, job.attempt, fraction, phase
+            runtime, job.release_id, job.attempt, start + share * fraction, phase
         ),
         release_id=job.release_id,
         stopping=runtime.stopping.is_set,
@@ -480,6 +668,14 @@ def _write_release(
         device=device,
         report=progress.report,
     )
+    parts: shards.Parts | None = None
+    if plan is not None:
+        if output.rows != plan.rows or output.artifacts or output.extra:
+            raise RuntimeError("a sharded release must be rows alone, as many as its plan's")
+        parts = shards.Parts(
+            runtime.store, job.release_id, plan, len(output.feature_names), path.parent
+        )
+        output = replace(output, chunks=parts.chunks())
     counts_rows = output.progress == "rows"
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
@@ -491,6 +687,8 @@ def _write_release(
         disk_need(output.rows, len(output.feature_names) + len(classes), job.fmt, post is not None),
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
+    if plan is not None:
+        meta["shards"] = shards.describe(plan)
     if output.extra:
         # Where each of the mechanism's public arrays travels (_format_companions).
         meta["arrays"] = {
@@ -577,6 +775,8 @@ def _write_release(
     if isinstance(noise, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
         meta = {**meta, "noise_lattices": noise.describe()}
+    elif parts is not None and parts.lattices:
+        meta = {**meta, "noise_lattices": parts.lattices}
     return Written(meta, tuple(extras), raw_path)
 
 

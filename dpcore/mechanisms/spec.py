@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dpcore.audit.case import AuditCase
     from dpcore.mechanisms.noise import NoiseSampler
     from dpcore.mechanisms.secure_random import SecureRandom
+    from dpcore.mechanisms.sharding import ShardSpec
     from dpcore.preprocessing import RowTransform
 
 
@@ -413,6 +414,9 @@ class MechanismSpec:
     # ``dpcore.distributed.jobs`` job, raising ``Unsupported`` for options it lacks; None: the
     # mechanism runs on one machine only. Loaded lazily like ``release``.
     distributed: Callable[[Any, Any, NoiseDescription], Any] | None = None
+    # Issue 16.3: how a release splits into independently drawn shards run by several workers
+    # (``dpcore.mechanisms.sharding``); None: it always runs whole.
+    shard: ShardSpec | None = None
 
     @property
     def served(self) -> bool:
@@ -485,6 +489,8 @@ class MechanismSpec:
             raise SpecError(f"{self.name}: kind {self.kind!r} is not mechanism or baseline")
         if unknown:
             raise SpecError(f"{self.name}: release_only names unknown parameters {unknown}")
+        if self.shard is not None and self.shard.rows_param not in fields:
+            raise SpecError(f"{self.name}: shard counts rows by unknown {self.shard.rows_param!r}")
         names = [a.name for a in self.accountants]
         if len(set(names)) != len(names):
             raise SpecError(f"{self.name}: accountant names repeat: {names}")

@@ -51,3 +51,15 @@ def extra_artifact(release_id: str, name: str) -> str:
             f"starting with a letter or digit"
         )
     return f"{prefix(release_id)}artifacts/{name}"
+
+
+def shard_prefix(release_id: str) -> str:
+    """Where a sharded release's parts wait for assembly (worker-side only: never served,
+    deleted once the release is settled)."""
+    return f"{prefix(release_id)}shards/"
+
+
+def shard_part(release_id: str, plan: str, index: int) -> str:
+    """Part ``index`` of the split named ``plan`` (``ShardPlan.key``): parts of another split
+    of the same release never mix with it."""
+    return f"{shard_prefix(release_id)}{plan}/part-{index:05d}.npz"

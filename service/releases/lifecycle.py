@@ -147,15 +147,16 @@ def claim_upload(
     release_id: str,
     *,
     artifact_key: str,
-    artifacts: Sequence[ArtifactRecord] = (),
+    artifacts: Sequence[ArtifactRecord] | None = (),
     attempt: int | None = None,
 ) -> bool:
     """Record, before its first byte is stored, that an attempt is about to store output (the
-    artifact, and the further ``artifacts`` it declares): from now on the release stays
-    charged. False when the release is no longer running (cancelled, settled by another
-    delivery, handed over again by the sweeper) or, given the job's ``attempt``, when a later
-    attempt has started: the attempt must then store nothing, or output would exist with no
-    charge, or two draws would race to be published."""
+    artifact, and the further ``artifacts`` it declares; None: leave the declared ones as they
+    are, as a sharded release's part does): from now on the release stays charged. False
+    when the release is no longer running (cancelled, settled by another delivery, handed
+    over again by the sweeper) or, given the job's ``attempt``, when a later attempt has
+    started: the attempt must then store nothing, or output would exist with no charge, or
+    two draws would race to be published."""
     release = repository.get_for_update(session, release_id)
     if release is None or release.status != ReleaseStatus.running:
         return False
@@ -163,7 +164,8 @@ def claim_upload(
         return False
     release.artifact_key = artifact_key
     # A later attempt (a redelivery) finds here which further files to expect in the store.
-    release.artifacts = [a.to_json() for a in artifacts] or None
+    if artifacts is not None:
+        release.artifacts = [a.to_json() for a in artifacts] or None
     return True
 
 

@@ -158,6 +158,7 @@ def catalogue() -> MechanismList:
                 good_for=spec.good_for,
                 reference=spec.reference,
                 params_schema=spec.request_params.model_json_schema(),
+                shardable=None if spec.shard is None else spec.shard.summary,
                 accountants=[
                     AccountantInfo(
                         name=acc.name,

@@ -429,6 +429,13 @@ class MechanismInfo(BaseModel):
     )
     params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
     accountants: list[AccountantInfo]
+    shardable: str | None = Field(
+        default=None,
+        description="When a large release of this mechanism is drawn as independent shards "
+        "on several workers (more rows than the server's DPRELEASE_SHARD_ROWS; same law, "
+        "same charge, one file): the parameter counting its rows and the exceptions; null: "
+        "it always runs whole",
+    )
 
 
 class MechanismList(BaseModel):

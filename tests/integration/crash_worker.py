@@ -13,7 +13,8 @@ command line on stdin:
 - ``stop PID``: SIGTERM (warm shutdown), then reap → ``status CODE``.
 
 Crash plan: a file ``PLAN_DIR/<release_id>`` holding ``PHASE TIMES`` makes the job of that
-release SIGKILL its own process at PHASE on its first TIMES attempts (counted in
+release SIGKILL its own process at PHASE (one of PHASES, or ``shard_<index>_drawn``: a sharded
+release's shard drawn, before its part is stored) on its first TIMES attempts (counted in
 ``PLAN_DIR/<release_id>.crashes``). Every phase reached is appended to ``PLAN_DIR/events`` as
 ``release_id phase pid time``. The hooks wrap ``worker.runner`` functions in this process and its
 children only: nothing in the service or the worker can turn them on.
@@ -77,6 +78,16 @@ def install_hooks(plan_dir: Path) -> None:
         succeed(runtime, job, **kwargs)
         reach(job.release_id, "after_commit")
 
+    # A sharded release's shard, drawn but not yet stored (the phase "shard_<index>_drawn").
+    from worker import shards
+
+    store_part = shards.store_part
+
+    def _store_part(store: Any, release_id: str, plan: Any, index: int, path: Any) -> bool:
+        reach(release_id, f"shard_{index}_drawn")
+        return store_part(store, release_id, plan, index, path)
+
+    shards.store_part = _store_part  # type: ignore[assignment]
     runner._write_release = _write_release  # type: ignore[assignment]
     runner._claim_upload = _claim_upload  # type: ignore[assignment]
     runner._succeed = _succeed  # type: ignore[assignment]

@@ -85,6 +85,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "CELERY_VISIBILITY_TIMEOUT": settings.celery_visibility_timeout,
         "CPU_QUEUE": settings.cpu_queue,
         "GPU_QUEUE": settings.gpu_queue,
+        "SHARD_ROWS": settings.shard_rows,
         "DEVICE": "cpu",
         **extra,
     }

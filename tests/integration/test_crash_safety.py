@@ -9,6 +9,8 @@ with fresh noise."""
 
 from __future__ import annotations
 
+import io
+import json
 import select
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 from celery import Celery
@@ -141,7 +144,12 @@ def crash(
     base = tmp_path_factory.mktemp("crash")
     with private_redis(base / "redis") as broker:
         settings = real_services["settings"].model_copy(
-            update={"celery_broker_url": broker, "celery_visibility_timeout": VISIBILITY_TIMEOUT}
+            update={
+                "celery_broker_url": broker,
+                "celery_visibility_timeout": VISIBILITY_TIMEOUT,
+                # Releases of more rows are sharded (the releases above make 40 rows).
+                "shard_rows": SHARD_ROWS,
+            }
         )
         plan_dir = base / "plan"
         plan_dir.mkdir()
@@ -168,6 +176,9 @@ def crash(
             stop(server)
             runtime.engine.dispose()
 
+
+# Rows per shard of test_a_shard_dying_is_drawn_again's release.
+SHARD_ROWS = 500
 
 # The release these tests crash: post-processed (opt-in), so it stores the owner's raw rows too
 # and every phase of the worker's path is crossed.
@@ -291,6 +302,57 @@ def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
         "every attempt killed:",
         {"before_noise": ("failed", "refunded"), "after_upload": ("failed", "committed")},
     )
+
+
+def test_a_shard_dying_is_drawn_again(crash: Crash) -> None:
+    """A sharded release (3 shards on the CPU queue, where its shard tasks go): its first
+    worker stores shard 0 and dies with shard 1 drawn but not stored; after the visibility
+    timeout a fresh worker draws shard 1 again (nothing of the first draw was stored), draws
+    shard 2, assembles and settles the release: one charge, one attempt, one file, parts
+    gone."""
+    queue = crash.runtime.settings.cpu_queue
+    crash.dispatcher.queue = queue
+    h = crash.harness
+    owner, _ = h.new_key("owner")
+    ds = h.upload(
+        owner, npz_bytes(*toy_dataset(n=60, d=4)), budget={"epsilon": 20.0, "delta": 1e-5}
+    ).json()
+    body = h.release_body(ds["id"], params={"mixture_degree": 4, "n_samples": 3 * SHARD_ROWS})
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    rid = r.json()["id"]
+    crash.plan(rid, "shard_1_drawn", 1)
+
+    first = crash.spawn(queue)
+    assert crash.wait(first, 90) == "status -9", crash.log_tail()
+    release, entries = crash.row(rid)
+    assert release.status == "running" and [e.state for e in entries] == ["reserved"]
+    assert release.artifact_key is not None  # shard 0 claimed the upload before storing
+    assert set(crash.objects(rid)) == {
+        "part-00000.npz",
+        "part-00000.npz.try-1",
+        "part-00001.npz.try-1",
+    }
+
+    time.sleep(VISIBILITY_TIMEOUT + 1)
+    fresh = crash.spawn(queue)
+    crash.wait_terminal([rid])
+    assert crash.ask(f"stop {fresh}") == "status 0"
+    assert crash.queue_drained(queue)
+
+    release, entries = crash.row(rid)
+    events = crash.events(rid)
+    assert release.status == "succeeded", release.error
+    assert release.attempts == 1
+    assert [e.state for e in entries] == ["committed"]
+    assert events["shard_0_drawn"] == 1 and events["shard_2_drawn"] == 1
+    assert events["shard_1_drawn"] == 2 and events["crash:shard_1_drawn"] == 1
+    stored = crash.objects(rid)
+    assert set(stored) == {"release.npz", "metadata.json"}  # the parts are gone
+    with np.load(io.BytesIO(crash.harness.download(ADMIN_KEY, rid)), allow_pickle=False) as z:
+        assert z["X"].shape == (3 * SHARD_ROWS, 4)
+        assert len(np.unique(z["X"], axis=0)) == 3 * SHARD_ROWS
+        assert json.loads(bytes(z["metadata"]))["shards"]["count"] == 3
 
 
 def _one_release(h: Harness) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import DEFAULT_RULE, check_clip_norm, default_clip_norm
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
+from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
     AuditSpec,
@@ -163,6 +164,17 @@ def _feature_noise(
     )
 
 
+def _shard_refusal(params: DPCDAParams) -> str | None:
+    """DP-CDA's rows are i.i.d. within each class, ⌈T/k⌉ per class (one unit = k rows); but DP
+    statistics and DP class sizes are drawn before the rows, once per release: a shard would
+    draw its own."""
+    if params.standardization == "dp":
+        return "DP standardisation statistics are drawn once per release"
+    if params.class_sizes == "dp":
+        return "DP class sizes are drawn once per release"
+    return None
+
+
 SPEC = MechanismSpec(
     name="dpcda",
     title="DPCDARequest",
@@ -213,6 +225,12 @@ SPEC = MechanismSpec(
     release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
+    shard=ShardSpec(
+        "n_samples",
+        unit=lambda p, k: k,
+        refuse=_shard_refusal,
+        exceptions="with standardization 'dp' or class_sizes 'dp'",
+    ),
     distributed=lazy(f"{__name__}.distributed", "job"),
     audit=AuditSpec(
         keys=(

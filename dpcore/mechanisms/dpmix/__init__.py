@@ -16,6 +16,7 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.dpmix.params import DPMixParams
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
+from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
     AuditSpec,
@@ -138,6 +139,15 @@ SPEC = MechanismSpec(
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
     distributed=lazy(f"{__name__}.distributed", "job"),
+    # Mixture assignment: every mixture draws its own subset and noise, so the rows are i.i.d.
+    # given the data. Record assignment is not: each record joins k mixtures, shared by rows.
+    shard=ShardSpec(
+        "n_samples",
+        refuse=lambda p: (
+            "record assignment ties rows together" if p.assignment == "record" else None
+        ),
+        exceptions="with assignment 'record'",
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,

@@ -17,6 +17,7 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
+from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
     AuditSpec,
@@ -147,6 +148,8 @@ SPEC = MechanismSpec(
     release_only=RELEASE_ONLY | {"clip_norm"},
     check=_check,
     release=lazy(f"{__name__}.release", "release"),
+    # Every combination includes each record on its own coins and draws its own noise.
+    shard=ShardSpec("n_samples"),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
