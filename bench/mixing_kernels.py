@@ -41,6 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.former_sampling import uses_rejection
 from dpcore.mechanisms import sampling
 from dpcore.mechanisms.dpmix.generate import generate as dpmix_generate
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -54,12 +55,12 @@ OLD_BUDGET = 1 << 25
 
 def old_chunk(ell: int, dim: int) -> int:
     by_gather = OLD_BUDGET // max(1, ell * dim)
-    by_keys = OLD_BUDGET // N if not sampling.uses_rejection(N, ell) else 1 << 16
+    by_keys = OLD_BUDGET // N if not uses_rejection(N, ell) else 1 << 16
     return max(1, min(4096, by_gather, by_keys))
 
 
 def old_subsets(n: int, ell: int, count: int, gen: SecureRandom) -> torch.Tensor:
-    if not sampling.uses_rejection(n, ell):
+    if not uses_rejection(n, ell):
         return sampling._by_keys(n, ell, count, gen, torch.device("cpu"))
     out = gen.integers(n, (count, ell))
     bad = np.arange(count)

@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.former_sampling import uses_rejection
 from dpcore.mechanisms import sampling
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -92,7 +93,7 @@ def main() -> None:
         ),
     ]
     for ell in (8, 64, 256):
-        path = "rejection" if sampling.uses_rejection(N, ell) else "keys"
+        path = "rejection" if uses_rejection(N, ell) else "keys"
         cases.append(
             (
                 f"subsets T=1e4, ℓ={ell}, n=6e4 ({path})",

@@ -19,21 +19,6 @@ GATHER_BUDGET = 1 << 25
 # slower at ℓ = 256), a rounding bound that stops growing with ℓ at γ_64 in float32
 # (``float_error.blocked_sum``).
 SUM_BLOCK = 64
-# The former sampler's regime rule (whole-row rejection vs keys), kept for
-# bench/secure_random.py's comparison: releases choose by ``subset_path``.
-_MIN_ACCEPT = 1 / 16
-_KEY_COST_RATIO = 4
-
-
-def acceptance(n: int, size: int) -> float:
-    """P(``size`` draws with replacement from range(n) are distinct) = Π_{i<ℓ} (1 − i/n)."""
-    return math.exp(sum(math.log1p(-i / n) for i in range(size))) if size <= n else 0.0
-
-
-def uses_rejection(n: int, size: int) -> bool:
-    """The former regime rule (whole-row rejection vs sort keys); see ``_by_keys``."""
-    p = acceptance(n, size)
-    return p >= _MIN_ACCEPT and size / p * _KEY_COST_RATIO <= n
 
 
 def subset_path(n: int, size: int) -> str:

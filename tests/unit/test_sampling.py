@@ -17,16 +17,15 @@ import pytest
 import torch
 from scipy import stats
 
+from bench.former_sampling import acceptance, uses_rejection
 from dpcore.mechanisms import float_error, sampling
 from dpcore.mechanisms.sampling import (
     _by_keys,
-    acceptance,
     distinct_draws,
     gather_sum,
     gather_sum_error,
     subset_path,
     uniform_subsets,
-    uses_rejection,
 )
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -79,7 +78,7 @@ def test_acceptance_at_mnist_sizes() -> None:
     # n = 60000: ℓ = 256 draws are all distinct with probability ≈ 0.58
     assert acceptance(60_000, 1) == 1.0
     assert acceptance(60_000, 256) == pytest.approx(math.exp(-256 * 255 / 120_000), rel=1e-2)
-    assert uses_rejection(60_000, 256)  # the former rule, still read by bench/secure_random.py
+    assert uses_rejection(60_000, 256)  # the former rule the benches compare with
     assert not uses_rejection(60_000, 2048)
 
 
