@@ -371,5 +371,10 @@ def client_for(scheduler: str | None, *, workers: int = 2, processes: bool = Fal
 
 def client_from_settings(settings: Any) -> Any:
     """The client a release job uses: ``DPRELEASE_DASK_SCHEDULER``, else a LocalCluster of
-    ``DPRELEASE_DASK_LOCAL_WORKERS`` worker processes."""
-    return client_for(settings.dask_scheduler, workers=settings.dask_local_workers, processes=True)
+    ``DPRELEASE_DASK_LOCAL_WORKERS`` worker processes (threads when
+    ``DPRELEASE_DASK_LOCAL_PROCESSES`` is false)."""
+    return client_for(
+        settings.dask_scheduler,
+        workers=settings.dask_local_workers,
+        processes=getattr(settings, "dask_local_processes", True),
+    )

@@ -58,6 +58,7 @@ from service.releases.mechanisms import VALUE_BYTES
 from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
+from worker import engines
 from worker import scratch as scratch_dirs
 from worker.artifacts import ArtifactWriter, sha256_file
 
@@ -480,6 +481,19 @@ def _write_release(
         device=device,
         report=progress.report,
     )
+    # DPRELEASE_RELEASE_ENGINE=dask: the rows from the Dask job where the mechanism has one.
+    engine = engines.choose(
+        runtime.settings,
+        job.mechanism,
+        job.params,
+        parsed,
+        output,
+        noise=job.noise,
+        sampler_name=job.noise_sampler,
+        generator=generator,
+        scratch=path.parent / "dask",
+    )
+    output = engine.output
     counts_rows = output.progress == "rows"
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
@@ -491,6 +505,7 @@ def _write_release(
         disk_need(output.rows, len(output.feature_names) + len(classes), job.fmt, post is not None),
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
+    meta["engine"] = engine.name
     if output.extra:
         # Where each of the mechanism's public arrays travels (_format_companions).
         meta["arrays"] = {
