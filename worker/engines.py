@@ -19,10 +19,10 @@ without ever being started and the published rows are the Dask job's only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -147,7 +147,7 @@ def write_dataset(path: Path, parsed: ParsedDataset, rows: int) -> None:
     dask_release.write_partitions(
         str(path),
         np.asarray(parsed.X, dtype=np.float64),
-        np.asarray(parsed.labels, dtype=np.int64),
+        cast(Sequence[int], np.asarray(parsed.labels, dtype=np.int64)),
         feature_columns(parsed.n_features),
         LABEL,
         rows,
