@@ -339,6 +339,34 @@ def run_job(
     )
 
 
+@dataclass(frozen=True)
+class NoiseCall:
+    """One kind of sampler call the job's reducers make: public values only."""
+
+    sigma: float
+    sensitivity: float
+    dim: int
+    error: float
+
+
+def noise_calls(job: jobs.RecordJob | jobs.ClassJob, n: int, columns: Columns) -> list[NoiseCall]:
+    """The (σ, sensitivity, width, rounding bound) of every sampler call the job's reducers
+    make on ``n`` records: the release metadata's lattices for the secure sampler, which
+    plans on the workers (``_record_reduce``, ``_class_reduce``)."""
+    if isinstance(job, jobs.RecordJob):
+        dx, dy, ex, ey = record.RecordPlan(
+            n, job.mixture_degree, job.n_samples, len(columns.features), len(columns.classes), ()
+        ).noise_bounds()
+        return [
+            NoiseCall(job.sigma_x, dx, len(columns.features), ex),
+            NoiseCall(job.sigma_y, dy, len(columns.classes), ey),
+        ]
+    sensitivity, error = classes.noise_bounds(
+        clip_norm=job.clip_norm, mixture_degree=job.mixture_degree, nonnegative=job.nonnegative
+    )
+    return [NoiseCall(job.sigma, sensitivity, len(columns.features), error)]
+
+
 # --- the cluster -------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ import torch
 from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
 from dpcore.distributed.tasks import FreshKeys, NoiseSpec
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
 from dpcore.mechanisms.run import params_of
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import ReleaseOutput
@@ -57,12 +58,15 @@ def choose(
     output: ReleaseOutput,
     *,
     noise: Any,
-    sampler_name: str,
+    sampler: NoiseSampler,
     generator: SecureRandom,
     scratch: Path,
 ) -> Engine:
     """The runner's call right after ``build``: ``output`` unchanged (local), or with its
-    ``chunks`` replaced by the Dask job's rows (the build's generator closed unstarted)."""
+    ``chunks`` replaced by the Dask job's rows (the build's generator closed unstarted).
+    ``sampler`` and ``generator``: the release's (``randomness``), which the Dask path never
+    draws from; the secure sampler is given the plans the workers use, so the metadata's
+    ``noise_lattices`` describe the noise published."""
     if settings.release_engine != "dask":
         return Engine(output, "local")
     job = _job(mechanism, params, parsed, noise)
@@ -72,6 +76,19 @@ def choose(
     if reason is not None:
         log.warning("release of %s runs locally under the dask engine: %s", mechanism, reason)
         return Engine(output, "local")
+    from worker import dask_release
+
+    columns = dask_release.Columns(
+        feature_columns(parsed.n_features), LABEL, tuple(range(len(parsed.classes)))
+    )
+    declared = DeclaredNoise(sampler, noise)
+    plan = getattr(sampler, "plan", None)
+    for call in dask_release.noise_calls(job, parsed.n_rows, columns):
+        # The declared scale (UndeclaredNoise before any cluster starts), planned as the
+        # workers' DeclaredNoise plans it: no draw.
+        scale = declared.scale_for(sigma=call.sigma, sensitivity=call.sensitivity)
+        if callable(plan):
+            plan(sigma=scale.sigma, sensitivity=scale.sensitivity, dim=call.dim, error=call.error)
     # The build's generator is never started: nothing of it is drawn or published.
     close = getattr(output.chunks, "close", None)
     if close is not None:
@@ -83,9 +100,8 @@ def choose(
         settings,
         job,
         data,
-        len(parsed.feature_names),
-        len(parsed.classes),
-        noise=NoiseSpec(sampler_name, noise),
+        columns,
+        noise=NoiseSpec(sampler.name, noise),
         expected=output.rows,
     )
     return Engine(replace(output, chunks=rows), "dask")
@@ -158,8 +174,7 @@ def _dask_rows(
     settings: Any,
     job: RecordJob | ClassJob,
     data: Path,
-    d: int,
-    n_classes: int,
+    columns: Any,
     *,
     noise: NoiseSpec,
     expected: int,
@@ -171,7 +186,6 @@ def _dask_rows(
     client = dask_release.client_from_settings(settings)
     try:
         parts = dask_release.discover([str(data)])
-        columns = dask_release.Columns(feature_columns(d), LABEL, tuple(range(n_classes)))
         done = 0
         for x, y in dask_release.run_job(
             client, job, parts, columns, noise=noise, keys=FreshKeys()

@@ -489,7 +489,7 @@ def _write_release(
         parsed,
         output,
         noise=job.noise,
-        sampler_name=job.noise_sampler,
+        sampler=noise,
         generator=generator,
         scratch=path.parent / "dask",
     )

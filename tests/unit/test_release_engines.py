@@ -50,11 +50,13 @@ def _settings(engine: str = "dask") -> Any:
     )
 
 
-def _built(mechanism: str, params: dict[str, Any]) -> tuple[Any, Any, SecureRandom, Any]:
+def _built(
+    mechanism: str, params: dict[str, Any], sampler_name: str = "fast"
+) -> tuple[Any, Any, SecureRandom, Any, Any]:
     parsed = _parsed()
     sigma_y = 1.0 if mechanism == "dpmix" else None
     noise = noise_for(mechanism, params, facts_of(parsed), sigma=1.0, sigma_y=sigma_y)
-    generator, sampler = randomness("fast")
+    generator, sampler = randomness(sampler_name)
     output = build(
         mechanism,
         params,
@@ -64,13 +66,13 @@ def _built(mechanism: str, params: dict[str, Any]) -> tuple[Any, Any, SecureRand
         generator=generator,
         device=torch.device("cpu"),
     )
-    return parsed, noise, generator, output
+    return parsed, noise, generator, sampler, output
 
 
 def _choose(
     mechanism: str, params: dict[str, Any], tmp_path: Path, engine: str = "dask", **kw: Any
-) -> tuple[Any, engines.Engine]:
-    parsed, noise, generator, output = _built(mechanism, params)
+) -> tuple[Any, engines.Engine, Any]:
+    parsed, noise, generator, sampler, output = _built(mechanism, params, kw.get("sampler", "fast"))
     if kw.get("drawn"):
         generator.bytes(1)
     chosen = engines.choose(
@@ -80,18 +82,18 @@ def _choose(
         parsed,
         output,
         noise=noise,
-        sampler_name="fast",
+        sampler=sampler,
         generator=generator,
         scratch=tmp_path / "dask",
     )
-    return output, chosen
+    return output, chosen, sampler
 
 
 @pytest.mark.parametrize(("mechanism", "params"), [("dpmix", RECORD), ("dpcda", CLASSES)])
 def test_supported_releases_take_the_dask_rows_and_close_the_build(
     tmp_path: Path, mechanism: str, params: dict[str, Any]
 ) -> None:
-    output, chosen = _choose(mechanism, params, tmp_path)
+    output, chosen, _ = _choose(mechanism, params, tmp_path)
     assert chosen.name == "dask"
     assert chosen.output.chunks is not output.chunks
     # Everything but the chunks is the build's (rows, transform, preprocessing, ...).
@@ -122,7 +124,7 @@ def test_supported_releases_take_the_dask_rows_and_close_the_build(
 def test_options_the_job_lacks_stay_local(
     tmp_path: Path, mechanism: str, params: dict[str, Any]
 ) -> None:
-    output, chosen = _choose(mechanism, params, tmp_path)
+    output, chosen, _ = _choose(mechanism, params, tmp_path)
     assert chosen.name == "local" and chosen.output is output
     assert not (tmp_path / "dask").exists()
 
@@ -130,21 +132,21 @@ def test_options_the_job_lacks_stay_local(
 def test_dp_statistics_are_drawn_by_the_build() -> None:
     """Why the Dask path refuses them: the single machine draws them at build time (the guard
     in ``engines`` would also refuse a build that drew anything)."""
-    _, _, generator, _ = _built("dpcda", DP_STATS)
+    _, _, generator, _, _ = _built("dpcda", DP_STATS)
     assert generator.position > 0
-    _, _, generator, _ = _built("dpcda", CLASSES)
+    _, _, generator, _, _ = _built("dpcda", CLASSES)
     assert generator.position == 0
-    _, _, generator, _ = _built("dpmix", RECORD)
+    _, _, generator, _, _ = _built("dpmix", RECORD)
     assert generator.position == 0
 
 
 def test_a_build_that_drew_stays_local(tmp_path: Path) -> None:
-    output, chosen = _choose("dpmix", RECORD, tmp_path, drawn=True)
+    output, chosen, _ = _choose("dpmix", RECORD, tmp_path, drawn=True)
     assert chosen.name == "local" and chosen.output is output
 
 
 def test_the_local_engine_changes_nothing(tmp_path: Path) -> None:
-    output, chosen = _choose("dpmix", RECORD, tmp_path, engine="local")
+    output, chosen, _ = _choose("dpmix", RECORD, tmp_path, engine="local")
     assert chosen.name == "local" and chosen.output is output
 
 
@@ -163,3 +165,30 @@ def test_same_transform() -> None:
     assert not engines.same_transform(a, RowTransform.unit_range(lo, hi, 1.5, divide=False))
     assert not engines.same_transform(a, RowTransform.unit_range(lo, 2 * hi, 1.5))
     assert not engines.same_transform(a, RowTransform.unit_range(lo, hi, 1.0))
+
+
+@pytest.mark.parametrize(("mechanism", "params"), [("dpmix", RECORD), ("dpcda", CLASSES)])
+def test_secure_lattices_in_the_metadata_are_the_workers(
+    tmp_path: Path, mechanism: str, params: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's ``noise_lattices`` come from the release's (unused) secure sampler: the
+    Dask path plans there exactly what the reducers plan on the workers (thread workers here,
+    so every plan, the driver's and the workers', passes the recorder)."""
+    from dpcore.mechanisms.noise import SecureNoise
+
+    planned: set[tuple[float, float, int, float]] = set()
+    original = SecureNoise.plan
+
+    def recording(self: SecureNoise, **kw: Any) -> Any:
+        planned.add((float(kw["sigma"]), float(kw["sensitivity"]), int(kw["dim"]), kw["error"]))
+        return original(self, **kw)
+
+    monkeypatch.setattr(SecureNoise, "plan", recording)
+    output, chosen, sampler = _choose(mechanism, params, tmp_path, sampler="secure")
+    assert chosen.name == "dask" and isinstance(sampler, SecureNoise)
+    driver = set(sampler.plans)
+    assert driver and driver == planned  # before the job: the driver's plans only
+    rows = sum(x.shape[0] for x, _ in chosen.output.chunks)
+    assert rows == output.rows
+    assert planned == driver  # the workers planned nothing else
+    assert len(sampler.describe()) == (2 if mechanism == "dpmix" else 1)
