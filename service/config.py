@@ -234,6 +234,25 @@ class Settings(BaseSettings):
     max_shards: int = Field(
         default=64, ge=2, le=1024, description="The most shards one release is split into"
     )
+    release_engine: Literal["local", "dask"] = Field(
+        default="local",
+        description="Where a release's rows are drawn: local (the job's process) or dask (the "
+        "dask.distributed cluster of dask_scheduler, for the mechanisms and options whose "
+        "MechanismSpec.distributed builds a job: DPMix record assignment, DP-CDA without DP "
+        "statistics, DP class sizes, basis or post-processing; every other release runs "
+        "locally). The release metadata's engine says which ran it",
+    )
+    dask_local_processes: bool = Field(
+        default=True,
+        description="The LocalCluster's workers are processes (false: threads of the job's "
+        "process, e.g. tests)",
+    )
+    dask_row_group_rows: int = Field(
+        default=100_000,
+        ge=1,
+        description="Rows per Parquet row group (one Dask partition) of the dataset file a "
+        "dask release writes into the job's scratch directory",
+    )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -339,6 +339,34 @@ def run_job(
     )
 
 
+@dataclass(frozen=True)
+class NoiseCall:
+    """One kind of sampler call the job's reducers make: public values only."""
+
+    sigma: float
+    sensitivity: float
+    dim: int
+    error: float
+
+
+def noise_calls(job: jobs.RecordJob | jobs.ClassJob, n: int, columns: Columns) -> list[NoiseCall]:
+    """The (σ, sensitivity, width, rounding bound) of every sampler call the job's reducers
+    make on ``n`` records: the release metadata's lattices for the secure sampler, which
+    plans on the workers (``_record_reduce``, ``_class_reduce``)."""
+    if isinstance(job, jobs.RecordJob):
+        dx, dy, ex, ey = record.RecordPlan(
+            n, job.mixture_degree, job.n_samples, len(columns.features), len(columns.classes), ()
+        ).noise_bounds()
+        return [
+            NoiseCall(job.sigma_x, dx, len(columns.features), ex),
+            NoiseCall(job.sigma_y, dy, len(columns.classes), ey),
+        ]
+    sensitivity, error = classes.noise_bounds(
+        clip_norm=job.clip_norm, mixture_degree=job.mixture_degree, nonnegative=job.nonnegative
+    )
+    return [NoiseCall(job.sigma, sensitivity, len(columns.features), error)]
+
+
 # --- the cluster -------------------------------------------------------------------------
 
 
@@ -371,5 +399,10 @@ def client_for(scheduler: str | None, *, workers: int = 2, processes: bool = Fal
 
 def client_from_settings(settings: Any) -> Any:
     """The client a release job uses: ``DPRELEASE_DASK_SCHEDULER``, else a LocalCluster of
-    ``DPRELEASE_DASK_LOCAL_WORKERS`` worker processes."""
-    return client_for(settings.dask_scheduler, workers=settings.dask_local_workers, processes=True)
+    ``DPRELEASE_DASK_LOCAL_WORKERS`` worker processes (threads when
+    ``DPRELEASE_DASK_LOCAL_PROCESSES`` is false)."""
+    return client_for(
+        settings.dask_scheduler,
+        workers=settings.dask_local_workers,
+        processes=getattr(settings, "dask_local_processes", True),
+    )

@@ -59,8 +59,8 @@ from service.releases.mechanisms import VALUE_BYTES
 from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
+from worker import engines, shards
 from worker import scratch as scratch_dirs
-from worker import shards
 from worker.artifacts import ArtifactWriter, sha256_file
 
 log = logging.getLogger(__name__)
@@ -435,11 +435,13 @@ def _produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
             "in the private data"
         )
     parsed = _parsed(runtime, job)
-    plan = (
-        shards.plan_named(job.mechanism, plan_key)
-        if plan_key is not None
-        else shards.plan_for(runtime.settings, job.mechanism, job.params, len(parsed.classes))
-    )
+    plan: ShardPlan | None
+    if plan_key is not None:
+        plan = shards.plan_named(job.mechanism, plan_key)
+    elif engines.runs_on_dask(runtime.settings, job.mechanism, job.params, parsed, job.noise):
+        plan = None  # the Dask engine draws it (engines.choose), whole
+    else:
+        plan = shards.plan_for(runtime.settings, job.mechanism, job.params, len(parsed.classes))
     if plan is not None:
         todo = shards.missing(store, job.release_id, plan)
         if todo and isinstance(runtime.dispatcher, shards.ShardDispatcher):
@@ -670,12 +672,28 @@ def _write_release(
     )
     parts: shards.Parts | None = None
     if plan is not None:
+        # Sharded: the rows are the stored parts' (never the Dask engine's: a release the
+        # engine runs is not split, _produce).
         if output.rows != plan.rows or output.artifacts or output.extra:
             raise RuntimeError("a sharded release must be rows alone, as many as its plan's")
         parts = shards.Parts(
             runtime.store, job.release_id, plan, len(output.feature_names), path.parent
         )
-        output = replace(output, chunks=parts.chunks())
+        engine = engines.Engine(replace(output, chunks=parts.chunks()), "local")
+    else:
+        # DPRELEASE_RELEASE_ENGINE=dask: the rows from the Dask job where the mechanism has one.
+        engine = engines.choose(
+            runtime.settings,
+            job.mechanism,
+            job.params,
+            parsed,
+            output,
+            noise=job.noise,
+            sampler=noise,
+            generator=generator,
+            scratch=path.parent / "dask",
+        )
+    output = engine.output
     counts_rows = output.progress == "rows"
     if counts_rows:
         progress.report(0, output.rows, ROWS_PHASE)
@@ -687,6 +705,7 @@ def _write_release(
         disk_need(output.rows, len(output.feature_names) + len(classes), job.fmt, post is not None),
     )
     meta = _release_metadata(job, parsed, device, output.preprocessing, output.artifacts)
+    meta["engine"] = engine.name
     if plan is not None:
         meta["shards"] = shards.describe(plan)
     if output.extra:

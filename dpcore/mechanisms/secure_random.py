@@ -72,6 +72,13 @@ class SecureRandom:
         self._left = SEGMENT_BYTES
         return Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
 
+    @property
+    def position(self) -> int:
+        """Keystream bytes drawn so far (0 for a fresh source): lets a caller check that a
+        step drew nothing (``worker/engines.py``: the single-machine build before a Dask run)."""
+        with self._lock:
+            return self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+
     # --- bytes ---------------------------------------------------------------------------
 
     def fill(self, out: np.ndarray) -> np.ndarray:

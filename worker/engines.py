@@ -1,0 +1,211 @@
+"""Which engine draws a release's rows (issue 16, item 4; docs/scaling.md, "Running releases
+on Dask").
+
+``DPRELEASE_RELEASE_ENGINE=local`` (the default): the rows come from the single-machine
+generator ``build`` returned. ``dask``: when the mechanism's ``MechanismSpec.distributed``
+builds a job for the release's params (no ``Unsupported``), the rows come from that job on
+``dask.distributed`` (``worker/dask_release.py``) instead; everything else of the release
+(metadata, the transform back to raw units, formats, upload claim, ledger) stays the runner's.
+
+One draw of everything: ``build`` only prepares a lazy generator for the configurations a job
+exists for (DP statistics and DP class sizes, drawn at build time, are refused by the job
+builders), and this module checks it rather than trusts it: when the release's source has
+drawn anything during ``build``, or the build's output would need something the job does not
+make (post-processing, further arrays or artifacts, another transform or row count), the
+release runs locally with the build's own rows. Otherwise the build's generator is closed
+without ever being started and the published rows are the Dask job's only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
+from dpcore.distributed.tasks import FreshKeys, NoiseSpec
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
+from dpcore.mechanisms.run import params_of
+from dpcore.mechanisms.secure_random import SecureRandom
+from dpcore.mechanisms.spec import ReleaseOutput
+from dpcore.preprocessing import RowTransform
+from service.datasets.parsing import ParsedDataset
+
+log = logging.getLogger(__name__)
+
+LABEL = "label"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The output whose ``chunks`` the runner streams, and which engine draws them."""
+
+    output: ReleaseOutput
+    name: str  # "local" or "dask": the release metadata's "engine"
+
+
+def choose(
+    settings: Any,
+    mechanism: str,
+    params: dict[str, Any],
+    parsed: ParsedDataset,
+    output: ReleaseOutput,
+    *,
+    noise: Any,
+    sampler: NoiseSampler,
+    generator: SecureRandom,
+    scratch: Path,
+) -> Engine:
+    """The runner's call right after ``build``: ``output`` unchanged (local), or with its
+    ``chunks`` replaced by the Dask job's rows (the build's generator closed unstarted).
+    ``sampler`` and ``generator``: the release's (``randomness``), which the Dask path never
+    draws from; the secure sampler is given the plans the workers use, so the metadata's
+    ``noise_lattices`` describe the noise published."""
+    if settings.release_engine != "dask":
+        return Engine(output, "local")
+    job = _job(mechanism, params, parsed, noise)
+    if job is None:
+        return Engine(output, "local")
+    reason = _mismatch(job, output, generator)
+    if reason is not None:
+        log.warning("release of %s runs locally under the dask engine: %s", mechanism, reason)
+        return Engine(output, "local")
+    from worker import dask_release
+
+    columns = dask_release.Columns(
+        feature_columns(parsed.n_features), LABEL, tuple(range(len(parsed.classes)))
+    )
+    declared = DeclaredNoise(sampler, noise)
+    plan = getattr(sampler, "plan", None)
+    for call in dask_release.noise_calls(job, parsed.n_rows, columns):
+        # The declared scale (UndeclaredNoise before any cluster starts), planned as the
+        # workers' DeclaredNoise plans it: no draw.
+        scale = declared.scale_for(sigma=call.sigma, sensitivity=call.sensitivity)
+        if callable(plan):
+            plan(sigma=scale.sigma, sensitivity=scale.sensitivity, dim=call.dim, error=call.error)
+    # The build's generator is never started: nothing of it is drawn or published.
+    close = getattr(output.chunks, "close", None)
+    if close is not None:
+        close()
+    scratch.mkdir(parents=True, exist_ok=True)
+    data = scratch / "dataset.parquet"
+    write_dataset(data, parsed, settings.dask_row_group_rows)
+    rows = _dask_rows(
+        settings,
+        job,
+        data,
+        columns,
+        noise=NoiseSpec(sampler.name, noise),
+        expected=output.rows,
+    )
+    return Engine(replace(output, chunks=rows), "dask")
+
+
+def runs_on_dask(
+    settings: Any, mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
+) -> bool:
+    """Whether the dask engine is chosen and the mechanism has a job for these params (the
+    runner then never shards the release: sharding splits one machine's draw)."""
+    return settings.release_engine == "dask" and _job(mechanism, params, parsed, noise) is not None
+
+
+def _job(
+    mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
+) -> RecordJob | ClassJob | None:
+    """The mechanism's job for these params, or None where it has none (dispatch through
+    ``spec.distributed`` only)."""
+    spec = registry.get(mechanism)
+    if spec.distributed is None:
+        return None
+    declared = Declared(
+        lo=np.asarray(parsed.lo, dtype=np.float64),
+        hi=np.asarray(parsed.hi, dtype=np.float64),
+        feature_shape=tuple(parsed.feature_shape),
+        n_classes=len(parsed.classes),
+    )
+    try:
+        job = spec.distributed(params_of(spec, params), declared, noise)
+    except Unsupported:
+        return None
+    assert isinstance(job, RecordJob | ClassJob)
+    return job
+
+
+def _mismatch(
+    job: RecordJob | ClassJob, output: ReleaseOutput, generator: SecureRandom
+) -> str | None:
+    """Why the Dask job's rows could not stand in for the build's, or None."""
+    if generator.position != 0:
+        return "the single-machine build drew randomness already"
+    if output.postprocess is not None or output.extra or output.artifacts:
+        return "the output has post-processing, arrays or artifacts the job does not make"
+    if output.progress != "rows":
+        return "the generator reports its own progress"
+    if output.transform is None or not same_transform(output.transform, job.transform):
+        return "the job's transform differs from the published one"
+    return None
+
+
+def same_transform(a: RowTransform, b: RowTransform) -> bool:
+    arrays = ("lo", "hi", "shift", "scale")
+    return all(
+        np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))) for f in arrays
+    ) and (a.clip_norm, a.divisor, a.output) == (b.clip_norm, b.divisor, b.output)
+
+
+def feature_columns(d: int) -> tuple[str, ...]:
+    return tuple(f"f{j}" for j in range(d))
+
+
+def write_dataset(path: Path, parsed: ParsedDataset, rows: int) -> None:
+    """The parsed dataset as the single machine reads it (features clipped into the declared
+    bounds, float64; labels as class indices) in row groups of ``rows``: one partition each."""
+    from worker import dask_release
+
+    dask_release.write_partitions(
+        str(path),
+        np.asarray(parsed.X, dtype=np.float64),
+        cast(Sequence[int], np.asarray(parsed.labels, dtype=np.int64)),
+        feature_columns(parsed.n_features),
+        LABEL,
+        rows,
+    )
+
+
+def _dask_rows(
+    settings: Any,
+    job: RecordJob | ClassJob,
+    data: Path,
+    columns: Any,
+    *,
+    noise: NoiseSpec,
+    expected: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The job's rows, chunk by chunk; the cluster is started at the first chunk asked for
+    and closed however the iteration ends."""
+    from worker import dask_release
+
+    client = dask_release.client_from_settings(settings)
+    try:
+        parts = dask_release.discover([str(data)])
+        done = 0
+        for x, y in dask_release.run_job(
+            client, job, parts, columns, noise=noise, keys=FreshKeys()
+        ):
+            done += int(x.shape[0])
+            if done > expected:
+                raise RuntimeError(f"the Dask job made more than the {expected} rows declared")
+            yield x, y
+        if done != expected:
+            raise RuntimeError(f"the Dask job made {done} rows, {expected} were declared")
+    finally:
+        cluster = getattr(client, "cluster", None)
+        client.close()
+        if settings.dask_scheduler is None and cluster is not None:
+            cluster.close()
