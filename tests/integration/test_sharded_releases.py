@@ -159,3 +159,34 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
     assert done["status"] == "cancelled" and seen == [0]
     assert [e.state for e in _ledger(h, rid)] == ["committed"]  # a part was stored: charged
     assert _stored_keys(h, rid) == set()
+
+
+def test_a_release_the_dask_engine_runs_is_not_sharded(
+    embedded: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DP-CDA (declared class sizes) is both shardable and distributable: under the Dask
+    engine it runs there, whole; a DPMix mixture-assignment release (no Dask job) is still
+    sharded."""
+    h = embedded
+    update = {
+        "shard_rows": SHARD_ROWS,
+        "release_engine": "dask",
+        "dask_local_processes": False,
+        "dask_local_workers": 2,
+    }
+    monkeypatch.setattr(h.runtime, "settings", h.runtime.settings.model_copy(update=update))
+    owner, _ = h.new_key("owner")
+    ds = h.upload(
+        owner, npz_bytes(*toy_dataset(n=300, d=4)), budget={"epsilon": 10.0, "delta": 1e-5}
+    ).json()
+    cases = [
+        ("dpcda", {"mixture_degree": 4, "n_samples": 1000, "min_class_size": 20}, "dask", None),
+        ("dpmix", {"mixture_degree": 4, "n_samples": 1000}, "local", 3),
+    ]
+    for mechanism, params, engine, count in cases:
+        rid = _release(h, owner, ds["id"], mechanism, params)["id"]
+        with np.load(io.BytesIO(h.download(owner, rid)), allow_pickle=False) as z:
+            meta = json.loads(bytes(z["metadata"]))
+        assert meta["engine"] == engine, mechanism
+        assert meta.get("shards", {}).get("count") == count, mechanism
+        assert [e.state for e in _ledger(h, rid)] == ["committed"]
