@@ -277,12 +277,18 @@ def run_shard(runtime: Runtime, release_id: str, attempt: int, index: int, plan_
 
 
 def _discard_parts(runtime: Runtime, release_id: str) -> None:
-    """A settled (or abandoned) sharded release's parts go (best effort; never served)."""
-    with contextlib.suppress(Exception), transaction(runtime.session_factory) as session:
-        release = session.get(Release, release_id)
-        if release is not None and release.status == ReleaseStatus.running:
-            return  # still running (another attempt): its parts are in use
-    shards.discard(runtime.store, release_id)
+    """A settled (or abandoned) sharded release's parts go (best effort; never served).
+    Kept while the release is still running (another attempt uses them) or when its state
+    cannot be read: the next settlement removes them."""
+    try:
+        with transaction(runtime.session_factory) as session:
+            release = session.get(Release, release_id)
+            running = release is not None and release.status == ReleaseStatus.running
+    except Exception:
+        log.warning("release %s: state unreadable; its shard parts are kept", release_id)
+        return
+    if not running:
+        shards.discard(runtime.store, release_id)
 
 
 def _queue(job: Job) -> Any:
