@@ -73,4 +73,4 @@ def install(app: FastAPI) -> None:
     ``app`` (built with ``docs_url=None, redoc_url=None``)."""
     app.mount(docs.STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static")
     app.include_router(docs.router)
-    # app.include_router(router)  # CONSOLE
+    app.include_router(router)
