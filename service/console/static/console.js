@@ -70,8 +70,10 @@
 
   const fmt = (x, digits = 3) =>
     typeof x === "number" && Number.isFinite(x) ? Number(x.toFixed(digits)).toString() : "–";
-  const fmtDelta = (x) =>
-    typeof x === "number" && Number.isFinite(x) ? x.toExponential(2) : "–";
+  const fmtDelta = (x) => {
+    if (typeof x !== "number" || !Number.isFinite(x)) return "–";
+    return x === 0 ? "0" : x.toExponential(2);
+  };
   const fmtTime = (iso) => (iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–");
 
   function setStatus(id, text) {
