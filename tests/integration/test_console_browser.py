@@ -6,7 +6,8 @@ The browser's network is closed: every host name other than the API's resolves t
 (``--host-resolver-rules``), and Chrome's own log of every request it sent is checked to hold
 same-origin URLs only, so /docs and /redoc are seen to render from the vendored assets.
 
-Screenshots (PNG) go to ``$DPRELEASE_TEST_ARTIFACTS`` (else the test's tmp_path);
+Screenshots (PNG) go to ``$DPRELEASE_TEST_ARTIFACTS/console/`` (else the test's tmp_path),
+the last page of each test included;
 ``DPRELEASE_UPDATE_SCREENSHOTS=1`` also copies the budgets page to docs/screenshots/ for the
 README. Without chromium, chromedriver or selenium the test skips, except under CI (``CI``
 set), where it fails: CI never skips it silently (``.ci/run`` installs the packages).
@@ -14,6 +15,7 @@ set), where it fails: CI never skips it silently (``.ci/run`` installs the packa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -127,7 +129,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 # ----------------------------------------------------------------------------- the browser
 @pytest.fixture
-def browser(live: Live, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def browser(
+    live: Live, monkeypatch: pytest.MonkeyPatch, artifacts: Path, request: pytest.FixtureRequest
+) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -155,6 +159,9 @@ def browser(live: Live, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     try:
         yield driver
     finally:
+        # The page as the test left it: what to look at first when it failed.
+        with contextlib.suppress(Exception):
+            driver.save_screenshot(str(artifacts / f"last-{request.node.name}.png"))
         driver.quit()
 
 
