@@ -123,3 +123,12 @@ def docs_dir() -> Path:
     from service.console.endpoints import STATIC_DIR
 
     return STATIC_DIR
+
+
+def test_console_pages_answer_405_with_their_methods(client: TestClient) -> None:
+    """A form posted without the script (the key field has no name: no key in it) meets a
+    405 naming GET, in the service's error shape."""
+    r = client.post("/console", data={"x": "1"})
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET"
+    assert r.json()["error"]["code"] == "method_not_allowed"
