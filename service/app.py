@@ -17,6 +17,7 @@ from service.audit_trail.endpoints import router as audit_router
 from service.auth.endpoints import router as auth_router
 from service.budgets.endpoints import router as budgets_router
 from service.config import Settings, get_settings
+from service.console import endpoints as console
 from service.datasets.endpoints import router as datasets_router
 from service.db import transaction
 from service.meta.endpoints import router as meta_router
@@ -102,6 +103,9 @@ def create_app(
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
         responses=errors_http.COMMON_RESPONSES,
+        # /docs and /redoc are served by service.console from vendored assets (no CDN).
+        docs_url=None,
+        redoc_url=None,
     )
     errors_http.install(app)
     # Added first, so it runs inside RequestLimits: rate and size checks come before a slot.
@@ -122,6 +126,7 @@ def create_app(
         app.include_router(router)
 
     declare_access(app.router)
+    console.install(app)
     return app
 
 

@@ -147,7 +147,10 @@ def install(app: FastAPI) -> None:
             # FastAPI's answer to a body it cannot decode (bad UTF-8, broken multipart).
             status, message = 422, f"the request body could not be read: {message}"
         elif status == 405:
-            headers["Allow"] = ", ".join(_allowed_methods(request))
+            # Paths outside the schema (the console's pages) keep the route's own Allow.
+            documented = _allowed_methods(request)
+            if documented or "Allow" not in headers:
+                headers["Allow"] = ", ".join(documented)
         elif status == 413 and MAX_BODY_SIZE_SCOPE_KEY in request.scope:
             message = f"request body is larger than {request.scope[MAX_BODY_SIZE_SCOPE_KEY]} bytes"
         code = "invalid_input" if status == 422 else _HTTP_CODES.get(status, "http_error")
