@@ -204,17 +204,27 @@ def _embedded_runtime(home: Path, **overrides: Any) -> Runtime:
     return build_runtime(settings, default_dispatcher)
 
 
-@pytest.fixture
-def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+@contextmanager
+def embedded_harness(
+    home: Path, monkeypatch: pytest.MonkeyPatch, **overrides: Any
+) -> Iterator[Harness]:
+    """An embedded app on ``home`` (settings ``overrides`` on top), none of this process's
+    DPRELEASE_ variables but the tests' own."""
     for var in [v for v in os.environ if v.startswith("DPRELEASE_") and "TEST" not in v]:
         monkeypatch.delenv(var)
-    runtime = _embedded_runtime(tmp_path / "home")
+    runtime = _embedded_runtime(home, **overrides)
     app = create_app(runtime=runtime)
     with TestClient(app) as client:
-        admin = (tmp_path / "home" / "admin.key").read_text().strip()
+        admin = (home / "admin.key").read_text().strip()
         yield Harness("embedded", client, runtime, admin)
     runtime.dispatcher.shutdown()
     runtime.engine.dispose()
+
+
+@pytest.fixture
+def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    with embedded_harness(tmp_path / "home", monkeypatch) as harness:
+        yield harness
 
 
 def reset_database(url: str) -> None:

@@ -175,7 +175,9 @@ def execute(runtime: Runtime, release_id: str) -> None:
     any other failure is recorded as terminal here."""
     if runtime.stopping.is_set():
         raise Interrupted("shutting down: not starting a job")
-    _attempt(runtime, release_id, lambda: _start(runtime, release_id))
+    _attempt(
+        runtime, release_id, lambda: _start(runtime, release_id), lambda job: _produce(runtime, job)
+    )
 
 
 def finish_shards(runtime: Runtime, release_id: str, attempt: int, plan_key: str) -> None:
@@ -184,24 +186,56 @@ def finish_shards(runtime: Runtime, release_id: str, attempt: int, plan_key: str
     left alone when it is no longer running in that attempt). Raises like ``execute``."""
     if runtime.stopping.is_set():
         raise Interrupted("shutting down: not finishing a job")
-    _attempt(runtime, release_id, lambda: _resume(runtime, release_id, attempt), plan_key)
+    _attempt(
+        runtime,
+        release_id,
+        lambda: _resume(runtime, release_id, attempt),
+        lambda job: _produce(runtime, job, plan_key),
+    )
+
+
+def run_shard(runtime: Runtime, release_id: str, attempt: int, index: int, plan_key: str) -> None:
+    """Shard ``index`` of a sharded release (``worker.shards``), within ``attempt``: draw and
+    store its part unless stored already, then, if every part is stored, hand the release to
+    the finaliser. Raises like ``execute``, except that Interrupted leaves the shard for
+    redelivery and the release running."""
+    if runtime.stopping.is_set():
+        raise Interrupted("shutting down: not starting a shard")
+    _attempt(
+        runtime,
+        release_id,
+        lambda: _resume(runtime, release_id, attempt),
+        lambda job: _shard(runtime, job, index, plan_key),
+        shard=index,
+        attempt=attempt,
+    )
 
 
 def _attempt(
     runtime: Runtime,
     release_id: str,
     begin: Callable[[], Job | None],
-    plan_key: str | None = None,
+    work: Callable[[Job], None],
+    *,
+    shard: int | None = None,
+    attempt: int | None = None,
 ) -> None:
+    """Run ``work`` on the job ``begin`` returns (None: nothing to do), ending the attempt as
+    its outcome says. A release's job (``shard`` None) that is interrupted is queued again;
+    a shard is left for redelivery, its release still running. ``attempt``: the attempt a
+    failure is fenced by when ``begin`` failed before returning a job."""
     job: Job | None = None
     try:
         job = begin()
         if job is None:
             return
-        _produce(runtime, job, plan_key)
+        work(job)
     except Interrupted:
-        log.info("release %s: stopped for shutdown; queued again", release_id)
-        _requeue(runtime, release_id, None if job is None else job.attempt)
+        if shard is None:
+            log.info("release %s: stopped for shutdown; queued again", release_id)
+            _requeue(runtime, release_id, None if job is None else job.attempt)
+        else:
+            log.info("release %s: shard %d stopped for shutdown", release_id, shard)
         raise
     except Cancelled as exc:
         # Cancelled (or settled by another delivery, or handed over again by the sweeper)
@@ -219,61 +253,34 @@ def _attempt(
             raise
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:
-        log.exception("release %s failed", release_id)
+        where = "" if shard is None else f"shard {shard}: "
+        log.exception("release %s %sfailed", release_id, where)
         fail(
             runtime,
             release_id,
-            f"{type(exc).__name__}: {exc}",
-            attempt=None if job is None else job.attempt,
+            f"{where}{type(exc).__name__}: {exc}",
+            attempt=attempt if job is None else job.attempt,
         )
         _discard_parts(runtime, release_id)
 
 
-def run_shard(runtime: Runtime, release_id: str, attempt: int, index: int, plan_key: str) -> None:
-    """Shard ``index`` of a sharded release (``worker.shards``), within ``attempt``: draw and
-    store its part unless stored already, then, if every part is stored, hand the release to
-    the finaliser. Raises like ``execute`` (Interrupted: the shard is left for redelivery,
-    the release keeps running)."""
-    if runtime.stopping.is_set():
-        raise Interrupted("shutting down: not starting a shard")
-    job: Job | None = None
-    try:
-        job = _resume(runtime, release_id, attempt)
-        if job is None:
-            return
-        plan = shards.plan_named(job.mechanism, plan_key)
-        store = runtime.store
-        if store.exists(shards.part_key(release_id, plan, index)):
-            log.info("release %s: shard %d already stored", release_id, index)
-        else:
-            limit = runtime.settings.task_max_attempts
-            if shards.count_try(store, release_id, plan, index, limit) > limit:
-                raise RuntimeError(f"gave up after {limit} tries of this shard")
-            parsed = _parsed(runtime, job)
-            done = plan.count - len(shards.missing(store, release_id, plan))
-            _draw_shard(runtime, job, parsed, plan, index, done)
-        if not shards.missing(store, release_id, plan):
-            _enqueue(
-                lambda d: d.enqueue_finish(release_id, attempt, plan.key, _queue(job)),
-                runtime,
-            )
-    except Interrupted:
-        log.info("release %s: shard %d stopped for shutdown", release_id, index)
-        raise
-    except Cancelled as exc:
-        log.info("release %s shard %d: %s; stopped", release_id, index, exc)
-        _discard_parts(runtime, release_id)
-    except RETRYABLE as exc:
-        if job is not None and _superseded(runtime, job):
-            log.info("release %s: attempt %d superseded; shard not retried", release_id, attempt)
-            return
-        if isinstance(exc, TransientError):
-            raise
-        raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
-        log.exception("release %s shard %d failed", release_id, index)
-        fail(runtime, release_id, f"shard {index}: {type(exc).__name__}: {exc}", attempt=attempt)
-        _discard_parts(runtime, release_id)
+def _shard(runtime: Runtime, job: Job, index: int, plan_key: str) -> None:
+    plan = shards.plan_named(job.mechanism, plan_key)
+    store = runtime.store
+    if store.exists(shards.part_key(job.release_id, plan, index)):
+        log.info("release %s: shard %d already stored", job.release_id, index)
+    else:
+        limit = runtime.settings.task_max_attempts
+        if shards.count_try(store, job.release_id, plan, index, limit) > limit:
+            raise RuntimeError(f"gave up after {limit} tries of this shard")
+        parsed = _parsed(runtime, job)
+        done = plan.count - len(shards.missing(store, job.release_id, plan))
+        _draw_shard(runtime, job, parsed, plan, index, done)
+    if not shards.missing(store, job.release_id, plan):
+        _enqueue(
+            lambda d: d.enqueue_finish(job.release_id, job.attempt, plan.key, _queue(job)),
+            runtime,
+        )
 
 
 def _discard_parts(runtime: Runtime, release_id: str) -> None:
@@ -551,15 +558,7 @@ def _draw_shard(
             path=scratch / f"part-{index:05d}.npz",
             report=report,
         )
-        with transaction(runtime.session_factory) as session:
-            claimed = lifecycle.claim_upload(
-                session,
-                job.release_id,
-                artifact_key=job.artifact_key,
-                artifacts=None,
-                attempt=job.attempt,
-            )
-        if not claimed:
+        if not _claim_upload(runtime, job, None):  # the files already declared stay
             raise Cancelled(f"release {job.release_id} is no longer running; part not stored")
         shards.store_part(runtime.store, job.release_id, plan, index, drawn.path)
 
@@ -1081,7 +1080,7 @@ def _release_metadata(
 
 
 def _claim_upload(
-    runtime: Runtime, job: Job, artifacts: Sequence[lifecycle.ArtifactRecord] = ()
+    runtime: Runtime, job: Job, artifacts: Sequence[lifecycle.ArtifactRecord] | None = ()
 ) -> bool:
     """Record that this attempt is about to store output; False if the release is settled."""
     with transaction(runtime.session_factory) as session:

@@ -20,18 +20,15 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from dpcore.preprocessing import RowTransform
-from service.app import create_app
-from tests.conftest import Harness, _embedded_runtime, npz_bytes, toy_dataset
+from tests.conftest import Harness, embedded_harness, npz_bytes, toy_dataset
 
 N, D, K = 1200, 4, 3
 RANGE = (0.0, 18.0)
@@ -57,17 +54,10 @@ DPCDA: dict[str, Any] = {
 @pytest.fixture
 def dask_embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     """The embedded harness with the Dask engine: 2 thread workers, 250-row partitions."""
-    for var in [v for v in os.environ if v.startswith("DPRELEASE_") and "TEST" not in v]:
-        monkeypatch.delenv(var)
-    runtime = _embedded_runtime(
-        tmp_path / "dask-home", **DASK_SETTINGS, scratch_dir=tmp_path / "scratch"
-    )
-    app = create_app(runtime=runtime)
-    with TestClient(app) as client:
-        admin = (tmp_path / "dask-home" / "admin.key").read_text().strip()
-        yield Harness("embedded", client, runtime, admin)
-    runtime.dispatcher.shutdown()
-    runtime.engine.dispose()
+    with embedded_harness(
+        tmp_path / "dask-home", monkeypatch, **DASK_SETTINGS, scratch_dir=tmp_path / "scratch"
+    ) as harness:
+        yield harness
 
 
 DASK_SETTINGS = {

@@ -18,6 +18,7 @@ from dpcore.mechanisms.run import build, facts_of, materialise, noise_for, param
 from dpcore.mechanisms.secure_random import SecureRandom
 from service.datasets.parsing import ParsedDataset
 from service.storage import LocalObjectStore
+from tests.datasets import unit_dataset
 from worker import shards
 
 CPU = torch.device("cpu")
@@ -28,17 +29,7 @@ def _data(n: int = 300, d: int = 5, k: int = 3, seed: int = 0) -> ParsedDataset:
     labels = rng.integers(0, k, size=n)
     X = rng.uniform(0, 1, size=(n, d))
     X[np.arange(n), labels % d] += 2.0  # class structure the statistics can see
-    return ParsedDataset(
-        X=np.clip(X, 0, 3),
-        feature_shape=(d,),
-        feature_names=[f"f{i}" for i in range(d)],
-        labels=labels,
-        classes=list(range(k)),
-        classes_declared=True,
-        lo=np.zeros(d),
-        hi=np.full(d, 3.0),
-        clipped_values=0,
-    )
+    return unit_dataset(X / 3.0, labels, k)  # in [0, 1], as declared
 
 
 CASES: list[tuple[str, dict[str, Any]]] = [
