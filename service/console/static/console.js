@@ -1,7 +1,9 @@
-// dprelease console: the one script of the server-rendered pages (docs/console.md).
+// dprelease console: the core script of the server-rendered pages (docs/console.md).
 // No framework, no build step. It keeps the API key in sessionStorage (this tab only), sends it
-// as `Authorization: Bearer <key>` to the JSON API of the same origin, and fills the page the
-// server rendered (body[data-page]). It never puts the key in a URL.
+// as `Authorization: Bearer <key>` to the JSON API of the same origin, signs in and out, and
+// runs the page's own script (static/pages/<page>.js, which registers itself in
+// window.dprelease.pages under body[data-page]) once the document is parsed. It never puts the
+// key in a URL.
 (() => {
   "use strict";
 
@@ -14,36 +16,51 @@
   const storedKey = () => sessionStorage.getItem(KEY);
 
   class ApiError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, detail) {
       super(message);
       this.status = status;
       this.code = code;
+      this.detail = detail;
     }
   }
 
-  async function api(path) {
+  // The JSON API with the key. options: method, json (a body sent as JSON), form (a FormData
+  // body), raw (answer the Response itself when it is ok: a file to save).
+  async function api(path, options = {}) {
+    const headers = { Authorization: `Bearer ${storedKey()}`, Accept: "application/json" };
+    let body;
+    if (options.json !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(options.json);
+    } else if (options.form !== undefined) {
+      body = options.form; // the browser sets the multipart boundary
+    }
     const response = await fetch(path, {
-      headers: { Authorization: `Bearer ${storedKey()}`, Accept: "application/json" },
+      method: options.method || (body === undefined ? "GET" : "POST"),
+      headers,
+      body,
       cache: "no-store",
       credentials: "omit",
       referrerPolicy: "no-referrer",
     });
-    let body = null;
+    if (options.raw && response.ok) return response;
+    let payload = null;
     try {
-      body = await response.json();
+      payload = await response.json();
     } catch (_) {
-      body = null;
+      payload = null;
     }
     if (!response.ok) {
       // The service's error shape: {"error": {"code", "message", "detail"}}.
-      const error = (body && body.error) || {};
+      const error = (payload && payload.error) || {};
       throw new ApiError(
         response.status,
         error.code || `http_${response.status}`,
         error.message || response.statusText || "request failed",
+        error.detail,
       );
     }
-    return body;
+    return payload;
   }
 
   // ------------------------------------------------------------------------- DOM helpers
@@ -121,216 +138,6 @@
     return el("div", { class: "gauge" }, meter, text);
   }
 
-  // ---------------------------------------------------------------------------- pages
-  async function datasetsPage() {
-    const { items } = await api("/datasets");
-    const body = $("datasets-body");
-    body.replaceChildren();
-    for (const ds of items) {
-      const link = el("a", { href: `/console/datasets/${encodeURIComponent(ds.id)}` }, ds.name);
-      body.append(
-        el(
-          "tr",
-          { "data-dataset-id": ds.id },
-          el("th", { scope: "row" }, link),
-          el("td", { class: "num" }, ds.n_rows),
-          el("td", { class: "num" }, ds.n_features),
-          el("td", {}, ds.status),
-          el("td", {}, gauge(ds.budget, `Budget ε in use, ${ds.name}`)),
-        ),
-      );
-    }
-    $("datasets-table").hidden = items.length === 0;
-    setStatus(
-      "datasets-status",
-      items.length ? `${items.length} dataset${items.length === 1 ? "" : "s"}.` : "No datasets yet.",
-    );
-  }
-
-  async function datasetPage(me) {
-    const id = document.body.dataset.datasetId;
-    const ds = await api(`/datasets/${encodeURIComponent(id)}`);
-    document.title = `${ds.name} · dprelease console`;
-    $("dataset-heading").textContent = `Dataset: ${ds.name}`;
-    const facts = $("dataset-facts");
-    facts.replaceChildren();
-    const rows = [
-      ["Id", ds.id],
-      ["Format", ds.format],
-      ["Rows", ds.n_rows],
-      ["Features", ds.n_features],
-      ["Classes", ds.classes ? ds.classes.join(", ") : "–"],
-      ["Status", ds.status],
-      ["Created", fmtTime(ds.created_at)],
-      ["Budget", `ε ${fmt(ds.budget.epsilon)}, δ ${fmtDelta(ds.budget.delta)}`],
-    ];
-    for (const [term, value] of rows) facts.append(el("dt", {}, term), el("dd", {}, value));
-    $("dataset-gauges").replaceChildren(gauge(ds.budget, `Budget ε in use, ${ds.name}`));
-    setStatus("dataset-status", "");
-    $("dataset-detail").hidden = false;
-
-    if (me.role === "analyst") {
-      setStatus("ledger-status", "The ledger is shown to the dataset's owner and to admins.");
-      return;
-    }
-    const [ledger, grants] = await Promise.all([
-      api(`/budgets/${encodeURIComponent(id)}`),
-      api(`/datasets/${encodeURIComponent(id)}/grants`),
-    ]);
-    renderLedger(ledger);
-    renderGrants(grants.items);
-  }
-
-  // The spend after each entry: the filter's composed spend (running_total, what the ledger
-  // charges) and basic composition (the entries' own ε added up). Refunded and research
-  // entries hold nothing.
-  function ledgerSeries(ledger) {
-    let basic = 0;
-    const points = [];
-    for (const entry of ledger.entries) {
-      const holds = entry.state === "committed" || entry.state === "reserved";
-      if (holds) basic += entry.epsilon;
-      points.push({
-        entry,
-        holds,
-        time: Date.parse(entry.created_at),
-        composed: entry.running_total,
-        basic,
-      });
-    }
-    return points;
-  }
-
-  function renderLedger(ledger) {
-    const points = ledgerSeries(ledger);
-    const body = $("ledger-body");
-    body.replaceChildren();
-    for (const p of points) {
-      const e = p.entry;
-      body.append(
-        el(
-          "tr",
-          {},
-          el("td", {}, fmtTime(e.created_at)),
-          el("td", {}, el("code", {}, e.release_id)),
-          el("td", {}, e.mechanism),
-          el("td", {}, e.state),
-          el("td", { class: "num" }, fmt(e.epsilon)),
-          el("td", { class: "num" }, fmt(e.consumed_epsilon)),
-          el("td", { class: "num" }, fmt(p.composed)),
-          el("td", { class: "num" }, fmt(p.basic)),
-        ),
-      );
-    }
-    $("ledger-table").hidden = points.length === 0;
-    if (!points.length) {
-      setStatus("ledger-status", "No release has been charged to this dataset yet.");
-      return;
-    }
-    setStatus("ledger-status", `${points.length} ledger entr${points.length === 1 ? "y" : "ies"}.`);
-    $("ledger-chart").replaceChildren(chart(ledger, points));
-    $("ledger-figure").hidden = false;
-  }
-
-  // The burn-down chart as inline SVG: step lines of spend over time against the budget.
-  function chart(ledger, points) {
-    const W = 720;
-    const H = 300;
-    const m = { left: 56, right: 16, top: 16, bottom: 48 };
-    const t0 = points[0].time;
-    const t1 = Math.max(points[points.length - 1].time, t0 + 1000);
-    const span = t1 - t0;
-    const tMin = t0 - span * 0.05;
-    const tMax = t1 + span * 0.05;
-    const yMax = Math.max(ledger.epsilon, ...points.map((p) => p.basic), ...points.map((p) => p.composed)) * 1.08;
-    const x = (t) => m.left + ((t - tMin) / (tMax - tMin)) * (W - m.left - m.right);
-    const y = (v) => H - m.bottom - (v / yMax) * (H - m.top - m.bottom);
-
-    const root = svg("svg", {
-      viewBox: `0 0 ${W} ${H}`,
-      width: W,
-      height: H,
-      role: "img",
-      "aria-labelledby": "ledger-svg-title ledger-svg-desc",
-      id: "ledger-svg",
-    });
-    const last = points[points.length - 1];
-    root.append(
-      svg("title", { id: "ledger-svg-title" }, "Ledger burn-down"),
-      svg(
-        "desc",
-        { id: "ledger-svg-desc" },
-        `${points.length} entries from ${fmtTime(points[0].entry.created_at)} to ` +
-          `${fmtTime(last.entry.created_at)}: composed spend ε ${fmt(last.composed)}, basic ` +
-          `composition ε ${fmt(last.basic)}, budget ε ${fmt(ledger.epsilon)}. The table below ` +
-          "lists every entry.",
-      ),
-    );
-    const axes = svg("g", { stroke: "#1a1a1a", "stroke-width": 1 });
-    axes.append(
-      svg("line", { x1: m.left, y1: y(0), x2: W - m.right, y2: y(0) }),
-      svg("line", { x1: m.left, y1: m.top, x2: m.left, y2: y(0) }),
-    );
-    root.append(axes);
-    const labels = svg("g", { fill: "#1a1a1a", "font-size": 12 });
-    for (const v of [0, ledger.epsilon / 2, ledger.epsilon]) {
-      labels.append(svg("text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v, 2)));
-      root.append(svg("line", { x1: m.left - 4, y1: y(v), x2: m.left, y2: y(v), stroke: "#1a1a1a" }));
-    }
-    labels.append(
-      svg("text", { x: m.left, y: H - m.bottom + 18, "text-anchor": "start" }, fmtTime(points[0].entry.created_at)),
-      svg("text", { x: W - m.right, y: H - m.bottom + 18, "text-anchor": "end" }, fmtTime(last.entry.created_at)),
-      svg("text", { x: (m.left + W - m.right) / 2, y: H - 8, "text-anchor": "middle" }, "time"),
-      svg("text", { x: 14, y: m.top + 8, "text-anchor": "start" }, "ε"),
-    );
-    root.append(labels);
-    root.append(
-      svg("line", {
-        x1: m.left,
-        y1: y(ledger.epsilon),
-        x2: W - m.right,
-        y2: y(ledger.epsilon),
-        stroke: "#333333",
-        "stroke-width": 2,
-        "stroke-dasharray": "2 4",
-        class: "budget-line",
-      }),
-    );
-    const step = (key) => {
-      let d = `M ${x(tMin)} ${y(0)} L ${x(points[0].time)} ${y(0)}`;
-      let prev = 0;
-      for (const p of points) {
-        d += ` L ${x(p.time)} ${y(prev)} L ${x(p.time)} ${y(p[key])}`;
-        prev = p[key];
-      }
-      return `${d} L ${x(tMax)} ${y(prev)}`;
-    };
-    // The composed line first, thick: where the filter charges what basic composition adds
-    // up (a basic-charged mechanism), the dashed line stays visible on top of it.
-    root.append(
-      svg("path", { d: step("composed"), fill: "none", stroke: "#0b5cad", "stroke-width": 4, class: "composed-line" }),
-      svg("path", {
-        d: step("basic"),
-        fill: "none",
-        stroke: "#a33b00",
-        "stroke-width": 2,
-        "stroke-dasharray": "8 5",
-        class: "basic-line",
-      }),
-    );
-    return root;
-  }
-
-  function renderGrants(items) {
-    $("grants-section").hidden = false;
-    const list = $("grants-list");
-    list.replaceChildren();
-    for (const g of items) {
-      list.append(el("li", {}, "analyst ", el("code", {}, g.principal_id), ` since ${fmtTime(g.created_at)}`));
-    }
-    setStatus("grants-status", items.length ? "" : "No analyst has been granted this dataset's releases.");
-  }
-
   // CSV: RFC 4180 quoting; a text cell that a spreadsheet would read as a formula is prefixed
   // with an apostrophe (dataset names are the owners' text).
   function csvCell(value) {
@@ -339,66 +146,34 @@
     return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
   }
 
-  const BUDGET_COLUMNS = [
-    "dataset_id",
-    "dataset_name",
-    "epsilon",
-    "spent",
-    "reserved",
-    "remaining",
-    "delta",
-    "delta_spent",
-    "delta_reserved",
-    "delta_remaining",
-    "release_count",
-  ];
 
-  function budgetsCsv(items) {
-    const lines = [BUDGET_COLUMNS.join(",")];
-    for (const item of items) lines.push(BUDGET_COLUMNS.map((c) => csvCell(item[c])).join(","));
-    return `${lines.join("\r\n")}\r\n`;
+  // Object URLs of files built in the page (CSV exports, downloads): revoked on sign-out.
+  const blobUrls = [];
+  function blobUrl(blob) {
+    const url = URL.createObjectURL(blob);
+    blobUrls.push(url);
+    return url;
   }
 
-  let csvUrl = null;
-
-  async function budgetsPage(me) {
-    if (me.role === "analyst") {
-      setStatus("budgets-status", "Budgets are shown to owners (their datasets) and admins (every dataset).");
-      return;
-    }
-    const { items } = await api("/budgets");
-    const body = $("budgets-body");
-    body.replaceChildren();
-    for (const b of items) {
-      const link = el("a", { href: `/console/datasets/${encodeURIComponent(b.dataset_id)}` }, b.dataset_name);
-      body.append(
-        el(
-          "tr",
-          { "data-dataset-id": b.dataset_id },
-          el("th", { scope: "row" }, link),
-          el("td", { class: "num" }, fmt(b.epsilon)),
-          el("td", { class: "num" }, fmt(b.spent)),
-          el("td", { class: "num" }, fmt(b.reserved)),
-          el("td", { class: "num" }, fmt(b.remaining)),
-          el("td", { class: "num" }, fmtDelta(b.delta)),
-          el("td", { class: "num" }, fmtDelta(b.delta_spent)),
-          el("td", { class: "num" }, fmtDelta(b.delta_remaining)),
-          el("td", { class: "num" }, b.release_count),
-          el("td", {}, gauge(b, `Budget ε in use, ${b.dataset_name}`)),
-        ),
-      );
-    }
-    $("budgets-table").hidden = items.length === 0;
-    const scope = me.role === "admin" ? "every dataset" : "your datasets";
-    setStatus("budgets-status", `${items.length} dataset${items.length === 1 ? "" : "s"} (${scope}).`);
-    if (csvUrl) URL.revokeObjectURL(csvUrl);
-    csvUrl = URL.createObjectURL(new Blob([budgetsCsv(items)], { type: "text/csv;charset=utf-8" }));
-    const link = $("budgets-csv");
-    link.href = csvUrl;
-    link.hidden = false;
-  }
-
-  const PAGES = { datasets: datasetsPage, dataset: datasetPage, budgets: budgetsPage };
+  // What the page scripts use.
+  const pages = {};
+  window.dprelease = Object.freeze({
+    $,
+    api,
+    ApiError,
+    blobUrl,
+    clearError,
+    csvCell,
+    el,
+    fmt,
+    fmtDelta,
+    fmtTime,
+    gauge,
+    pages,
+    setStatus,
+    showError,
+    svg,
+  });
 
   // ---------------------------------------------------------------------- signing in and out
   // On a page's first load the focus stays at the top (skip link, navigation); after a
@@ -428,7 +203,9 @@
     $("nav-budgets").parentElement.hidden = me.role === "analyst";
     $("content").hidden = false;
     try {
-      await PAGES[page](me);
+      const run = pages[page];
+      if (!run) throw new Error(`no script for the page ${page}`);
+      await run(me);
       document.body.dataset.ready = "true";
     } catch (error) {
       showError(error);
@@ -446,12 +223,16 @@
 
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
-    if (csvUrl) URL.revokeObjectURL(csvUrl);
+    for (const url of blobUrls.splice(0)) URL.revokeObjectURL(url);
     delete document.body.dataset.ready;
     clearError();
     showSignIn(true);
   });
 
-  if (storedKey()) start();
-  else showSignIn(false);
+  // Deferred page scripts run after this one and before DOMContentLoaded: by then every page
+  // has registered.
+  document.addEventListener("DOMContentLoaded", () => {
+    if (storedKey()) start();
+    else showSignIn(false);
+  });
 })();
