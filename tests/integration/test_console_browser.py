@@ -14,7 +14,9 @@ import pytest
 from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
+    assert_accessible,
     assert_same_origin,
+    axe_violations,
     publish,
     ready,
     requested_urls,
@@ -88,6 +90,7 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     # Keyboard only: Tab to the key field (every stop shows its focus), a wrong key first.
     browser.get(f"{live.url}/console")
     assert browser.find_element(By.ID, "signin").is_displayed()
+    assert_accessible(browser)
     tab_to(browser, "api-key")
     type_and_enter(browser, "dpr_not-a-key")
     alert = wait_until(lambda: browser.find_element(By.ID, "alert").text, "the 401 alert")
@@ -109,6 +112,17 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     assert meter.get_attribute("aria-label") == "Budget ε in use, clinic-visits"
     assert f"remaining {round(ledger['remaining'], 3):g}" in row.text
     browser.save_screenshot(str(artifacts / "datasets.png"))
+    assert_accessible(browser)
+    # The check can fail: an unlabelled input and an image without a text alternative.
+    browser.execute_script(
+        "const main = document.getElementById('main');"
+        "main.append(Object.assign(document.createElement('input'), {className: 'axe-probe'}));"
+        "main.append(Object.assign(document.createElement('img'), {className: 'axe-probe'}));"
+    )
+    found = " ".join(axe_violations(browser))
+    assert "label" in found and "image-alt" in found, found
+    browser.execute_script("document.querySelectorAll('.axe-probe').forEach(n => n.remove())")
+    assert_accessible(browser)
 
     # On to the dataset by keyboard: Tab to its link, Enter.
     link = row.find_element(By.TAG_NAME, "a")
@@ -129,6 +143,7 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     assert float(last[6].text) == pytest.approx(ledger["entries"][-1]["running_total"], abs=1e-3)
     assert float(last[7].text) == pytest.approx(2.25)  # basic composition: 1 + 0.5 + 0.75
     browser.save_screenshot(str(artifacts / "dataset.png"))
+    assert_accessible(browser)
     assert_same_origin(live, requested_urls(browser), key=owner)
 
     # Sign out: the key is gone; sign in as the admin for the budgets.
@@ -164,6 +179,7 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     assert cells[-1] == "3"
     shot = artifacts / "budgets.png"
     browser.save_screenshot(str(shot))
+    assert_accessible(browser)
     assert_same_origin(live, requested_urls(browser), key=live.admin_key)
     # No script error on any page; the one failed request is the wrong key's 401.
     errors = [e for e in script_errors(browser) if "401 (Unauthorized)" not in e]
