@@ -9,12 +9,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from service.app import create_app
+from service.config import Settings
 from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
@@ -66,6 +71,23 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
+def _audit_rows(browser: Any) -> list[list[str]]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+        for row in browser.find_elements(By.CSS_SELECTOR, "#audit-body tr")
+    ]
+
+
+def _grew_or_ended(browser: Any, before: int) -> bool:
+    """The audit page shows more rows than before, or no more Load more button."""
+    from selenium.webdriver.common.by import By
+
+    more = browser.find_element(By.ID, "audit-more")
+    return len(_audit_rows(browser)) > before or not more.is_displayed()
+
+
 def _no_script_errors(browser: Any) -> None:
     errors = [e for e in script_errors(browser) if not any(f in e for f in EXPECTED_FAILURES)]
     assert not errors, errors
@@ -79,6 +101,12 @@ def _upload_through_the_form(browser: Any, npz: Path) -> None:
     form = browser.find_element(By.ID, "upload-form")
     assert form.is_displayed()
     assert not browser.find_element(By.ID, "upload-who").is_displayed()
+    # Nothing filled in: the service's message and its detail items (the missing file).
+    browser.find_element(By.ID, "upload-submit").click()
+    alert = wait_until(lambda: browser.find_element(By.ID, "upload-alert").text, "the alert")
+    assert "HTTP 422" in alert
+    items = browser.find_elements(By.CSS_SELECTOR, "#upload-alert li")
+    assert "body.file: Field required" in [i.text for i in items]
     tab_to(browser, "upload-file")
     browser.find_element(By.ID, "upload-file").send_keys(str(npz))
     for field, text in (
@@ -92,6 +120,29 @@ def _upload_through_the_form(browser: Any, npz: Path) -> None:
         ActionChains(browser).send_keys(text).perform()
     tab_to(browser, "upload-submit")
     type_and_enter(browser, "")
+
+
+@pytest.mark.parametrize(
+    ("path", "page"),
+    [
+        ("/console", "datasets"),
+        ("/console/datasets/d1", "dataset"),
+        ("/console/budgets", "budgets"),
+        ("/console/audit", "audit"),
+    ],
+)
+def test_every_control_has_a_label_and_the_audit_page_its_policy(path: str, page: str) -> None:
+    client = TestClient(create_app(Settings.model_construct()))  # shells only: no runtime
+    r = client.get(path)
+    assert r.status_code == 200, r.text
+    assert f'data-page="{page}"' in r.text
+    assert r.headers["content-security-policy"].startswith("default-src 'self'")
+    assert r.headers["referrer-policy"] == "no-referrer"
+    controls = re.findall(r"<(?:input|select|textarea)\b[^>]*\bid=\"([^\"]+)\"", r.text)
+    assert controls
+    for control in controls:
+        assert f'<label for="{control}">' in r.text, control
+    assert 'id="nav-audit"' in r.text  # hidden until an admin signs in
 
 
 def test_upload_grants_releases_and_ledger_csv(
@@ -270,7 +321,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert [(x["dataset_id"], x["dataset_name"], x["release_id"]) for x in lines] == expected
     assert any(x["dataset_name"] == "survey-2026" for x in lines)
 
-    # The audit trail, keyboard to the filter: grants only, two events a page.
+    # The audit trail, keyboard to the filter: grants only, one event a page.
     browser.find_element(By.ID, "nav-audit").click()
     ready(browser)
     assert browser.find_element(By.ID, "audit-table").is_displayed()
@@ -281,23 +332,22 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     limit.send_keys("1")
     browser.find_element(By.ID, "audit-apply").click()
     wait_until(lambda: "object_type=grant" in browser.current_url, "the filters in the URL")
-    rows = lambda: browser.find_elements(By.CSS_SELECTOR, "#audit-body tr")  # noqa: E731
-    wait_until(lambda: len(rows()) == 1, "one event")
+    wait_until(lambda: len(_audit_rows(browser)) == 1, "one event")
     more = browser.find_element(By.ID, "audit-more")
+    pages = 1
     while more.is_displayed():
-        before = len(rows())
+        before = len(_audit_rows(browser))
         more.click()
-        wait_until(lambda b=before: len(rows()) > b or not more.is_displayed(), "the next page")
+        wait_until(partial(_grew_or_ended, browser, before), "the next page")
+        pages += 1
     every = live.http.get(
         "/audit", params={"object_type": "grant"}, headers=live.headers(live.admin_key)
     ).json()["items"]
-    shown = [
-        (r.find_elements(By.TAG_NAME, "td")[2].text, r.find_elements(By.TAG_NAME, "td")[4].text)
-        for r in rows()
-    ]
+    shown = [(cells[2], cells[4]) for cells in _audit_rows(browser)]
     assert shown == [(e["action"], e["object_id"]) for e in every]
+    assert pages > len(every)  # one event a page, and the last page empty
     assert ("grant.created", grant["id"]) in shown and ("grant.revoked", grant["id"]) in shown
-    assert {r.find_elements(By.TAG_NAME, "td")[3].text for r in rows()} == {"grant"}
+    assert {cells[3] for cells in _audit_rows(browser)} == {"grant"}
     browser.save_screenshot(str(artifacts / "audit.png"))
 
     # Its CSV: the loaded rows.
@@ -315,7 +365,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
         ).first_selected_option.get_attribute("value")
         == "grant"
     )
-    wait_until(lambda: len(rows()) == 1, "the first page again")
+    wait_until(lambda: len(_audit_rows(browser)) == 1, "the first page again")
     assert_same_origin(live, requested_urls(browser), key=live.admin_key)
 
     # An owner sees no Audit link, and the page says it is for admins.
