@@ -368,6 +368,15 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     wait_until(lambda: len(_audit_rows(browser)) == 1, "the first page again")
     assert_same_origin(live, requested_urls(browser), key=live.admin_key)
 
+    # A local "since" goes to the API as RFC 3339 UTC: nothing after the year 2999.
+    browser.execute_script("document.getElementById('audit-since').value = '2999-01-01T00:00'")
+    browser.find_element(By.ID, "audit-apply").click()
+    wait_until(lambda: not _audit_rows(browser), "no event")
+    assert "No events match" in browser.find_element(By.ID, "audit-status").text
+    # (the browser's time zone shifts the day by up to one)
+    assert re.search(r"since=(2998-12-31|2999-01-01)T\d\d%3A\d\d%3A00\.000Z", browser.current_url)
+    assert browser.find_element(By.ID, "alert").text == ""
+
     # An owner sees no Audit link, and the page says it is for admins.
     _sign_in(browser, live, "/console/audit", owner)
     assert not browser.find_element(By.ID, "nav-audit").is_displayed()
