@@ -68,6 +68,11 @@ def console_slash() -> RedirectResponse:
     return RedirectResponse("/console", status_code=308)
 
 
+@router.get("/audit", response_class=HTMLResponse)
+def audit_page(request: Request) -> HTMLResponse:
+    return _page(request, "audit.html", "Audit trail", "audit")
+
+
 def install(app: FastAPI) -> None:
     """Serve the console, its static files and the offline ``/docs`` and ``/redoc`` on
     ``app`` (built with ``docs_url=None, redoc_url=None``)."""

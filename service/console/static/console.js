@@ -25,9 +25,11 @@
   }
 
   // The JSON API with the key. options: method, json (a body sent as JSON), form (a FormData
-  // body), raw (answer the Response itself when it is ok: a file to save).
+  // body), raw (answer the Response itself when it is ok: a file to save), headers (more
+  // request headers, e.g. Idempotency-Key).
   async function api(path, options = {}) {
     const headers = { Authorization: `Bearer ${storedKey()}`, Accept: "application/json" };
+    Object.assign(headers, options.headers || {});
     let body;
     if (options.json !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -146,6 +148,43 @@
     return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
   }
 
+  // Ledger entries as CSV (the dataset page's and the budgets page's exports): one line per
+  // entry of GET /budgets/{id}, with its dataset's id and name.
+  const LEDGER_COLUMNS = [
+    "dataset_id",
+    "dataset_name",
+    "release_id",
+    "created_at",
+    "settled_at",
+    "mechanism",
+    "accountant",
+    "state",
+    "charged_as",
+    "epsilon",
+    "delta",
+    "consumed_epsilon",
+    "consumed_delta",
+    "running_total",
+    "running_delta",
+    "params",
+  ];
+
+  function ledgerCsv(ledgers) {
+    const lines = [LEDGER_COLUMNS.join(",")];
+    for (const { dataset, entries } of ledgers) {
+      for (const entry of entries) {
+        const row = {
+          ...entry,
+          dataset_id: dataset.id,
+          dataset_name: dataset.name,
+          params: JSON.stringify(entry.params),
+        };
+        lines.push(LEDGER_COLUMNS.map((c) => csvCell(row[c])).join(","));
+      }
+    }
+    return new Blob([`${lines.join("\r\n")}\r\n`], { type: "text/csv;charset=utf-8" });
+  }
+
 
   // Object URLs of files built in the page (CSV exports, downloads): revoked on sign-out.
   const blobUrls = [];
@@ -169,6 +208,7 @@
     fmtDelta,
     fmtTime,
     gauge,
+    ledgerCsv,
     pages,
     setStatus,
     showError,
@@ -201,6 +241,7 @@
     $("who-text").textContent = `Signed in as ${me.name} (${me.role})`;
     $("who").hidden = false;
     $("nav-budgets").parentElement.hidden = me.role === "analyst";
+    $("nav-audit").parentElement.hidden = me.role !== "admin";
     $("content").hidden = false;
     try {
       const run = pages[page];

@@ -1,12 +1,17 @@
-// dprelease console: a dataset's page: facts, gauge, ledger burn-down, grants (docs/console.md).
+// dprelease console: a dataset's page: facts, gauge, releases, ledger burn-down and its CSV,
+// grants and their management (docs/console.md).
 (() => {
   "use strict";
 
-  const { $, api, el, fmt, fmtDelta, fmtTime, gauge, setStatus, svg } = window.dprelease;
+  const { $, api, ApiError, blobUrl, el, fmt, fmtDelta, fmtTime, gauge, ledgerCsv, setStatus, svg } =
+    window.dprelease;
+
+  const enc = encodeURIComponent;
+  const releaseHref = (releaseId) => `/console/releases/${enc(releaseId)}`;
 
   async function datasetPage(me) {
     const id = document.body.dataset.datasetId;
-    const ds = await api(`/datasets/${encodeURIComponent(id)}`);
+    const ds = await api(`/datasets/${enc(id)}`);
     document.title = `${ds.name} · dprelease console`;
     $("dataset-heading").textContent = `Dataset: ${ds.name}`;
     const facts = $("dataset-facts");
@@ -24,18 +29,61 @@
     for (const [term, value] of rows) facts.append(el("dt", {}, term), el("dd", {}, value));
     $("dataset-gauges").replaceChildren(gauge(ds.budget, `Budget ε in use, ${ds.name}`));
     setStatus("dataset-status", "");
+    // An owner key sees only its own datasets: an owner reading this page owns it.
+    const owner = me.role === "owner";
+    if (owner && ds.status === "active") {
+      $("new-release").href = `/console/datasets/${enc(ds.id)}/new-release`;
+      $("dataset-actions").hidden = false;
+    }
     $("dataset-detail").hidden = false;
 
+    renderReleases((await api(`/releases?dataset_id=${enc(id)}`)).items);
     if (me.role === "analyst") {
       setStatus("ledger-status", "The ledger is shown to the dataset's owner and to admins.");
       return;
     }
     const [ledger, grants] = await Promise.all([
-      api(`/budgets/${encodeURIComponent(id)}`),
-      api(`/datasets/${encodeURIComponent(id)}/grants`),
+      api(`/budgets/${enc(id)}`),
+      api(`/datasets/${enc(id)}/grants`),
     ]);
     renderLedger(ledger);
+    offerLedgerCsv(ds, ledger);
+    grantsOf = { id: ds.id, owner };
     renderGrants(grants.items);
+    $("grant-form").hidden = !owner;
+  }
+
+  // ---------------------------------------------------------------------------- releases
+  function renderReleases(items) {
+    const body = $("releases-body");
+    body.replaceChildren();
+    for (const r of items) {
+      body.append(
+        el(
+          "tr",
+          { "data-release-id": r.id },
+          el("th", { scope: "row" }, el("a", { href: releaseHref(r.id) }, el("code", {}, r.id))),
+          el("td", {}, r.status),
+          el("td", {}, r.mechanism),
+          el("td", { class: "num" }, fmt(r.charge.epsilon)),
+          el("td", {}, fmtTime(r.created_at)),
+        ),
+      );
+    }
+    $("releases-table").hidden = items.length === 0;
+    setStatus(
+      "releases-status",
+      items.length ? `${items.length} release${items.length === 1 ? "" : "s"}.` : "No releases yet.",
+    );
+  }
+
+  // The dataset's ledger entries as CSV, built from the GET /budgets/{id} answer already in
+  // the page: no second request, no key in a URL.
+  function offerLedgerCsv(ds, ledger) {
+    const link = $("ledger-csv");
+    link.href = blobUrl(ledgerCsv([{ dataset: ds, entries: ledger.entries }]));
+    link.download = `dprelease-ledger-${ds.id}.csv`;
+    link.hidden = false;
   }
 
   // The spend after each entry: the filter's composed spend (running_total, what the ledger
@@ -69,7 +117,7 @@
           "tr",
           {},
           el("td", {}, fmtTime(e.created_at)),
-          el("td", {}, el("code", {}, e.release_id)),
+          el("td", {}, el("a", { href: releaseHref(e.release_id) }, el("code", {}, e.release_id))),
           el("td", {}, e.mechanism),
           el("td", {}, e.state),
           el("td", { class: "num" }, fmt(e.epsilon)),
@@ -178,15 +226,92 @@
     return root;
   }
 
+  // ------------------------------------------------------------------------------ grants
+  // The dataset whose grants are shown, and whether this key owns it (only the owner may
+  // grant and revoke; an admin reads them).
+  let grantsOf = null;
+
   function renderGrants(items) {
     $("grants-section").hidden = false;
     const list = $("grants-list");
     list.replaceChildren();
     for (const g of items) {
-      list.append(el("li", {}, "analyst ", el("code", {}, g.principal_id), ` since ${fmtTime(g.created_at)}`));
+      const item = el(
+        "li",
+        { "data-grant-id": g.id },
+        "analyst ",
+        el("code", {}, g.principal_id),
+        ` since ${fmtTime(g.created_at)}`,
+      );
+      if (grantsOf.owner) {
+        const button = el(
+          "button",
+          { type: "button", class: "secondary", "aria-label": `Revoke analyst ${g.principal_id}` },
+          "Revoke",
+        );
+        button.addEventListener("click", () => revoke(g));
+        item.append(" ", button);
+      }
+      list.append(item);
     }
-    setStatus("grants-status", items.length ? "" : "No analyst has been granted this dataset's releases.");
+    setStatus(
+      "grants-status",
+      items.length
+        ? `${items.length} grant${items.length === 1 ? "" : "s"}.`
+        : "No analyst has been granted this dataset's releases.",
+    );
   }
+
+  async function refreshGrants() {
+    renderGrants((await api(`/datasets/${enc(grantsOf.id)}/grants`)).items);
+  }
+
+  // The service's message in the grants' alert, which takes the focus.
+  function showGrantError(error) {
+    const alert = $("grants-alert");
+    alert.textContent =
+      error instanceof ApiError
+        ? `${error.message} (${error.code}, HTTP ${error.status})`
+        : `Something went wrong: ${error && error.message ? error.message : error}`;
+    alert.focus();
+  }
+
+  async function grant(event) {
+    event.preventDefault();
+    const button = $("grant-submit");
+    if (button.disabled) return;
+    $("grants-alert").textContent = "";
+    button.disabled = true;
+    try {
+      const principalId = $("grant-principal").value.trim();
+      const made = await api(`/datasets/${enc(grantsOf.id)}/grants`, {
+        json: { principal_id: principalId },
+      });
+      $("grant-principal").value = "";
+      await refreshGrants();
+      setStatus("grants-status", `Granted analyst ${made.principal_id}.`);
+    } catch (error) {
+      showGrantError(error);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function revoke(g) {
+    const question = `Revoke analyst ${g.principal_id}'s access to this dataset's releases?`;
+    if (!window.confirm(question)) return;
+    $("grants-alert").textContent = "";
+    try {
+      await api(`/datasets/${enc(grantsOf.id)}/grants/${enc(g.id)}`, { method: "DELETE" });
+      await refreshGrants();
+      setStatus("grants-status", `Revoked analyst ${g.principal_id}.`);
+      $("grant-principal").focus(); // the focused button is gone
+    } catch (error) {
+      showGrantError(error);
+    }
+  }
+
+  $("grant-form").addEventListener("submit", grant);
 
   window.dprelease.pages.dataset = datasetPage;
 })();
