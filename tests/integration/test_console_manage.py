@@ -23,6 +23,7 @@ from service.config import Settings
 from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
+    assert_accessible,
     assert_same_origin,
     ready,
     requested_urls,
@@ -171,6 +172,7 @@ def test_upload_grants_releases_and_ledger_csv(
     assert browser.find_element(By.ID, "upload-classes").get_attribute("value") == "0, 1, 2"
     assert browser.find_element(By.ID, "upload-submit").is_enabled()
     browser.save_screenshot(str(artifacts / "upload-refused.png"))
+    assert_accessible(browser)
 
     # Corrected: it lands on the new dataset's page.
     epsilon = browser.find_element(By.ID, "upload-epsilon")
@@ -231,6 +233,7 @@ def test_upload_grants_releases_and_ledger_csv(
     grants = live.http.get(grant_path, headers=live.headers(owner)).json()["items"]
     assert [g["principal_id"] for g in grants] == [analyst_id]
     browser.save_screenshot(str(artifacts / "dataset-manage.png"))
+    assert_accessible(browser)
     item.find_element(By.TAG_NAME, "button").click()
     browser.switch_to.alert.accept()
     wait_until(
@@ -251,6 +254,7 @@ def test_upload_grants_releases_and_ledger_csv(
     assert not browser.find_element(By.ID, "new-release").is_displayed()
     assert not browser.find_element(By.ID, "nav-audit").is_displayed()
     browser.save_screenshot(str(artifacts / "dataset-analyst.png"))
+    assert_accessible(browser)
 
     # The analyst's datasets page: no upload form, a line saying who may upload.
     browser.get(f"{live.url}/console")
@@ -302,6 +306,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert button.get_attribute("aria-expanded") == "true"
     assert "dpmix" in entries.text and "committed" in entries.text
     browser.save_screenshot(str(artifacts / "budgets-entries.png"))
+    assert_accessible(browser)
     downloads = _downloads(browser, artifacts)
     browser.find_element(By.ID, "ledger-csv-build").click()
     link = wait_until(lambda: browser.find_element(By.ID, "ledger-csv"), "the ledger CSV link")
@@ -349,6 +354,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert ("grant.created", grant["id"]) in shown and ("grant.revoked", grant["id"]) in shown
     assert {cells[3] for cells in _audit_rows(browser)} == {"grant"}
     browser.save_screenshot(str(artifacts / "audit.png"))
+    assert_accessible(browser)
 
     # Its CSV: the loaded rows.
     browser.find_element(By.ID, "audit-csv").click()
