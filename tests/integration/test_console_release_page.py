@@ -185,7 +185,8 @@ def test_tabular_histograms_and_cancel_from_the_page(
 
     owner = live.new_key("owner", "Grace")
     dataset_id = _upload(live, owner, npz_bytes(*toy_dataset(n=200)), "visits", [0, 13])
-    release_id = _request(live, owner, dataset_id, format="csv")
+    held_out = _upload(live, owner, npz_bytes(*toy_dataset(n=100, seed=1)), "held-out", [0, 13])
+    release_id = _request(live, owner, dataset_id, format="csv", report_test_dataset_id=held_out)
     _sign_in(browser, live, f"/console/releases/{release_id}", owner)
     _settled(browser, "succeeded")
     summary = live.http.get(f"/releases/{release_id}/summary", headers=live.headers(owner))
@@ -206,6 +207,19 @@ def test_tabular_histograms_and_cancel_from_the_page(
     assert [int(c.text) for c in cells] == counts
     # The metadata.json beside a CSV release is listed for download too.
     assert browser.find_elements(By.XPATH, "//button[.='Download metadata.json']")
+    # The owner's utility report: a row per classifier, as the API's report says.
+    report = live.http.get(f"/releases/{release_id}/report", headers=live.headers(owner)).json()
+    wait_until(
+        lambda: browser.find_element(By.ID, "report-table").is_displayed(), "the report table"
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#report-body tr")
+    assert [r.find_element(By.TAG_NAME, "th").text for r in rows] == list(report["accuracy"])
+    first_accuracy = rows[0].find_elements(By.TAG_NAME, "td")[0].text
+    assert float(first_accuracy) == pytest.approx(next(iter(report["accuracy"].values())), abs=1e-3)
+    assert "owner only" in browser.find_element(By.ID, "report-visibility").text
+
+    browser.execute_script("document.getElementById('samples-heading').scrollIntoView()")
+    browser.save_screenshot(str(artifacts / "release-tabular.png"))
 
     # A release that stays queued (a dispatcher that hands nothing over), cancelled from its
     # page after the confirm step: refunded, shown as cancelled.

@@ -279,7 +279,7 @@
     setStatus(
       "samples-status",
       `${summary.rows.toLocaleString("en")} rows; columns: ${summary.feature_columns.length} ` +
-        `feature(s), label ${summary.label_columns.join(", ")}` +
+        `feature(s); label column(s) ${summary.label_columns.join(", ")}` +
         (summary.label_kind ? ` (${summary.label_kind})` : "") +
         ". Drawn from the release file itself: post-processing, no further privacy cost.",
     );
