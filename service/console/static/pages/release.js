@@ -68,6 +68,7 @@
 
   async function poll(id, me) {
     polling = null;
+    if ($("content").hidden) return; // signed out: the key is gone, nothing to follow
     let release;
     try {
       release = await api(`/releases/${enc(id)}`);
