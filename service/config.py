@@ -138,6 +138,12 @@ class Settings(BaseSettings):
         le=64 * 1024 * 1024,
         description="Chunk size of streamed downloads (memory per download in stream mode)",
     )
+    summary_max_bytes: int = Field(
+        default=256 * 1024**2,
+        gt=0,
+        description="Largest release file GET /releases/{id}/summary reads (it holds the "
+        "file's values in memory); larger ones answer 409 summary_too_large",
+    )
     # -- Issue 14, item 3 (δ handled as a budget) ------------------------------------------
     delta_warning_ratio: float = Field(
         default=0.1,

@@ -8,6 +8,7 @@ may see through the API, and a key never appears in a URL (docs/console.md).
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -37,6 +38,31 @@ SECURITY_HEADERS = {
 router = APIRouter(prefix="/console", include_in_schema=False)
 
 
+def _object_store_origin(request: Request) -> str | None:
+    """Where a download redirects the browser when the API answers downloads with presigned
+    URLs (S3, ``download_mode`` ``presigned``): the scheme and host of such a URL, asked of
+    the store's own presigner (a local computation: no request leaves), so the page may
+    follow the redirect. None when downloads come from the API itself."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None or runtime.settings.download_mode != "presigned":
+        return None
+    url = runtime.store.presigned_url("releases/origin-probe", filename="probe")
+    if url is None:  # the local store of embedded mode: the API serves the file
+        return None
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _headers(request: Request) -> dict[str, str]:
+    origin = _object_store_origin(request)
+    if origin is None:
+        return SECURITY_HEADERS
+    policy = SECURITY_HEADERS["Content-Security-Policy"].replace(
+        "connect-src 'self';", f"connect-src 'self' {origin};"
+    )
+    return {**SECURITY_HEADERS, "Content-Security-Policy": policy}
+
+
 def _page(
     request: Request, template: str, title: str, page: str, **context: object
 ) -> HTMLResponse:
@@ -44,7 +70,7 @@ def _page(
         request,
         template,
         {"title": title, "page": page, "static": docs.STATIC_URL, **context},
-        headers=SECURITY_HEADERS,
+        headers=_headers(request),
     )
 
 
@@ -61,6 +87,11 @@ def dataset_page(request: Request, dataset_id: str) -> HTMLResponse:
 @router.get("/budgets", response_class=HTMLResponse)
 def budgets_page(request: Request) -> HTMLResponse:
     return _page(request, "budgets.html", "Budgets", "budgets")
+
+
+@router.get("/releases/{release_id}", response_class=HTMLResponse)
+def release_page(request: Request, release_id: str) -> HTMLResponse:
+    return _page(request, "release.html", "Release", "release", release_id=release_id)
 
 
 @router.get("/", response_class=RedirectResponse)

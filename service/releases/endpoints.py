@@ -31,7 +31,7 @@ from service.deps import (
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.models import Release
-from service.releases import keys, service
+from service.releases import keys, service, summary
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
@@ -40,6 +40,7 @@ from service.releases.schemas import (
     ReleaseOut,
     ReleaseQuery,
     ReleaseRequestBase,
+    ReleaseSummary,
 )
 from service.releases.status import ReleaseStatus
 from service.runtime import Runtime
@@ -137,6 +138,16 @@ def download_release(
     assert release.artifact_key is not None
     filename = f"release-{release.id}.{release.format}"
     return _serve(runtime, release.artifact_key, filename, _MEDIA[release.format])
+
+
+def summarise_release(
+    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+) -> ReleaseSummary:
+    # Exactly what the download serves, to exactly its readers: post-processing of the
+    # release, so it costs no privacy.
+    release = service.get(session, principal=principal, release_id=release_id)
+    _require_succeeded(release)
+    return summary.summarise(release, runtime.store, runtime.settings)
 
 
 def download_release_artifact(
@@ -352,6 +363,25 @@ def make_router() -> APIRouter:
         },
         response_class=Response,
         summary="Download a succeeded release",
+        openapi_extra=objects(_READERS),
+    )
+    router.add_api_route(
+        "/{release_id}/summary",
+        summarise_release,
+        methods=["GET"],
+        responses=responses(
+            401,
+            404,
+            409,
+            e409="The release is not ready or was cancelled (not_ready), or its file is larger "
+            "than DPRELEASE_SUMMARY_MAX_BYTES (summary_too_large)",
+        ),
+        summary="A succeeded release's file summarised: shape, first rows, histograms",
+        description="Post-processing of the file GET /releases/{id}/download serves (never "
+        "the owner's raw rows), so it costs no privacy: the row count, columns, the declared "
+        "value range, the file's first 64 rows (features and label as released) and, per "
+        "column, a histogram of 20 bins over the declared range (or the column's min–max); "
+        "for image-shaped rows (a 2-D feature_shape) the label histograms only.",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(

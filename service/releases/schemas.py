@@ -440,3 +440,62 @@ class MechanismInfo(BaseModel):
 
 class MechanismList(BaseModel):
     items: list[MechanismInfo]
+
+
+# GET /releases/{id}/summary: post-processing of the release file (service/releases/summary.py).
+class SummaryValueRange(BaseModel):
+    """The owner's declared bounds per feature (public), for a release in the data's units."""
+
+    lo: list[float]
+    hi: list[float]
+
+
+class SummarySample(BaseModel):
+    features: list[float] = Field(description="The row's feature values, in feature order")
+    label: int | str | list[float] = Field(
+        description="An exact label: the row's class; otherwise the label columns' values"
+    )
+
+
+class SummaryHistogram(BaseModel):
+    column: str
+    kind: Literal["numeric", "categorical"]
+    range_source: Literal["declared", "release"] | None = Field(
+        default=None,
+        description="numeric: bins over the declared bounds (declared; [0, 1] for class "
+        "proportions) or over the column's own min–max in the release (release)",
+    )
+    edges: list[float] | None = Field(default=None, description="numeric: the bins' edges")
+    categories: list[str] | None = Field(
+        default=None, description="categorical: the classes, in declared order"
+    )
+    counts: list[int] = Field(description="Rows per bin (or per class)")
+    below: int = Field(default=0, description="Values below the declared range")
+    above: int = Field(default=0, description="Values above the declared range")
+
+
+class ReleaseSummary(BaseModel):
+    """A look at a succeeded release's file: what the download serves, post-processed."""
+
+    rows: int
+    columns: list[str] = Field(description="The file's columns: features, then label(s)")
+    feature_columns: list[str]
+    label_columns: list[str]
+    label_kind: str | None = Field(description="exact, proportions or combinations")
+    classes: list[str]
+    feature_shape: list[int] | None = Field(
+        description="[h, w] when the rows are images of the declared shape; else null"
+    )
+    value_range: SummaryValueRange | None = Field(
+        description="Declared bounds per feature when the release is in the data's units"
+    )
+    display_range: list[float] | None = Field(
+        description="[lo, hi] to draw sampled values with: the declared bounds' extent, else "
+        "the sampled values' own"
+    )
+    samples: list[SummarySample] = Field(
+        description="The file's first rows (at most 64): a fixed public rule"
+    )
+    histograms: list[SummaryHistogram] = Field(
+        description="Per column (for image-shaped rows: the label column(s) only)"
+    )

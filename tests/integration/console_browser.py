@@ -68,6 +68,8 @@ class Live:
     url: str
     admin_key: str
     http: httpx.Client
+    # The app's runtime, for tests that need a seam (a dispatcher that queues nothing).
+    runtime: Any = None
 
     def headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
@@ -123,7 +125,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=url, timeout=30) as http:
-            yield Live(url, (home / "admin.key").read_text().strip(), http)
+            yield Live(url, (home / "admin.key").read_text().strip(), http, runtime)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -50,6 +50,8 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
         UNGRANTED: 404,
         ADMIN: DOWNLOAD,
     },
+    # Post-processing of the download: its readers.
+    "summarise_release": {OWNER: 200, OTHER: 404, GRANTED: 200, UNGRANTED: 404, ADMIN: 200},
     # Computed on the owner's raw data: the requesting owner only, admins included out.
     "download_release_artifact": {
         OWNER: DOWNLOAD,
