@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
+    assert_accessible,
     assert_same_origin,
     publish,
     ready,
@@ -173,6 +174,7 @@ def test_image_release_page_grid_and_download(live: Live, browser: Any, artifact
     browser.set_window_size(1280, min(2600, height + 40))
     shot = artifacts / "release.png"
     browser.save_screenshot(str(shot))
+    assert_accessible(browser)
     assert_same_origin(live, requested_urls(browser), key=owner)
     assert not script_errors(browser)
     publish(shot, "release.png")
@@ -220,6 +222,7 @@ def test_tabular_histograms_and_cancel_from_the_page(
 
     browser.execute_script("document.getElementById('samples-heading').scrollIntoView()")
     browser.save_screenshot(str(artifacts / "release-tabular.png"))
+    assert_accessible(browser)
 
     # A release that stays queued (a dispatcher that hands nothing over), cancelled from its
     # page after the confirm step: refunded, shown as cancelled.
@@ -250,6 +253,7 @@ def test_tabular_histograms_and_cancel_from_the_page(
     after = live.http.get(f"/releases/{queued}", headers=live.headers(owner)).json()
     assert after["status"] == "cancelled"
     browser.save_screenshot(str(artifacts / "release-cancelled.png"))
+    assert_accessible(browser)
     assert_same_origin(live, requested_urls(browser), key=owner)
     assert not script_errors(browser)
 
