@@ -68,6 +68,13 @@ def console_slash() -> RedirectResponse:
     return RedirectResponse("/console", status_code=308)
 
 
+@router.get("/datasets/{dataset_id}/new-release", response_class=HTMLResponse)
+def new_release_page(request: Request, dataset_id: str) -> HTMLResponse:
+    return _page(
+        request, "new_release.html", "New release", "new_release", dataset_id=dataset_id
+    )
+
+
 def install(app: FastAPI) -> None:
     """Serve the console, its static files and the offline ``/docs`` and ``/redoc`` on
     ``app`` (built with ``docs_url=None, redoc_url=None``)."""
