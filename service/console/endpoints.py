@@ -70,9 +70,7 @@ def console_slash() -> RedirectResponse:
 
 @router.get("/datasets/{dataset_id}/new-release", response_class=HTMLResponse)
 def new_release_page(request: Request, dataset_id: str) -> HTMLResponse:
-    return _page(
-        request, "new_release.html", "New release", "new_release", dataset_id=dataset_id
-    )
+    return _page(request, "new_release.html", "New release", "new_release", dataset_id=dataset_id)
 
 
 def install(app: FastAPI) -> None:

@@ -360,7 +360,9 @@
       }),
     );
     $("preview-gauges").replaceChildren(
+      el("p", { class: "gauge-label" }, "Now"),
       gauge(b, `Budget ε in use now, ${state.dataset.name}`),
+      el("p", { class: "gauge-label" }, "After this release"),
       afterGauge(b),
     );
     renderWarnings(p.warnings || []);
@@ -397,8 +399,8 @@
     meter.textContent = `${fmt(inUse)} of ${fmt(b.epsilon)}`;
     const words =
       b.total_after === null
-        ? "after this release: it does not fit"
-        : `after this release: in use ${fmt(b.total_after)} · remaining ${fmt(b.remaining_after)} of ε ${fmt(b.epsilon)}`;
+        ? "it does not fit"
+        : `in use ${fmt(b.total_after)} · remaining ${fmt(b.remaining_after)} of ε ${fmt(b.epsilon)}`;
     return el("div", { class: "gauge" }, meter, el("span", { id: "preview-after-text", class: "gauge-text" }, words));
   }
 
