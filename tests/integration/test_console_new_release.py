@@ -7,6 +7,7 @@ the confirmation (one release for a double click) and the keyboard-only pass. Th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,21 @@ def param_labels(browser: Any) -> dict[str, str]:
     }
 
 
+def control_for(prop: dict[str, Any]) -> tuple[str, str | None]:
+    """The control the generator makes for a property: (tag, input type)."""
+    kinds = [s for s in prop.get("anyOf", [prop]) if s.get("type") != "null"]
+    schema = kinds[0] if len(kinds) == 1 else {}
+    if all(isinstance(v, str) for v in schema.get("enum", [0])):
+        return "select", None
+    if schema.get("type") in ("integer", "number"):
+        return "input", "number"
+    if schema.get("type") == "boolean":
+        return "input", "checkbox"
+    if schema.get("type") == "string":
+        return "input", "text"
+    return "textarea", None  # objects, arrays, unions: JSON
+
+
 def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifacts: Path) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -187,6 +203,20 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     assert expected.status_code == 200, expected.text
     wait_for_sigma(browser, expected.json()["noise"]["sigma_x"])
 
+    # Every mechanism's form: a control of the property's type for each, or a JSON field.
+    for mechanism in mechanisms:
+        Select(browser.find_element(By.ID, "mechanism")).select_by_value(mechanism["name"])
+        schema = mechanism["params_schema"]["properties"]
+        names = set(schema)
+        wait_until(lambda names=names: set(param_labels(browser)) == names, mechanism["name"])
+        for name, prop in schema.items():
+            control = browser.find_element(By.ID, f"param-{name}")
+            tag, kind = control_for(prop)
+            got = (control.tag_name, control.get_attribute("type") if kind else None)
+            assert got == (tag, kind), (mechanism["name"], name)
+    Select(browser.find_element(By.ID, "mechanism")).select_by_value(other["name"])
+    wait_until(lambda: page_preview(browser)[0] in ("ready", "error"), "a preview")
+
     # Fixed noise: σ as given, ε as the API reports it.
     browser.find_element(By.ID, "mode-noise").click()
     set_value(browser, "sigma_x", "1.5")
@@ -245,11 +275,30 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     errors = [e for e in script_errors(browser) if refusal not in e]
     assert not errors, errors
 
-    # Confirm, double-clicked: one release, and the browser on its page.
+    # The budget moves while the panel is open (a release of 3.5 through the API): Confirm is
+    # refused with the service's 409, shown in the alert, and the form is back.
     type_and_enter(browser, "")
+    wait_until(lambda: browser.find_element(By.ID, "confirm-panel").is_displayed(), "the panel")
+    elsewhere = live.release(owner, dataset_id, 3.5)
+    browser.find_element(By.ID, "confirm-release").click()
+    alert = wait_until(lambda: browser.find_element(By.ID, "alert").text, "the 409 alert")
+    assert "HTTP 409" in alert and "budget_exceeded" in alert
+    assert browser.find_element(By.ID, "release-form").is_displayed()
+    assert browser.switch_to.active_element.get_attribute("id") == "request-release"
+    wait_until(
+        lambda: browser.find_element(By.ID, "preview-admissible").text.startswith("no"),
+        "the preview of the budget as it is now",
+    )
+
+    # Within what remains, Confirm double-clicked: one release, and the browser on its page.
+    set_value(browser, "epsilon", "0.4")
+    expected = api_preview(live, owner, {**base, "epsilon": 0.4}).json()
+    assert expected["budget"]["admissible"]
+    wait_for_sigma(browser, expected["noise"]["sigma_x"])
+    type_and_enter(browser, "")  # Enter in the ε field submits the form
     confirm = wait_until(
         lambda: (
-            browser.find_element(By.ID, "confirm-release").is_displayed()
+            browser.find_element(By.ID, "confirm-panel").is_displayed()
             and browser.find_element(By.ID, "confirm-release")
         ),
         "the Confirm button",
@@ -259,16 +308,21 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     releases = live.http.get(
         "/releases", params={"dataset_id": dataset_id}, headers=live.headers(owner)
     ).json()["items"]
-    assert len(releases) == 1, releases
-    release = releases[0]
+    ours = [r for r in releases if r["id"] != elsewhere["id"]]
+    assert len(ours) == 1, releases
+    release = ours[0]
     assert release["mechanism"] == default["name"]
-    assert release["charge"]["epsilon"] == pytest.approx(1.0, rel=1e-3)
+    assert release["charge"]["epsilon"] == pytest.approx(0.4, rel=1e-3)
     assert browser.current_url == f"{live.url}/console/releases/{release['id']}"
     assert_same_origin(live, requested_urls(browser), key=owner)
-    # The release page is another change's: until it lands its URL answers 404 (and the 404
-    # page, having no icon, the browser's favicon.ico request too).
-    missing = (f"{live.url}/console/releases/{release['id']}", f"{live.url}/favicon.ico")
-    errors = [e for e in script_errors(browser) if not e.startswith(missing)]
+    # The refused Confirm's 409; the release page is another change's: until it lands its URL
+    # answers 404 (and the 404 page, having no icon, the browser's favicon.ico request too).
+    expected_failures = (
+        f"{live.url}/releases - Failed to load resource: the server responded with a status of 409",
+        f"{live.url}/console/releases/{release['id']}",
+        f"{live.url}/favicon.ico",
+    )
+    errors = [e for e in script_errors(browser) if not e.startswith(expected_failures)]
     assert not errors, errors
     publish(shot, "new_release.png")
 
@@ -297,3 +351,18 @@ def test_new_release_page_offers_no_form_to_an_analyst(
     browser.save_screenshot(str(artifacts / "new-release-analyst.png"))
     assert_same_origin(live, requested_urls(browser), key=analyst)
     assert not script_errors(browser)
+
+
+def test_new_release_shell_escapes_the_id_under_the_strict_policy(live: Live) -> None:
+    r = live.http.get('/console/datasets/x"><img src=x onerror=alert(1)>/new-release')
+    assert r.status_code == 200, r.text
+    assert 'data-page="new_release"' in r.text
+    assert "<img src=x" not in r.text
+    assert 'data-dataset-id="x&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"' in r.text
+    policy = r.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "style-src 'self'" in policy
+    assert "/console/static/pages/new_release.js" in r.text
+    assert live.http.get("/console/static/pages/new_release.js").status_code == 200
+    # Every control of the shell has a label.
+    for control in re.findall(r"<(?:input|select|textarea)\b[^>]*\bid=\"([^\"]+)\"", r.text):
+        assert f'for="{control}"' in r.text or control in ("mode-epsilon", "mode-noise"), control

@@ -12,7 +12,16 @@
   const DEBOUNCE_MS = 300;
   const GUIDE_COLUMNS = 24; // wider datasets: the noise guide's spreads only
   // The request's own fields, by id: where a 422's location points the user.
-  const TOP_FIELDS = ["epsilon", "noise_ratio", "sigma_x", "sigma_y", "delta", "accountant", "format", "noise_sampler"];
+  const TOP_FIELDS = [
+    "epsilon",
+    "noise_ratio",
+    "sigma_x",
+    "sigma_y",
+    "delta",
+    "accountant",
+    "format",
+    "noise_sampler",
+  ];
 
   const state = {
     dataset: null,
@@ -29,6 +38,8 @@
 
   // σ and ε at four significant digits: σ can be tiny or large.
   const sig = (x) => (typeof x === "number" && Number.isFinite(x) ? String(Number(x.toPrecision(4))) : "–");
+
+  const mechanismLabel = (m) => (m.kind === "baseline" ? `${m.name} (baseline)` : m.name);
 
   // One per confirmation. crypto.randomUUID needs a secure context; the API may be served over
   // plain HTTP on a private network, where getRandomValues still works.
@@ -97,7 +108,8 @@
       return numberInput(id, schema, nullable, false);
     },
     string(id, schema) {
-      return el("input", { id, type: "text", placeholder: hasDefault(schema) ? `default: ${schema.default}` : null });
+      const placeholder = hasDefault(schema) ? `default: ${schema.default}` : null;
+      return el("input", { id, type: "text", placeholder });
     },
     boolean(id, schema) {
       const box = el("input", { id, type: "checkbox" });
@@ -109,15 +121,19 @@
         id,
         rows: 2,
         spellcheck: "false",
-        placeholder: hasDefault(schema) ? `default: ${JSON.stringify(schema.default)}` : "JSON; empty: the service's default",
+        placeholder: hasDefault(schema)
+          ? `default: ${JSON.stringify(schema.default)}`
+          : "JSON; empty: the service's default",
       });
     },
   };
 
   function numberInput(id, schema, nullable, integer) {
-    const step = integer ? 1 : null;
-    const low = schema.minimum ?? (schema.exclusiveMinimum === undefined ? null : schema.exclusiveMinimum + (step || 0));
-    const high = schema.maximum ?? (schema.exclusiveMaximum === undefined ? null : schema.exclusiveMaximum - (step || 0));
+    // An exclusive bound of an integer is the next integer in; of a number, the bound itself
+    // (an HTML min is inclusive: the hint says "> 0", the service judges).
+    const step = integer ? 1 : 0;
+    const low = schema.minimum ?? (schema.exclusiveMinimum === undefined ? null : schema.exclusiveMinimum + step);
+    const high = schema.maximum ?? (schema.exclusiveMaximum === undefined ? null : schema.exclusiveMaximum - step);
     return el("input", {
       id,
       type: "number",
@@ -137,9 +153,13 @@
     const control = CONTROLS[kind](id, schema, nullable);
     control.setAttribute("aria-describedby", `${id}-hint`);
     const title = [schema.title || name, " ", el("code", {}, name), kind === "json" ? " (JSON)" : ""];
-    const label =
-      kind === "boolean" ? el("label", { for: id, class: "inline" }, control, ...title) : el("label", { for: id }, ...title);
     const hint = el("p", { id: `${id}-hint`, class: "hint" }, hintText(schema, kind, nullable));
+    // A checkbox sits inside its label, before the text; any other control below its label.
+    const label = el("label", { for: id }, ...title);
+    if (kind === "boolean") {
+      label.classList.add("inline");
+      label.prepend(control);
+    }
     const node = el("div", { class: `param param-${kind}` }, label, kind === "boolean" ? null : control, hint);
     return { name, kind, schema, control, node };
   }
@@ -172,9 +192,10 @@
 
   function setParam(field, value) {
     const c = field.control;
-    if (field.kind === "boolean") c.checked = value === undefined ? field.schema.default === true : Boolean(value);
-    else if (value === undefined || value === null) c.value = field.kind === "enum" && hasDefault(field.schema) ? field.schema.default : "";
-    else c.value = field.kind === "json" ? JSON.stringify(value) : String(value);
+    const reset = value === undefined || value === null; // back to the schema's default
+    if (field.kind === "boolean") c.checked = reset ? field.schema.default === true : Boolean(value);
+    else if (!reset) c.value = field.kind === "json" ? JSON.stringify(value) : String(value);
+    else c.value = field.kind === "enum" && hasDefault(field.schema) ? field.schema.default : "";
   }
 
   // ---------------------------------------------------------------------- the request body
@@ -228,7 +249,9 @@
     const about = $("mechanism-about");
     about.replaceChildren(el("p", {}, m.summary), el("p", {}, el("strong", {}, "Good for: "), m.good_for));
     if (m.kind === "baseline") {
-      about.prepend(el("p", { class: "baseline-note" }, "Baseline: a comparison point published to measure the mechanisms against, not a recommended choice."));
+      const note =
+        "Baseline: a comparison point published to measure the mechanisms against, not a recommended choice.";
+      about.prepend(el("p", { class: "baseline-note" }, note));
     }
     renderAccountants(m);
     renderParams(m);
@@ -262,9 +285,10 @@
   // Any input: the structure first (idempotent: both input and change events come here), then
   // a new preview.
   function onInput(event) {
-    if (event.target.id === "mechanism" && state.mechanism.name !== event.target.value) renderMechanism(event.target.value);
-    if (event.target.id === "accountant") describeAccountant();
-    if (event.target.name === "noise-mode") applyMode();
+    const target = event.target;
+    if (target.id === "mechanism" && state.mechanism.name !== target.value) renderMechanism(target.value);
+    if (target.id === "accountant") describeAccountant();
+    if (target.name === "noise-mode") applyMode();
     schedule();
   }
 
@@ -319,7 +343,9 @@
   }
 
   function clearInvalid() {
-    for (const node of document.querySelectorAll("#release-form [aria-invalid]")) node.removeAttribute("aria-invalid");
+    for (const node of document.querySelectorAll("#release-form [aria-invalid]")) {
+      node.removeAttribute("aria-invalid");
+    }
   }
 
   // The fields a 422 names (detail.errors[].loc: ["body", mechanism, "params", name]).
@@ -341,19 +367,20 @@
   function renderPreview(p) {
     const b = p.budget;
     const fits = b.total_after !== null;
+    const sigmaY = p.noise.sigma_y === null ? "labels not noised" : sig(p.noise.sigma_y);
+    const after = fits ? fmt(b.remaining_after) : "does not fit";
+    const deltas = `${fmtDelta(b.delta_remaining)} → ${fmtDelta(b.delta_remaining_after)} of ${fmtDelta(b.delta)}`;
     $("preview-error").textContent = "";
     $("preview-facts").replaceChildren(
       ...fact("σ_x", sig(p.noise.sigma_x), { id: "preview-sigma-x", "data-value": p.noise.sigma_x }),
-      ...fact("σ_y", p.noise.sigma_y === null ? "labels not noised" : sig(p.noise.sigma_y), { id: "preview-sigma-y" }),
+      ...fact("σ_y", sigmaY, { id: "preview-sigma-y" }),
       ...fact("Charge", `ε ${sig(p.charge.epsilon)}, δ ${fmtDelta(p.charge.delta)}`, {
         id: "preview-charge",
         "data-epsilon": p.charge.epsilon,
       }),
       ...fact("Charged as", b.charged_as),
-      ...fact("Remaining ε", `${fmt(b.remaining)} → ${fits ? fmt(b.remaining_after) : "does not fit"} of ${fmt(b.epsilon)}`, {
-        id: "preview-remaining",
-      }),
-      ...fact("Remaining δ", `${fmtDelta(b.delta_remaining)} → ${fmtDelta(b.delta_remaining_after)} of ${fmtDelta(b.delta)}`),
+      ...fact("Remaining ε", `${fmt(b.remaining)} → ${after} of ${fmt(b.epsilon)}`, { id: "preview-remaining" }),
+      ...fact("Remaining δ", deltas),
       ...fact("Admissible", b.admissible ? "yes" : refusalReason(b), {
         id: "preview-admissible",
         class: b.admissible ? "ok" : "refused",
@@ -379,7 +406,8 @@
 
   function refusalReason(b) {
     const after = b.total_after === null ? "no ε fits" : `ε after ${fmt(b.total_after)}`;
-    return `no: it would exceed the budget (${after} of ${fmt(b.epsilon)}; δ after ${fmtDelta(b.delta_after)} of ${fmtDelta(b.delta)})`;
+    const delta = `δ after ${fmtDelta(b.delta_after)} of ${fmtDelta(b.delta)}`;
+    return `no: it would exceed the budget (${after} of ${fmt(b.epsilon)}; ${delta})`;
   }
 
   // The budget if this release were admitted, beside the gauge of now.
@@ -401,12 +429,13 @@
       b.total_after === null
         ? "it does not fit"
         : `in use ${fmt(b.total_after)} · remaining ${fmt(b.remaining_after)} of ε ${fmt(b.epsilon)}`;
-    return el("div", { class: "gauge" }, meter, el("span", { id: "preview-after-text", class: "gauge-text" }, words));
+    const text = el("span", { id: "preview-after-text", class: "gauge-text" }, words);
+    return el("div", { class: "gauge" }, meter, text);
   }
 
   function renderWarnings(warnings) {
     $("preview-warnings").replaceChildren(
-      ...warnings.map((w) => el("li", {}, el("strong", {}, "Warning: "), w.message, " ", el("code", {}, w.code))),
+      ...warnings.map((w) => el("li", {}, el("strong", {}, "Warning: "), `${w.message} `, el("code", {}, w.code))),
     );
   }
 
@@ -416,10 +445,10 @@
     if (!guide.applies) return;
     const s = guide.noise_std_raw;
     const r = guide.noise_to_range;
-    box.append(
-      el("p", { id: "preview-guide-spread" }, `Noise std: ${sig(s.min)} to ${sig(s.max)} (median ${sig(s.median)}); ` +
-        `std / range: ${sig(r.min)} to ${sig(r.max)}.`),
-    );
+    const spread =
+      `Noise std: ${sig(s.min)} to ${sig(s.max)} (median ${sig(s.median)}); ` +
+      `std / range: ${sig(r.min)} to ${sig(r.max)}.`;
+    box.append(el("p", { id: "preview-guide-spread" }, spread));
     if (!guide.columns || guide.columns.length > GUIDE_COLUMNS) return;
     const rows = guide.columns.map((c) =>
       el(
@@ -431,7 +460,8 @@
         el("td", { class: "num" }, sig(c.noise_to_range)),
       ),
     );
-    const head = ["Column", "Declared range", "Noise std", "Std / range"].map((h) => el("th", { scope: "col" }, h));
+    const titles = ["Column", "Declared range", "Noise std", "Std / range"];
+    const head = titles.map((h) => el("th", { scope: "col" }, h));
     box.append(
       el(
         "table",
@@ -488,14 +518,16 @@
     const r = p.result;
     const m = state.mechanism;
     state.confirm = { body: p.body, idempotencyKey: uuid() };
-    const noise = p.body.epsilon !== undefined ? `target ε ${p.body.epsilon}` : `fixed σ_x ${p.body.noise.sigma_x}`;
+    const how = p.body.epsilon !== undefined ? `target ε ${p.body.epsilon}` : `fixed σ_x ${p.body.noise.sigma_x}`;
+    const sigmaY = r.noise.sigma_y === null ? "–" : sig(r.noise.sigma_y);
+    const remaining = `${fmt(r.budget.remaining_after)} of ${fmt(r.budget.epsilon)}`;
     $("confirm-facts").replaceChildren(
       ...fact("Dataset", state.dataset.name),
-      ...fact("Mechanism", m.kind === "baseline" ? `${m.name} (baseline)` : m.name, { id: "confirm-mechanism" }),
-      ...fact("Noise", `${noise}: σ_x ${sig(r.noise.sigma_x)}, σ_y ${r.noise.sigma_y === null ? "–" : sig(r.noise.sigma_y)}`),
+      ...fact("Mechanism", mechanismLabel(m), { id: "confirm-mechanism" }),
+      ...fact("Noise", `${how}: σ_x ${sig(r.noise.sigma_x)}, σ_y ${sigmaY}`),
       ...fact("Accountant", r.accountant),
       ...fact("Charge", `ε ${sig(r.charge.epsilon)}, δ ${fmtDelta(r.charge.delta)}`, { id: "confirm-charge" }),
-      ...fact("Remaining ε after", `${fmt(r.budget.remaining_after)} of ${fmt(r.budget.epsilon)}`, { id: "confirm-remaining" }),
+      ...fact("Remaining ε after", remaining, { id: "confirm-remaining" }),
       ...fact("Parameters", JSON.stringify(p.body.params)),
       ...fact("Format", p.body.format),
     );
@@ -543,7 +575,7 @@
   function fillMechanisms(items) {
     const select = $("mechanism");
     select.replaceChildren(
-      ...items.map((m) => el("option", { value: m.name }, m.kind === "baseline" ? `${m.name} (baseline)` : m.name)),
+      ...items.map((m) => el("option", { value: m.name }, mechanismLabel(m))),
     );
     const first = items.find((m) => m.kind !== "baseline") || items[0];
     select.value = first.name;
@@ -558,7 +590,8 @@
     $("release-heading").textContent = `New release: ${ds.name}`;
     // Only the owner may request releases (an owner sees only their own datasets).
     if (me.role !== "owner") {
-      setStatus("release-status", `Only the dataset's owner may request its releases; you are signed in as ${me.role}.`);
+      const why = `Only the dataset's owner may request its releases; you are signed in as ${me.role}.`;
+      setStatus("release-status", why);
       return;
     }
     const list = await api("/mechanisms");
@@ -576,7 +609,8 @@
     $("confirm-panel").addEventListener("keydown", (event) => {
       if (event.key === "Escape" && !state.submitting) closeConfirm();
     });
-    setStatus("release-status", `Remaining budget: ε ${fmt(ds.budget.remaining)} of ${fmt(ds.budget.epsilon)}.`);
+    const budget = `Remaining budget: ε ${fmt(ds.budget.remaining)} of ${fmt(ds.budget.epsilon)}.`;
+    setStatus("release-status", budget);
     $("release-editor").hidden = false;
     runPreview().catch(showError);
   }
