@@ -223,7 +223,7 @@
       dataset_id: state.dataset.id,
       mechanism: state.mechanism.name,
       params,
-      accountant: $("accountant").value,
+      accountant: $("accountant").value || undefined, // none usable: left out, the service says why
       format: $("format").value,
       noise_sampler: $("noise_sampler").value,
     };
@@ -395,6 +395,7 @@
     renderWarnings(p.warnings || []);
     renderGuide(p.noise_guide);
     renderRecommended(p.recommended || []);
+    showRemaining(b);
     $("preview-body").hidden = false;
     setStatus(
       "preview-status",
@@ -402,6 +403,11 @@
         `${fits ? fmt(b.remaining_after) : "none fits"}${b.admissible ? "" : " (not admissible)"}.`,
     );
     setPreviewState("ready");
+  }
+
+  // The line under the heading follows the ledger: the budget may move while the page is open.
+  function showRemaining(b) {
+    setStatus("release-status", `Remaining budget: ε ${fmt(b.remaining)} of ${fmt(b.epsilon)}.`);
   }
 
   function refusalReason(b) {
@@ -445,9 +451,8 @@
     if (!guide.applies) return;
     const s = guide.noise_std_raw;
     const r = guide.noise_to_range;
-    const spread =
-      `Noise std: ${sig(s.min)} to ${sig(s.max)} (median ${sig(s.median)}); ` +
-      `std / range: ${sig(r.min)} to ${sig(r.max)}.`;
+    const span = (x) => (x.min === x.max ? sig(x.min) : `${sig(x.min)} to ${sig(x.max)} (median ${sig(x.median)})`);
+    const spread = `Noise std: ${span(s)}; std / range: ${span(r)}.`;
     box.append(el("p", { id: "preview-guide-spread" }, spread));
     if (!guide.columns || guide.columns.length > GUIDE_COLUMNS) return;
     const rows = guide.columns.map((c) =>
@@ -609,8 +614,7 @@
     $("confirm-panel").addEventListener("keydown", (event) => {
       if (event.key === "Escape" && !state.submitting) closeConfirm();
     });
-    const budget = `Remaining budget: ε ${fmt(ds.budget.remaining)} of ${fmt(ds.budget.epsilon)}.`;
-    setStatus("release-status", budget);
+    showRemaining(ds.budget);
     $("release-editor").hidden = false;
     runPreview().catch(showError);
   }
