@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,12 @@ def param_labels(browser: Any) -> dict[str, str]:
         for label in labels
         if label.get_attribute("for")
     }
+
+
+def fields_are(browser: Any, names: Iterable[str]) -> Callable[[], bool]:
+    """A condition: the generated params fields are exactly ``names``."""
+    expected = set(names)
+    return lambda: set(param_labels(browser)) == expected
 
 
 def control_for(prop: dict[str, Any]) -> tuple[str, str | None]:
@@ -196,7 +203,7 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     other = next(m for m in mechanisms if m["name"] != default["name"] and m["kind"] != "baseline")
     Select(browser.find_element(By.ID, "mechanism")).select_by_value(other["name"])
     wait_until(
-        lambda: set(param_labels(browser)) == set(other["params_schema"]["properties"]),
+        fields_are(browser, other["params_schema"]["properties"]),
         "the other mechanism's params fields",
     )
     expected = api_preview(live, owner, {**base, "mechanism": other["name"], "epsilon": 2.0})
@@ -207,8 +214,7 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     for mechanism in mechanisms:
         Select(browser.find_element(By.ID, "mechanism")).select_by_value(mechanism["name"])
         schema = mechanism["params_schema"]["properties"]
-        names = set(schema)
-        wait_until(lambda names=names: set(param_labels(browser)) == names, mechanism["name"])
+        wait_until(fields_are(browser, schema), mechanism["name"])
         for name, prop in schema.items():
             control = browser.find_element(By.ID, f"param-{name}")
             tag, kind = control_for(prop)
@@ -228,7 +234,7 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     assert charge == pytest.approx(fixed["charge"]["epsilon"], rel=1e-9)
     browser.find_element(By.ID, "mode-epsilon").click()
     Select(browser.find_element(By.ID, "mechanism")).select_by_value(default["name"])
-    wait_until(lambda: set(param_labels(browser)) == set(properties), "the default's fields")
+    wait_until(fields_are(browser, properties), "the default's fields")
 
     # "Use recommended" fills the params the preview recommends for this mechanism.
     answer = api_preview(live, owner, {**base, "epsilon": 2.0}).json()
