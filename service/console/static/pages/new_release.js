@@ -601,6 +601,10 @@
     }
     const list = await api("/mechanisms");
     state.mechanisms = list.items;
+    if (!list.items.length) {
+      setStatus("release-status", "The service offers no mechanism.");
+      return;
+    }
     renderMechanism(fillMechanisms(list.items));
     $("epsilon").value = String(defaultEpsilon(ds.budget));
     applyMode();
