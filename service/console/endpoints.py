@@ -104,6 +104,11 @@ def audit_page(request: Request) -> HTMLResponse:
     return _page(request, "audit.html", "Audit trail", "audit")
 
 
+@router.get("/datasets/{dataset_id}/new-release", response_class=HTMLResponse)
+def new_release_page(request: Request, dataset_id: str) -> HTMLResponse:
+    return _page(request, "new_release.html", "New release", "new_release", dataset_id=dataset_id)
+
+
 def install(app: FastAPI) -> None:
     """Serve the console, its static files and the offline ``/docs`` and ``/redoc`` on
     ``app`` (built with ``docs_url=None, redoc_url=None``)."""

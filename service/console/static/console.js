@@ -26,10 +26,13 @@
 
   // The JSON API with the key. options: method, json (a body sent as JSON), form (a FormData
   // body), raw (answer the Response itself when it is ok: a file to save), headers (more
-  // request headers, e.g. Idempotency-Key).
+  // request headers, e.g. Idempotency-Key; they cannot replace the key's).
   async function api(path, options = {}) {
-    const headers = { Authorization: `Bearer ${storedKey()}`, Accept: "application/json" };
-    Object.assign(headers, options.headers || {});
+    const headers = {
+      ...(options.headers || {}),
+      Authorization: `Bearer ${storedKey()}`,
+      Accept: "application/json",
+    };
     let body;
     if (options.json !== undefined) {
       headers["Content-Type"] = "application/json";
