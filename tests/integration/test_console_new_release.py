@@ -326,7 +326,8 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     # The release page takes over: the release's own id, followed to its end.
     ready(browser)
     wait_until(
-        lambda: release["id"] in browser.find_element(By.TAG_NAME, "h1").text, "the release page"
+        lambda: release["id"] in browser.find_element(By.ID, "release-heading").text,
+        "the release page",
     )
     assert_same_origin(live, requested_urls(browser), key=owner)
     # The refused Confirm's 409 is the only failed request.
