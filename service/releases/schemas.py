@@ -451,6 +451,7 @@ class SummaryValueRange(BaseModel):
 
 
 class SummarySample(BaseModel):
+    row: int = Field(description="The row's index in the file (0-based)")
     features: list[float] = Field(description="The row's feature values, in feature order")
     label: int | str | list[float] = Field(
         description="An exact label: the row's class; otherwise the label columns' values"
@@ -494,7 +495,8 @@ class ReleaseSummary(BaseModel):
         "the sampled values' own"
     )
     samples: list[SummarySample] = Field(
-        description="The file's first rows (at most 64): a fixed public rule"
+        description="At most 64 rows spread evenly over the file (row ⌊i·n/k⌋ for i < k = "
+        "min(n, 64)): a fixed public rule"
     )
     histograms: list[SummaryHistogram] = Field(
         description="Per column (for image-shaped rows: the label column(s) only)"

@@ -1,5 +1,5 @@
 """A succeeded release's file summarised for the console (``GET /releases/{id}/summary``):
-its shape, columns, the first rows and per-column histograms.
+its shape, columns, sample rows and per-column histograms.
 
 Everything here is post-processing of a differentially private release: it reads the very
 file ``GET /releases/{id}/download`` serves (never the owner's raw rows, never the owner-side
@@ -34,9 +34,10 @@ from service.releases.schemas import (
 )
 from service.storage import ObjectStore
 
-# The rows shown: the file's first ones. The rows are already a DP release, so which of them
-# are shown is post-processing whatever the rule; a fixed public rule keeps the answer the
-# same on every call and for every reader.
+# The rows shown: SAMPLE_ROWS spread evenly over the file (rows ⌊i·n/k⌋), so a release
+# written class by class (DP-CDA's) shows every class, not the first class's rows only. The
+# rows are already a DP release, so which of them are shown is post-processing whatever the
+# rule; a fixed public rule keeps the answer the same on every call and for every reader.
 SAMPLE_ROWS = 64
 BINS = 20
 # Significant digits of the sampled values: enough for a picture or a glance, and a 28 × 28
@@ -106,6 +107,7 @@ def _summary(loaded: LoadedRelease) -> ReleaseSummary:
     labels = layout.label_columns if layout is not None else _label_names(meta, Y)
     shape = _image_shape(loaded)
     declared = _declared_range(meta, X.shape[1])
+    shown = sample_rows(int(X.shape[0]))
     histograms = [] if shape is not None else _feature_histograms(X, features, declared)
     histograms += _label_histograms(Y, labels, layout)
     return ReleaseSummary(
@@ -117,8 +119,8 @@ def _summary(loaded: LoadedRelease) -> ReleaseSummary:
         classes=[str(c) for c in meta.get("classes", ())],
         feature_shape=list(shape) if shape is not None else None,
         value_range=declared,
-        display_range=_display_range(declared, X[:SAMPLE_ROWS]),
-        samples=_samples(X[:SAMPLE_ROWS], Y[:SAMPLE_ROWS], layout),
+        display_range=_display_range(declared, X[shown]),
+        samples=_samples(shown, X[shown], Y[shown], layout),
         histograms=histograms,
     )
 
@@ -173,18 +175,25 @@ def _round(value: float) -> float:
     return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else value
 
 
+def sample_rows(n: int) -> np.ndarray:
+    """The indices of the rows shown: min(n, SAMPLE_ROWS) of them, ⌊i·n/k⌋ for i < k, in
+    file order (every row when the file has at most SAMPLE_ROWS)."""
+    k = min(n, SAMPLE_ROWS)
+    return (np.arange(k, dtype=np.int64) * n) // max(k, 1)
+
+
 def _samples(
-    X: np.ndarray, Y: np.ndarray, layout: release_layout.Layout | None
+    rows: np.ndarray, X: np.ndarray, Y: np.ndarray, layout: release_layout.Layout | None
 ) -> list[SummarySample]:
-    """The rows as the file holds them: features, then the label (an exact label as its
-    class; other kinds as the label columns' values)."""
+    """The rows as the file holds them: their index, features, then the label (an exact
+    label as its class; other kinds as the label columns' values)."""
     if layout is not None and layout.kind == "exact" and len(Y):
         label_values: list[Any] = layout.class_values(Y)
     else:
         label_values = [[_round(float(v)) for v in row] for row in Y]
     return [
-        SummarySample(features=[_round(float(v)) for v in x], label=label)
-        for x, label in zip(X, label_values, strict=True)
+        SummarySample(row=int(row), features=[_round(float(v)) for v in x], label=label)
+        for row, x, label in zip(rows, X, label_values, strict=True)
     ]
 
 

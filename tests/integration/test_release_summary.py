@@ -1,5 +1,5 @@
 """GET /releases/{id}/summary (the console's release page): the release file as the download
-serves it, summarised — its first rows and per-column histograms — for exactly the download's
+serves it, summarised — rows spread over it and per-column histograms — for exactly the download's
 readers, once the release succeeded."""
 
 from __future__ import annotations
@@ -74,12 +74,15 @@ def test_image_release_summary_and_its_readers(embedded: Harness) -> None:
         assert hist["kind"] == "numeric" and hist["range_source"] == "declared"
         assert hist["edges"][0] == 0 and hist["edges"][-1] == 1
         assert sum(hist["counts"]) + hist["below"] + hist["above"] == 100
-    # The first rows of the very file the download serves.
+    # Rows of the very file the download serves, spread evenly over it.
     with np.load(io.BytesIO(h.download(owner, release["id"]))) as npz:
         X, y = npz["X"], npz["y"]
+    rows = [s["row"] for s in body["samples"]]
+    assert len(rows) == 64 and rows == sorted(set(rows)) and rows[0] == 0
+    assert rows == [i * len(X) // 64 for i in range(64)]
     got = np.array([s["features"] for s in body["samples"]])
-    np.testing.assert_allclose(got, X[:64], rtol=1e-5, atol=1e-9)
-    np.testing.assert_allclose([s["label"] for s in body["samples"]], y[:64], rtol=1e-5)
+    np.testing.assert_allclose(got, X[rows], rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose([s["label"] for s in body["samples"]], y[rows], rtol=1e-5)
     assert hists[0]["counts"] == np.histogram(y[:, 0], bins=20, range=(0, 1))[0].tolist()
     if body["value_range"] is not None:  # the declared bounds, released in the data's units
         assert body["display_range"] == [0.0, 1.0]

@@ -342,7 +342,8 @@
     });
     const labels = samples.map((s) => labelText(summary, s.label)).join(", ");
     const text =
-      `The release's first ${samples.length} rows drawn as ${h}×${w} grey images, ` +
+      `${samples.length} of the release's ${summary.rows.toLocaleString("en")} rows, spread evenly over the file ` +
+      `(rows ${samples[0].row} to ${samples[samples.length - 1].row}), drawn as ${h}×${w} grey images, ` +
       `${GRID_COLUMNS} per row (black ${fmt(lo)}, white ${fmt(hi)}; values outside clipped), ` +
       `each with its label as released. Labels in order: ${labels}.`;
     canvas.setAttribute("aria-label", `Grid of ${samples.length} sample images from the release`);
