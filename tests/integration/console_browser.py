@@ -36,7 +36,7 @@ import uvicorn
 
 from service.app import create_app
 from service.releases.status import TERMINAL
-from tests.conftest import _embedded_runtime, free_port
+from tests.conftest import _embedded_runtime, free_port, npz_bytes, toy_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("DPRELEASE_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -80,6 +80,36 @@ class Live:
         )
         assert r.status_code == 201, r.text
         return str(r.json()["key"])
+
+    def upload(
+        self,
+        key: str,
+        name: str,
+        content: bytes | None = None,
+        *,
+        epsilon: float = 4.0,
+        feature_range: Any = (0, 13),
+        rows: int = 200,
+        seed: int = 0,
+    ) -> str:
+        """A dataset uploaded through the API: ``content`` (an NPZ; default ``rows`` toy rows
+        of three classes, ``seed``) under ``name`` with a budget of ``epsilon`` and δ 1e-5."""
+        if content is None:
+            content = npz_bytes(*toy_dataset(n=rows, seed=seed))
+        meta = {
+            "name": name,
+            "feature_range": list(feature_range),
+            "classes": [0, 1, 2],
+            "budget": {"epsilon": epsilon, "delta": 1e-5},
+        }
+        r = self.http.post(
+            "/datasets",
+            files={"file": (f"{name}.npz", content)},
+            data={"metadata": json.dumps(meta)},
+            headers=self.headers(key),
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
 
     def release(self, key: str, dataset_id: str, epsilon: float) -> dict[str, Any]:
         body = {
@@ -203,6 +233,32 @@ def ready(driver: Any) -> None:
         "the console page to load",
     )
     assert driver.find_element("id", "alert").text == ""
+
+
+def download_folder(driver: Any, artifacts: Path, name: str = "downloads") -> Path:
+    """An empty folder ``artifacts/name`` where the browser saves what the page downloads.
+    Emptied first: Chrome saves a second file of the same name as "name (1).ext", and
+    $DPRELEASE_TEST_ARTIFACTS outlives a run."""
+    folder = artifacts / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    driver.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(folder)}
+    )
+    return folder
+
+
+def sign_in(driver: Any, live: Live, path: str, key: str) -> None:
+    """Open ``path`` signed out (a key left from an earlier sign-in goes first), sign in with
+    ``key`` and wait for the page to fill."""
+    from selenium.webdriver.common.by import By
+
+    if driver.current_url.startswith(live.url):
+        driver.execute_script("sessionStorage.clear()")
+    driver.get(f"{live.url}{path}")
+    driver.find_element(By.ID, "api-key").send_keys(key)
+    driver.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
+    ready(driver)
 
 
 def requested_urls(driver: Any) -> list[str]:

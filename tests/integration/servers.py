@@ -127,7 +127,16 @@ def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"uvicorn did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        # A single uvicorn process logs its startup before it binds the port (the lifespan
+        # runs first): a request right after the line can be refused. Ask until it answers.
+        while True:
+            try:
+                assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+                break
+            except httpx.ConnectError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         yield url
     finally:
         stop(proc)

@@ -5,18 +5,17 @@ tests/integration/console_browser.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
     assert_accessible,
     assert_same_origin,
     axe_violations,
+    download_folder,
     publish,
     ready,
     requested_urls,
@@ -60,28 +59,8 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
 
     owner = live.new_key("owner", "Ada")
     other = live.new_key("owner", "Grace")
-    X, y = toy_dataset(n=200)
-    meta = {
-        "name": "clinic-visits",
-        "feature_range": [0, 13],
-        "classes": [0, 1, 2],
-        "budget": {"epsilon": 4.0, "delta": 1e-5},
-    }
-    r = live.http.post(
-        "/datasets",
-        files={"file": ("visits.npz", npz_bytes(X, y))},
-        data={"metadata": json.dumps(meta)},
-        headers=live.headers(owner),
-    )
-    assert r.status_code == 201, r.text
-    dataset_id = r.json()["id"]
-    theirs = live.http.post(
-        "/datasets",
-        files={"file": ("survey.npz", npz_bytes(*toy_dataset(n=120, seed=1)))},
-        data={"metadata": json.dumps({**meta, "name": "survey-2026"})},
-        headers=live.headers(other),
-    )
-    assert theirs.status_code == 201, theirs.text
+    dataset_id = live.upload(owner, "clinic-visits")
+    live.upload(other, "survey-2026", rows=120, seed=1)
     for epsilon in (1.0, 0.5, 0.75):
         live.release(owner, dataset_id, epsilon)
     ledger = live.http.get(f"/budgets/{dataset_id}", headers=live.headers(owner)).json()
@@ -161,13 +140,9 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     csv_link = browser.find_element(By.ID, "budgets-csv")
     assert csv_link.is_displayed() and csv_link.get_attribute("href").startswith("blob:")
     # Download it as a user would (the page's policy keeps scripts from reading blob: URLs).
-    downloads = artifacts / "downloads"
-    downloads.mkdir(exist_ok=True)
-    browser.execute_cdp_cmd(
-        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
-    )
+    folder = download_folder(browser, artifacts)
     csv_link.click()
-    saved = downloads / "dprelease-budgets.csv"
+    saved = folder / "dprelease-budgets.csv"
     wait_until(saved.is_file, "the CSV download")
     csv_text = saved.read_bytes().decode("utf-8")  # as saved: CRLF line ends kept
     lines = csv_text.strip().split("\r\n")

@@ -10,7 +10,6 @@ import csv
 import io
 import json
 import re
-import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,11 @@ from tests.integration.console_browser import (
     Live,
     assert_accessible,
     assert_same_origin,
+    download_folder,
     ready,
     requested_urls,
     script_errors,
+    sign_in,
     tab_to,
     type_and_enter,
     wait_until,
@@ -38,32 +39,8 @@ from tests.integration.console_browser import (
 EXPECTED_FAILURES = ("422 (Unprocessable",)
 
 
-def _sign_in(browser: Any, live: Live, path: str, key: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    # A key left from an earlier sign-in goes first: the page then starts signed out.
-    if browser.current_url.startswith(live.url):
-        browser.execute_script("sessionStorage.clear()")
-    browser.get(f"{live.url}{path}")
-    browser.find_element(By.ID, "api-key").send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
-    ready(browser)
-
-
 def _principal_id(live: Live, key: str) -> str:
     return str(live.http.get("/me", headers=live.headers(key)).json()["principal_id"])
-
-
-def _downloads(browser: Any, artifacts: Path) -> Path:
-    # Emptied first: Chrome saves a second file of the same name as "name (1).csv", and
-    # $DPRELEASE_TEST_ARTIFACTS outlives a run.
-    folder = artifacts / "downloads"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir()
-    browser.execute_cdp_cmd(
-        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(folder)}
-    )
-    return folder
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -202,7 +179,7 @@ def test_upload_grants_releases_and_ledger_csv(
     assert ledger_link.get_attribute("href").endswith(href)
 
     # The ledger CSV, downloaded and read back: the entries of GET /budgets/{id}.
-    downloads = _downloads(browser, artifacts)
+    downloads = download_folder(browser, artifacts)
     browser.find_element(By.ID, "ledger-csv").click()
     lines = _read_csv(downloads / f"dprelease-ledger-{dataset_id}.csv")
     ledger = live.http.get(f"/budgets/{dataset_id}", headers=live.headers(owner)).json()
@@ -246,7 +223,7 @@ def test_upload_grants_releases_and_ledger_csv(
     # The analyst, granted again: the releases, but no grant form, no ledger, no Audit link.
     r = live.http.post(grant_path, json={"principal_id": analyst_id}, headers=live.headers(owner))
     assert r.status_code == 201, r.text
-    _sign_in(browser, live, f"/console/datasets/{dataset_id}", analyst)
+    sign_in(browser, live, f"/console/datasets/{dataset_id}", analyst)
     rows = browser.find_elements(By.CSS_SELECTOR, "#releases-body tr")
     assert len(rows) == 1 and release["id"] in rows[0].text
     assert not browser.find_element(By.ID, "grant-form").is_displayed()
@@ -274,20 +251,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     owner = live.new_key("owner", "Grace")
     analyst = live.new_key("analyst", "Sam")
     analyst_id = _principal_id(live, analyst)
-    meta = {
-        "name": "survey-2026",
-        "feature_range": [0, 13],
-        "classes": [0, 1, 2],
-        "budget": {"epsilon": 2.0, "delta": 1e-5},
-    }
-    r = live.http.post(
-        "/datasets",
-        files={"file": ("survey.npz", npz_bytes(*toy_dataset(n=120, seed=1)))},
-        data={"metadata": json.dumps(meta)},
-        headers=live.headers(owner),
-    )
-    assert r.status_code == 201, r.text
-    dataset_id = r.json()["id"]
+    dataset_id = live.upload(owner, "survey-2026", rows=120, seed=1, epsilon=2.0)
     live.release(owner, dataset_id, 0.25)
     grant_path = f"/datasets/{dataset_id}/grants"
     grant = live.http.post(
@@ -297,7 +261,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert gone.status_code == 204
 
     # The budgets page: a dataset's entries on demand, every dataset's entries in one CSV.
-    _sign_in(browser, live, "/console/budgets", live.admin_key)
+    sign_in(browser, live, "/console/budgets", live.admin_key)
     assert browser.find_element(By.ID, "nav-audit").is_displayed()
     button = browser.find_element(By.CSS_SELECTOR, f"button[data-entries-for='{dataset_id}']")
     assert button.get_attribute("aria-expanded") == "false"
@@ -307,7 +271,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert "dpmix" in entries.text and "committed" in entries.text
     browser.save_screenshot(str(artifacts / "budgets-entries.png"))
     assert_accessible(browser)
-    downloads = _downloads(browser, artifacts)
+    downloads = download_folder(browser, artifacts)
     browser.find_element(By.ID, "ledger-csv-build").click()
     link = wait_until(lambda: browser.find_element(By.ID, "ledger-csv"), "the ledger CSV link")
     wait_until(link.is_displayed, "the ledger CSV link shown")
@@ -384,7 +348,7 @@ def test_budgets_ledger_entries_and_the_audit_trail(
     assert browser.find_element(By.ID, "alert").text == ""
 
     # An owner sees no Audit link, and the page says it is for admins.
-    _sign_in(browser, live, "/console/audit", owner)
+    sign_in(browser, live, "/console/audit", owner)
     assert not browser.find_element(By.ID, "nav-audit").is_displayed()
     assert "admins only" in browser.find_element(By.ID, "audit-who").text
     assert not browser.find_element(By.ID, "audit-main").is_displayed()

@@ -6,7 +6,6 @@ the confirmation (one release for a double click) and the keyboard-only pass. Th
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import npz_bytes, toy_dataset
 from tests.integration.console_browser import (
     Live,
     assert_accessible,
@@ -23,38 +21,11 @@ from tests.integration.console_browser import (
     ready,
     requested_urls,
     script_errors,
+    sign_in,
     tab_to,
     type_and_enter,
     wait_until,
 )
-
-META = {
-    "name": "clinic-visits",
-    "feature_range": [0, 13],
-    "classes": [0, 1, 2],
-    "budget": {"epsilon": 4.0, "delta": 1e-5},
-}
-
-
-def upload(live: Live, key: str) -> str:
-    X, y = toy_dataset(n=200)
-    r = live.http.post(
-        "/datasets",
-        files={"file": ("visits.npz", npz_bytes(X, y))},
-        data={"metadata": json.dumps(META)},
-        headers=live.headers(key),
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["id"])
-
-
-def sign_in(browser: Any, url: str, key: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(url)
-    browser.find_element(By.ID, "api-key").send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
-    ready(browser)
 
 
 def api_preview(live: Live, key: str, body: dict[str, Any]) -> Any:
@@ -128,13 +99,13 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     from selenium.webdriver.support.ui import Select
 
     owner = live.new_key("owner", "Ada")
-    dataset_id = upload(live, owner)
+    dataset_id = live.upload(owner, "clinic-visits")
     page = f"{live.url}/console/datasets/{dataset_id}/new-release"
     mechanisms = live.http.get("/mechanisms", headers=live.headers(owner)).json()["items"]
     by_name = {m["name"]: m for m in mechanisms}
     default = next(m for m in mechanisms if m["kind"] != "baseline")
 
-    sign_in(browser, page, owner)
+    sign_in(browser, live, page.removeprefix(live.url), owner)
     assert "New release: clinic-visits" in browser.find_element(By.ID, "release-heading").text
     assert (
         Select(browser.find_element(By.ID, "mechanism")).first_selected_option.get_attribute(
@@ -346,7 +317,7 @@ def test_new_release_page_offers_no_form_to_an_analyst(
 
     owner = live.new_key("owner", "Grace")
     analyst = live.new_key("analyst", "Alan")
-    dataset_id = upload(live, owner)
+    dataset_id = live.upload(owner, "clinic-visits")
     me = live.http.get("/me", headers=live.headers(analyst)).json()
     r = live.http.post(
         f"/datasets/{dataset_id}/grants",
@@ -355,7 +326,7 @@ def test_new_release_page_offers_no_form_to_an_analyst(
     )
     assert r.status_code == 201, r.text
 
-    sign_in(browser, f"{live.url}/console/datasets/{dataset_id}/new-release", analyst)
+    sign_in(browser, live, f"/console/datasets/{dataset_id}/new-release", analyst)
     status = browser.find_element(By.ID, "release-status").text
     assert "Only the dataset's owner" in status and "analyst" in status
     assert not browser.find_element(By.ID, "release-form").is_displayed()

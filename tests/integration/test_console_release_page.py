@@ -5,7 +5,6 @@ harness is tests/integration/console_browser.py."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -13,14 +12,16 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
-from tests.conftest import npz_bytes, toy_dataset
+from tests.conftest import npz_bytes
 from tests.integration.console_browser import (
     Live,
     assert_accessible,
     assert_same_origin,
+    download_folder,
     ready,
     requested_urls,
     script_errors,
+    sign_in,
     wait_until,
 )
 from tests.integration.test_access_matrix import Held
@@ -43,24 +44,6 @@ def _glyphs(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def _upload(live: Live, key: str, content: bytes, name: str, feature_range: Any) -> str:
-    meta = {
-        "name": name,
-        "feature_range": feature_range,
-        "classes": [0, 1, 2],
-        "budget": {"epsilon": 10.0, "delta": 1e-5},
-    }
-    r = live.http.post(
-        "/datasets",
-        files={"file": (f"{name}.npz", content)},
-        data={"metadata": json.dumps(meta)},
-        headers=live.headers(key),
-    )
-    assert r.status_code == 201, r.text
-    dataset_id: str = r.json()["id"]
-    return dataset_id
-
-
 def _request(live: Live, key: str, dataset_id: str, **overrides: Any) -> str:
     body = {
         "dataset_id": dataset_id,
@@ -74,15 +57,6 @@ def _request(live: Live, key: str, dataset_id: str, **overrides: Any) -> str:
     assert r.status_code == 202, r.text
     release_id: str = r.json()["id"]
     return release_id
-
-
-def _sign_in(browser: Any, live: Live, path: str, key: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(f"{live.url}{path}")
-    browser.find_element(By.ID, "api-key").send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
-    ready(browser)
 
 
 def _settled(browser: Any, status: str) -> None:
@@ -105,14 +79,16 @@ def test_image_release_page_grid_and_download(live: Live, browser: Any, artifact
     from selenium.webdriver.common.by import By
 
     owner = live.new_key("owner", "Ada")
-    dataset_id = _upload(live, owner, npz_bytes(*_glyphs()), "glyphs", [0, 1])
+    dataset_id = live.upload(
+        owner, "glyphs", npz_bytes(*_glyphs()), feature_range=[0, 1], epsilon=10.0
+    )
     # A generous ε, so the grid shows the shapes through the noise.
     release_id = _request(
         live, owner, dataset_id, epsilon=8.0, params={"mixture_degree": 16, "n_samples": 200}
     )
 
     # Opened at once: the progress bar while it is queued or running, else the final state.
-    _sign_in(browser, live, f"/console/releases/{release_id}", owner)
+    sign_in(browser, live, f"/console/releases/{release_id}", owner)
     seen_progress = browser.find_element(By.ID, "release-progress-box").is_displayed()
     _settled(browser, "succeeded")
     release = live.http.get(f"/releases/{release_id}", headers=live.headers(owner)).json()
@@ -159,13 +135,9 @@ def test_image_release_page_grid_and_download(live: Live, browser: Any, artifact
     assert titles == [f"Histogram of label={k}" for k in range(3)]
 
     # Download: fetched with the key, saved from a Blob; the same bytes as the API's.
-    downloads = artifacts / "release-downloads"
-    downloads.mkdir(exist_ok=True)
-    browser.execute_cdp_cmd(
-        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
-    )
+    folder = download_folder(browser, artifacts, "release-downloads")
     browser.find_element(By.ID, "download-release").click()
-    saved = downloads / f"release-{release_id}.npz"
+    saved = folder / f"release-{release_id}.npz"
     wait_until(saved.is_file, "the release download")
     api = live.http.get(f"/releases/{release_id}/download", headers=live.headers(owner))
     assert api.status_code == 200
@@ -188,10 +160,10 @@ def test_tabular_histograms_and_cancel_from_the_page(
     from selenium.webdriver.common.by import By
 
     owner = live.new_key("owner", "Grace")
-    dataset_id = _upload(live, owner, npz_bytes(*toy_dataset(n=200)), "visits", [0, 13])
-    held_out = _upload(live, owner, npz_bytes(*toy_dataset(n=100, seed=1)), "held-out", [0, 13])
+    dataset_id = live.upload(owner, "visits", epsilon=10.0)
+    held_out = live.upload(owner, "held-out", rows=100, seed=1, epsilon=10.0)
     release_id = _request(live, owner, dataset_id, format="csv", report_test_dataset_id=held_out)
-    _sign_in(browser, live, f"/console/releases/{release_id}", owner)
+    sign_in(browser, live, f"/console/releases/{release_id}", owner)
     _settled(browser, "succeeded")
     summary = live.http.get(f"/releases/{release_id}/summary", headers=live.headers(owner))
     columns = summary.json()["columns"]

@@ -27,10 +27,14 @@ from tests.integration.console_browser import (
     Live,
     assert_accessible,
     assert_same_origin,
+    download_folder,
     publish,
     ready,
     requested_urls,
     script_errors,
+    sign_in,
+    tab_to,
+    type_and_enter,
     wait_until,
 )
 
@@ -74,10 +78,7 @@ def test_upload_preview_release_download_budgets(
     data = npz_file(tmp_path / "digits.npz", X, y)
 
     # Sign in and upload through the form.
-    browser.get(f"{live.url}/console")
-    browser.find_element(By.ID, "api-key").send_keys(owner)
-    browser.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
-    ready(browser)
+    sign_in(browser, live, "/console", owner)
     assert browser.find_element(By.ID, "upload-form").is_displayed()
     browser.find_element(By.ID, "upload-file").send_keys(str(data))
     fields = {
@@ -177,14 +178,14 @@ def test_upload_preview_release_download_budgets(
     )
 
     # Download: the saved file is the release's artifact, byte for byte.
-    downloads = artifacts / "walkthrough-downloads"
-    downloads.mkdir(exist_ok=True)
-    browser.execute_cdp_cmd(
-        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
-    )
+    folder = download_folder(browser, artifacts, "walkthrough-downloads")
+    # By keyboard: Tab from the top of the page to the Download button (every stop shows its
+    # focus), Enter.
     button = browser.find_element(By.CSS_SELECTOR, "#download-list button")
-    button.click()
-    saved = downloads / f"release-{release_id}.npz"
+    browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+    tab_to(browser, button)
+    type_and_enter(browser, "")
+    saved = folder / f"release-{release_id}.npz"
     wait_until(
         lambda: saved.is_file() and saved.stat().st_size == release["artifact"]["bytes"],
         "the release's download",
@@ -204,10 +205,7 @@ def test_upload_preview_release_download_budgets(
 
     # Budgets, as the admin: the dataset's spend is the release's charge.
     browser.find_element(By.ID, "sign-out").click()
-    browser.get(f"{live.url}/console/budgets")
-    browser.find_element(By.ID, "api-key").send_keys(live.admin_key)
-    browser.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
-    ready(browser)
+    sign_in(browser, live, "/console/budgets", live.admin_key)
     budget = next(
         b
         for b in live.http.get("/budgets", headers=live.headers(live.admin_key)).json()["items"]
