@@ -376,10 +376,11 @@ def make_router() -> APIRouter:
             e409="The release is not ready or was cancelled (not_ready), or its file is larger "
             "than DPRELEASE_SUMMARY_MAX_BYTES (summary_too_large)",
         ),
-        summary="A succeeded release's file summarised: shape, first rows, histograms",
+        summary="A succeeded release's file summarised: shape, sample rows, histograms",
         description="Post-processing of the file GET /releases/{id}/download serves (never "
         "the owner's raw rows), so it costs no privacy: the row count, columns, the declared "
-        "value range, the file's first 64 rows (features and label as released) and, per "
+        "value range, 64 rows spread evenly over the file (row ⌊i·n/64⌋, each with its index; "
+        "features and label as released) and, per "
         "column, a histogram of 20 bins over the declared range (or the column's min–max); "
         "for image-shaped rows (a 2-D feature_shape) the label histograms only.",
         openapi_extra=objects(_READERS),
