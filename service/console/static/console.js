@@ -103,14 +103,31 @@
     if (node) node.textContent = text;
   }
 
+  // How every alert words an error: the service's message with its code and status, or
+  // what went wrong in the page.
+  function errorText(error) {
+    if (error instanceof ApiError) return `${error.message} (${error.code}, HTTP ${error.status})`;
+    return `Something went wrong: ${error && error.message ? error.message : error}`;
+  }
+
   function showError(error) {
     const alert = $("alert");
-    if (error instanceof ApiError) {
-      alert.textContent = `${error.message} (${error.code}, HTTP ${error.status})`;
-      if (error.status === 401) alert.append(" Sign out and sign in with a valid key.");
-    } else {
-      alert.textContent = `Something went wrong: ${error && error.message ? error.message : error}`;
+    alert.textContent = errorText(error);
+    if (error instanceof ApiError && error.status === 401) {
+      alert.append(" Sign out and sign in with a valid key.");
     }
+  }
+
+  // A fresh Idempotency-Key (a random UUID) for one POST the user means once: a retried
+  // request is stored or charged once. crypto.randomUUID needs a secure context;
+  // getRandomValues also works on plain http.
+  function idempotencyKey() {
+    if (crypto.randomUUID) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
   }
 
   const clearError = () => {
@@ -207,10 +224,12 @@
     clearError,
     csvCell,
     el,
+    errorText,
     fmt,
     fmtDelta,
     fmtTime,
     gauge,
+    idempotencyKey,
     ledgerCsv,
     pages,
     setStatus,

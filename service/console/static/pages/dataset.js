@@ -3,8 +3,20 @@
 (() => {
   "use strict";
 
-  const { $, api, ApiError, blobUrl, el, fmt, fmtDelta, fmtTime, gauge, ledgerCsv, setStatus, svg } =
-    window.dprelease;
+  const {
+    $,
+    api,
+    blobUrl,
+    el,
+    errorText,
+    fmt,
+    fmtDelta,
+    fmtTime,
+    gauge,
+    ledgerCsv,
+    setStatus,
+    svg,
+  } = window.dprelease;
 
   const enc = encodeURIComponent;
   const releaseHref = (releaseId) => `/console/releases/${enc(releaseId)}`;
@@ -269,10 +281,7 @@
   // The service's message in the grants' alert, which takes the focus.
   function showGrantError(error) {
     const alert = $("grants-alert");
-    alert.textContent =
-      error instanceof ApiError
-        ? `${error.message} (${error.code}, HTTP ${error.status})`
-        : `Something went wrong: ${error && error.message ? error.message : error}`;
+    alert.textContent = errorText(error);
     alert.focus();
   }
 

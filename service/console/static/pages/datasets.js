@@ -2,7 +2,7 @@
 (() => {
   "use strict";
 
-  const { $, api, ApiError, el, gauge, setStatus } = window.dprelease;
+  const { $, api, ApiError, el, errorText, gauge, idempotencyKey, setStatus } = window.dprelease;
 
   async function datasetsPage(me) {
     const { items } = await api("/datasets");
@@ -84,20 +84,13 @@
     return Object.assign(meta, advancedOf(trimmed("upload-advanced")));
   }
 
-  // A fresh Idempotency-Key per submit: a retried request is not stored twice, while a
-  // corrected form (another body) is a new upload. getRandomValues works on plain http too.
-  function idempotencyKey() {
-    const bytes = crypto.getRandomValues(new Uint8Array(16));
-    return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-  }
-
   // The service's message, and its detail items when it gives them (a validation error's
   // {"errors": [{"loc", "msg"}]}), in the form's alert, which takes the focus.
   function showUploadError(error) {
     const alert = $("upload-alert");
     alert.replaceChildren();
     if (error instanceof ApiError) {
-      alert.append(el("p", {}, `${error.message} (${error.code}, HTTP ${error.status})`));
+      alert.append(el("p", {}, errorText(error)));
       const items = detailItems(error.detail);
       if (items.length) alert.append(el("ul", {}, ...items.map((text) => el("li", {}, text))));
     } else {

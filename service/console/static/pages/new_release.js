@@ -6,8 +6,20 @@
 (() => {
   "use strict";
 
-  const { $, api, ApiError, clearError, el, fmt, fmtDelta, gauge, setStatus, showError } =
-    window.dprelease;
+  const {
+    $,
+    api,
+    ApiError,
+    clearError,
+    el,
+    errorText,
+    fmt,
+    fmtDelta,
+    gauge,
+    idempotencyKey,
+    setStatus,
+    showError,
+  } = window.dprelease;
 
   const DEBOUNCE_MS = 300;
   const GUIDE_COLUMNS = 24; // wider datasets: the noise guide's spreads only
@@ -40,17 +52,6 @@
   const sig = (x) => (typeof x === "number" && Number.isFinite(x) ? String(Number(x.toPrecision(4))) : "–");
 
   const mechanismLabel = (m) => (m.kind === "baseline" ? `${m.name} (baseline)` : m.name);
-
-  // One per confirmation. crypto.randomUUID needs a secure context; the API may be served over
-  // plain HTTP on a private network, where getRandomValues still works.
-  function uuid() {
-    if (crypto.randomUUID) return crypto.randomUUID();
-    const b = crypto.getRandomValues(new Uint8Array(16));
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    const h = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
-    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-  }
 
   // ------------------------------------------------------------ the params form from a schema
   // A property without its "or null": pydantic writes an optional field as anyOf [X, null].
@@ -329,7 +330,7 @@
       if (!(error instanceof ApiError)) throw error;
       state.preview = { key, body, error };
       markInvalid(error);
-      previewRefused(`${error.message} (${error.code}, HTTP ${error.status})`);
+      previewRefused(errorText(error));
     }
   }
 
@@ -522,7 +523,7 @@
   function openConfirm(p) {
     const r = p.result;
     const m = state.mechanism;
-    state.confirm = { body: p.body, idempotencyKey: uuid() };
+    state.confirm = { body: p.body, idempotencyKey: idempotencyKey() };
     const how = p.body.epsilon !== undefined ? `target ε ${p.body.epsilon}` : `fixed σ_x ${p.body.noise.sigma_x}`;
     const sigmaY = r.noise.sigma_y === null ? "–" : sig(r.noise.sigma_y);
     const remaining = `${fmt(r.budget.remaining_after)} of ${fmt(r.budget.epsilon)}`;
