@@ -248,6 +248,14 @@ def download_folder(driver: Any, artifacts: Path, name: str = "downloads") -> Pa
     return folder
 
 
+def downloaded(path: Path) -> bytes:
+    """The bytes the browser saved at ``path``, once there are any: Chrome may show the file
+    at its final name before its content is written."""
+    wait_until(path.is_file, f"the download {path.name}")
+    content: bytes = wait_until(path.read_bytes, f"{path.name}'s content")
+    return content
+
+
 def sign_in(driver: Any, live: Live, path: str, key: str) -> None:
     """Open ``path`` signed out (a key left from an earlier sign-in goes first), sign in with
     ``key`` and wait for the page to fill."""

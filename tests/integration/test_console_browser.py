@@ -16,6 +16,7 @@ from tests.integration.console_browser import (
     assert_same_origin,
     axe_violations,
     download_folder,
+    downloaded,
     publish,
     ready,
     requested_urls,
@@ -143,8 +144,7 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     folder = download_folder(browser, artifacts)
     csv_link.click()
     saved = folder / "dprelease-budgets.csv"
-    wait_until(saved.is_file, "the CSV download")
-    csv_text = saved.read_bytes().decode("utf-8")  # as saved: CRLF line ends kept
+    csv_text = downloaded(saved).decode("utf-8")  # as saved: CRLF line ends kept
     lines = csv_text.strip().split("\r\n")
     assert lines[0].startswith("dataset_id,dataset_name,epsilon,spent,reserved,remaining")
     line = next(x for x in lines[1:] if x.startswith(dataset_id))

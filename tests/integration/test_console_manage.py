@@ -25,6 +25,7 @@ from tests.integration.console_browser import (
     assert_accessible,
     assert_same_origin,
     download_folder,
+    downloaded,
     ready,
     requested_urls,
     script_errors,
@@ -44,8 +45,7 @@ def _principal_id(live: Live, key: str) -> str:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
-    wait_until(path.is_file, f"the download {path.name}")
-    text = wait_until(lambda: path.read_bytes().decode("utf-8"), f"{path.name}'s content")
+    text = downloaded(path).decode("utf-8")
     return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
