@@ -383,8 +383,9 @@ def _one_release(h: Harness) -> tuple[str, str]:
 def test_release_settled_meanwhile_is_never_published(
     embedded: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A second delivery gives up (refunding) while the first has drawn its noise: the first
-    must not store its output afterwards (it would be output with no charge)."""
+    """A second delivery gives up while the first has drawn its noise: the first must not
+    store its output afterwards (a settled release stores nothing). Its job had read the data,
+    so the charge stands (it would stand had the claim come first, too)."""
     h = embedded
     write_release = runner._write_release
 
@@ -399,7 +400,9 @@ def test_release_settled_meanwhile_is_never_published(
     assert done["status"] == "failed" and done["artifact"] is None
     assert not h.runtime.store.exists(keys.artifact(rid, "npz"))
     ledger = h.client.get(f"/budgets/{done['dataset_id']}", headers=h.headers(owner)).json()
-    assert [e["state"] for e in ledger["entries"]] == ["refunded"]
+    assert [(e["state"], e["settled_because"]) for e in ledger["entries"]] == [
+        ("committed", "private_data_read")
+    ]
 
 
 def test_claimed_upload_stays_charged(embedded: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
