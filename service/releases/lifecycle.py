@@ -330,10 +330,10 @@ def cancel(session: Session, release_id: str, *, actor: str) -> Release:
     Nothing of a cancelled release is ever served. Its charge is refunded unless a job of it
     had begun reading the dataset's content or an attempt claimed the upload (committed: the
     job's course, and so the moment of the cancel, may depend on the private data, and output
-    may exist). A job running for it
-    notices at its next progress write and stops; one that already drew its noise finds the
-    release settled when it tries to claim the upload, and stores nothing; one that claimed
-    before the cancel may finish storing, but cannot mark the release succeeded.
+    may exist). A job running for it notices at its next progress write and stops; one that
+    already drew its noise finds the release settled when it tries to claim the upload, and
+    stores nothing; one that claimed before the cancel may finish storing, but cannot mark
+    the release succeeded.
     Raises ``ReleaseFinished`` (409) for a release that succeeded or failed."""
     release = repository.get_for_update(session, release_id)
     if release is None:
