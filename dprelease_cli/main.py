@@ -652,13 +652,36 @@ def release(
     final = _wait_for(api, created, poll_interval=poll_interval, timeout=timeout)
     if final.get("status") == "failed":
         emit(final)
-        raise CliError(f"release {final.get('id')} failed: {_describe_error(final.get('error'))}")
+        raise CliError(
+            f"release {final.get('id')} failed: {_describe_error(final.get('error'))}"
+            f"{_settlement_words(final)}"
+        )
     if final.get("status") == "cancelled":
         emit(final)
-        raise CliError(f"release {final.get('id')} was cancelled")
+        raise CliError(f"release {final.get('id')} was cancelled{_settlement_words(final)}")
     if output is not None:
         _download(api, final, output)
     emit(final)
+
+
+# What became of a release's charge, in words (the release's ``settlement``).
+SETTLEMENT_WORDS = {
+    "succeeded": "its charge is committed",
+    "upload_claimed": "its charge stands (committed): its job had begun storing output",
+    "private_data_read": "its charge stands (committed): its job had begun reading the "
+    "private data, so the failure or the cancel may depend on it (docs/privacy.md, "
+    "'Failures and cancellations')",
+    "before_private_read": "its charge was refunded: it ended before its job read the data",
+}
+
+
+def _settlement_words(release: Mapping[str, Any]) -> str:
+    """'; ' and what became of the charge of an ended release ('' when not known)."""
+    settlement = release.get("settlement")
+    if not isinstance(settlement, dict) or settlement.get("state") == "reserved":
+        return ""
+    words = SETTLEMENT_WORDS.get(str(settlement.get("because")))
+    return f"; {words}" if words else f"; its charge is {settlement.get('state')}"
 
 
 def _describe_error(error: Any) -> str:
@@ -774,16 +797,20 @@ def preview(
 @pass_state
 def status(state: CliState, release_id: str) -> None:
     """Show release RELEASE_ID."""
-    emit(state.api().get_release(release_id))
+    result = state.api().get_release(release_id)
+    if result.get("status") in ("failed", "cancelled"):
+        say(f"release {result.get('id')} {result.get('status')}{_settlement_words(result)}")
+    emit(result)
 
 
 @cli.command()
 @click.argument("release_id")
 @pass_state
 def cancel(state: CliState, release_id: str) -> None:
-    """Cancel release RELEASE_ID (queued or running; refunded unless its upload had begun)."""
+    """Cancel release RELEASE_ID (queued or running). Refunded only if its job had not begun
+    reading the private data; its charge stands otherwise."""
     result = state.api().cancel_release(release_id)
-    say(f"release {result.get('id')} {result.get('status')}")
+    say(f"release {result.get('id')} {result.get('status')}{_settlement_words(result)}")
     emit(result)
 
 

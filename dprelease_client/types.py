@@ -85,6 +85,9 @@ class Release(TypedDict, total=False):
     phase: str | None
     noise: dict[str, Any]
     charge: dict[str, Any]
+    # What became of the charge: {state, because} (docs/privacy.md, "Failures and
+    # cancellations"); None for a research release.
+    settlement: dict[str, Any] | None
     accountant: str
     research: dict[str, Any] | None
     error: dict[str, Any] | None

@@ -173,7 +173,7 @@ class Settings(BaseSettings):
         default=256 * 1024**2,
         ge=0,
         description="Free disk a job leaves beyond its own estimated need: a job that would "
-        "leave less fails before writing, refunded",
+        "leave less fails before writing (still charged: it has read the private data by then)",
     )
     job_threads: int = Field(
         default=2,

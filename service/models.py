@@ -203,6 +203,10 @@ class Release(Base):
     # {claimed_epsilon, claimed_delta, caveat, statement}; shown to the dataset's owner only,
     # charged nothing (service.releases.research). Null for every other release.
     research: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # When a job of it first began reading its dataset's content (recorded, under the row
+    # lock, before the read): from then on whether it fails may depend on the private data,
+    # so it is never refunded (service.releases.lifecycle). Set once, never cleared.
+    private_read_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
     # Its ledger entry (read-only here: only the ledger writes entries): how the filter
     # charged it, shown as the release's charge.
     ledger_entry: Mapped[LedgerEntry | None] = relationship(
@@ -253,6 +257,9 @@ class LedgerEntry(Base):
     state: Mapped[str] = mapped_column(String(16), default="reserved")
     created_at: Mapped[datetime] = mapped_column(TZDateTime(), default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(TZDateTime(), nullable=True)
+    # Why it was settled as it was (service.budgets.service.SETTLED_BECAUSE); null while
+    # reserved, for research entries and for entries settled before migration 0017.
+    settled_because: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class IdempotencyRecord(Base):

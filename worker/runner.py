@@ -2,18 +2,20 @@
 the embedded mode.
 
 The job parses the raw data, runs the mechanism, writes the files and stores them; every change
-of the release's state (start, progress, the upload claim, success, failure) is made by
-``service.releases.lifecycle`` under the release row lock, in one transaction per call opened
-here (this module is the task side, which commits).
+of the release's state (start, the private read, progress, the upload claim, success, failure)
+is made by ``service.releases.lifecycle`` under the release row lock, in one transaction per
+call opened here (this module is the task side, which commits).
 
 A job is idempotent by release id: it does nothing for a release already in a terminal state,
 and it never draws fresh noise for a release whose artifact already exists (a previous attempt
 that stored its output and died before recording it is finished from the stored object).
 The ledger entry is committed in the same transaction that marks the release succeeded, and
-refunded only when a job fails before any attempt claimed the artifact's upload: the claim is
-recorded under the release row lock before the first byte is stored, so a release settled by
-another delivery (one that gave up) is never published, and one that may have been published
-is never refunded.
+refunded only when a job fails before any attempt began reading the dataset's content or
+claimed the artifact's upload: each is recorded under the release row lock before it happens
+(``lifecycle.mark_private_read``, ``lifecycle.claim_upload``), so a failure (or a cancel)
+whose cause may lie in the private data is never refunded, a release settled by another
+delivery (one that gave up) is never published, and one that may have been published is never
+refunded (docs/privacy.md, "Failures and cancellations").
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Interrupted(Exception):
 
 class InsufficientDisk(Exception):
     """Too little free disk for the files a job is about to write: it fails before writing,
-    before any upload claim, so its reservation is refunded."""
+    before any upload claim; charged all the same, as the job has read the private data."""
 
 
 @dataclass(frozen=True)
@@ -514,9 +516,18 @@ def _produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
 
 
 def _parsed(runtime: Runtime, job: Job) -> ParsedDataset:
+    """The dataset's content, parsed: the job's one read of the private data, recorded first
+    (``lifecycle.mark_private_read``): from then on the release stays charged however it
+    ends. Fetching the stored bytes and checking them against their recorded hash come before
+    the mark: their failures (the store, its integrity) do not depend on the content, and
+    leave the release refundable."""
     raw = runtime.store.get(job.dataset_key)
     if sha256_hex(raw) != job.dataset_sha256:
         raise RuntimeError("stored dataset does not match its recorded sha256")
+    with transaction(runtime.session_factory) as session:
+        reading = lifecycle.mark_private_read(session, job.release_id, attempt=job.attempt)
+    if not reading:
+        raise Cancelled(f"release {job.release_id} is no longer running; its data is not read")
     return parse_dataset(
         content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
     )
@@ -823,9 +834,9 @@ def _check_disk(runtime: Runtime, where: Path, need: int) -> None:
         raise InsufficientDisk(
             f"not enough free disk to write this release: it needs about {need} bytes (plus "
             f"a margin of {margin}) in the scratch space and {free} are free. Nothing was "
-            "written or released, so its budget reservation is refunded (unless an earlier "
-            "attempt of it had begun storing output); ask again once space is freed, or for "
-            "fewer rows"
+            "written or released; its charge stands all the same, as the job had read the "
+            "private data (docs/privacy.md, 'Failures and cancellations'). Ask again once "
+            "space is freed, or for fewer rows"
         )
 
 
@@ -1114,8 +1125,8 @@ def _succeed(
 
 
 def fail(runtime: Runtime, release_id: str, error: str, *, attempt: int | None = None) -> None:
-    """End the release failed; refunded or charged from its recorded upload claim, without a
-    word to the object store (which may be why it failed). Given the job's ``attempt``, only
-    while that attempt is the release's current one."""
+    """End the release failed; refunded or charged from its recorded marks (the private read,
+    the upload claim), without a word to the object store (which may be why it failed).
+    Given the job's ``attempt``, only while that attempt is the release's current one."""
     with transaction(runtime.session_factory) as session:
         lifecycle.fail(session, release_id, error, attempt=attempt)

@@ -41,6 +41,14 @@ class LedgerEntryOut(BaseModel):
         description="reserved, committed or refunded; research: an owner-only research release "
         "(its accountant's ε is not a bound), charged nothing and never held by the filter"
     )
+    settled_because: str | None = Field(
+        default=None,
+        description="Why it was settled so: succeeded, upload_claimed (output may exist) or "
+        "private_data_read (a job had begun reading the dataset's content, so whether it "
+        "failed may depend on the private data: docs/privacy.md, 'Failures and "
+        "cancellations') for a committed entry; before_private_read for a refund; null while "
+        "reserved, for a research entry, or for one settled before this was recorded",
+    )
     research: str | None = Field(
         default=None,
         description="A research entry's statement in words: what its accountant claimed and "

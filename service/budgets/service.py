@@ -30,6 +30,22 @@ RESERVED, COMMITTED, REFUNDED = "reserved", "committed", "refunded"
 RESEARCH = "research"
 HOLDING = (RESERVED, COMMITTED)
 
+# Why an entry was settled as it was (``ledger_entries.settled_because``), the rules of
+# ``service.releases.lifecycle``: committed when its release succeeded, when an attempt had
+# claimed the upload of its output (output may exist), or when a job had begun reading the
+# dataset's content (whether it failed may depend on the private data); refunded only when it
+# ended before any job read the content.
+SUCCEEDED = "succeeded"
+UPLOAD_CLAIMED = "upload_claimed"
+PRIVATE_DATA_READ = "private_data_read"
+BEFORE_PRIVATE_READ = "before_private_read"
+SETTLED_BECAUSE = {
+    SUCCEEDED: COMMITTED,
+    UPLOAD_CLAIMED: COMMITTED,
+    PRIVATE_DATA_READ: COMMITTED,
+    BEFORE_PRIVATE_READ: REFUNDED,
+}
+
 # Relative slack added to every composed spend before it is compared or shown. It covers
 # floating-point error in composition; calibration aims this much below its target so that
 # a release calibrated to exactly the remaining budget is still admitted.
@@ -344,16 +360,19 @@ def check_amount(cost: Cost, budget: DatasetBudget) -> None:
         raise InvalidInput("a release's RDP curve must be >= 0 at every order")
 
 
-def settle(session: Session, *, release_id: str, state: str) -> LedgerEntry:
-    """Move a reservation to committed or refunded. Idempotent; a settled entry never
-    changes again (a committed charge is never refunded)."""
-    if state not in (COMMITTED, REFUNDED):
-        raise ValueError(f"cannot settle to {state!r}")
+def settle(session: Session, *, release_id: str, because: str) -> LedgerEntry:
+    """Move a reservation to the state ``because`` (one of ``SETTLED_BECAUSE``) calls for,
+    recording why. Idempotent; a settled entry never changes again (a committed charge is
+    never refunded)."""
+    state = SETTLED_BECAUSE.get(because)
+    if state is None:
+        raise ValueError(f"no settlement rule {because!r}")
     entry = repository.entry_for_release(session, release_id=release_id)
     if entry is None:
         raise NotFound(f"no ledger entry for release {release_id}")
     if entry.state == RESERVED:
         entry.state = state
+        entry.settled_because = because
         entry.settled_at = utcnow()
         session.flush()
     return entry
@@ -407,6 +426,7 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
                 consumed_epsilon=consumed_epsilon,
                 consumed_delta=consumed_delta,
                 state=entry.state,
+                settled_because=entry.settled_because,
                 research=_research_statement(entry),
                 created_at=entry.created_at,
                 settled_at=entry.settled_at,

@@ -343,11 +343,13 @@ def make_router() -> APIRouter:
             409,
             e409="The release already succeeded or failed (code release_finished)",
         ),
-        summary="Cancel a queued or running release (refunded unless its upload was claimed)",
+        summary="Cancel a queued or running release (refunded unless its job read the data)",
         description="Under the release's row lock: a queued or running release whose job has "
-        "not claimed the upload of its output is cancelled and its charge refunded; once the "
-        "upload is claimed, output may exist, so it is cancelled with the charge committed, and "
-        "it is never served. Cancelling a cancelled release returns it unchanged; a succeeded "
+        "not begun reading the dataset's content is cancelled and its charge refunded; once it "
+        "has (when the cancel lands may then depend on the data), or once the upload of its "
+        "output is claimed (output may exist), it is cancelled with the charge committed "
+        "(`settlement` says which: docs/privacy.md, 'Failures and cancellations'), and it is "
+        "never served. Cancelling a cancelled release returns it unchanged; a succeeded "
         "or failed one answers 409. A running job notices at its next progress write and "
         "stops.",
         openapi_extra=objects(_MANAGERS),

@@ -7,13 +7,16 @@ presumed dead, and a cancel request arrives at any moment) see one order of even
 function works in its caller's unit of work and never commits: the task wrapper
 (``worker.runner``, one transaction per call) or the request boundary (cancel) does.
 
-Settlement: a release whose output may exist (an attempt claimed its upload) stays charged,
-whatever happens to it next; a release that ends otherwise without succeeding (failed or
-cancelled) is refunded (docs/privacy.md, "Ledger composition", and its paragraph on
-cancelling). It is decided from the recorded claim alone, never by asking the object store:
-the claim is recorded under the row lock before the first byte is stored, so no claim means
-nothing was stored, and a settlement must not depend on a store that may be the very thing
-that is down (an attempt that failed because S3 was unreachable must still end).
+Settlement (docs/privacy.md, "Failures and cancellations"): a release that ends without
+succeeding (failed, cancelled, abandoned) stays charged when an attempt claimed the upload of
+its output (output may exist) or when a job had begun reading its dataset's content
+(``mark_private_read``: from then on whether it fails, and when, may depend on the private
+data, so a refund would release that fact uncharged); it is refunded only when it ended before
+any read. It is decided from the recorded marks alone, never by asking the object store: the
+claim and the read mark are each recorded under the row lock before what they announce
+happens, so no mark means it did not happen, and a settlement must not depend on a store that
+may be the very thing that is down (an attempt that failed because S3 was unreachable must
+still end).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def start(session: Session, release_id: str, *, max_attempts: int) -> Release | 
     dataset = session.get(Dataset, release.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         # Deletion waits for queued releases, so only a job started by hand gets here; its raw
-        # data is gone, and nothing was produced: fail (and refund).
+        # data is gone, and nothing was produced: fail (refunded, unless an earlier attempt
+        # had begun reading the data: _settle_unfinished).
         _fail(session, release, "the dataset was deleted before this release ran")
         return None
     release.status = ReleaseStatus.running
@@ -142,6 +146,22 @@ def declared_artifacts(release: Release) -> tuple[ArtifactRecord, ...]:
     return tuple(ArtifactRecord.from_json(a) for a in release.artifacts or ())
 
 
+def mark_private_read(session: Session, release_id: str, *, attempt: int | None = None) -> bool:
+    """Record, before a job first reads the dataset's content, that its reading begins: from
+    then on the release is never refunded (``_settle_unfinished``). Set once and never
+    cleared; a later attempt (a retry, a redelivery) finds it set and leaves it. False (and
+    nothing read) when the release is no longer running or, given the job's ``attempt``,
+    when a later attempt has started: the job must stop before reading."""
+    release = repository.get_for_update(session, release_id)
+    if release is None or release.status != ReleaseStatus.running:
+        return False
+    if attempt is not None and release.attempts != attempt:
+        return False
+    if release.private_read_at is None:
+        release.private_read_at = utcnow()
+    return True
+
+
 def claim_upload(
     session: Session,
     release_id: str,
@@ -196,7 +216,7 @@ def succeed(
     release.artifact_bytes = size
     release.artifact_sha256 = sha256
     release.artifacts = [a.to_json() for a in artifacts] or None
-    entry = ledger.settle(session, release_id=release.id, state=ledger.COMMITTED)
+    entry = ledger.settle(session, release_id=release.id, because=ledger.SUCCEEDED)
     _job_ended(release)
     detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
     _audit(
@@ -212,7 +232,7 @@ def succeed(
 
 
 def fail(session: Session, release_id: str, error: str, *, attempt: int | None = None) -> bool:
-    """End the release failed and settle its charge from its upload claim; False (and no
+    """End the release failed and settle its charge from its recorded marks; False (and no
     change) when it already ended, or (given the failing job's ``attempt``) when it is no
     longer running that attempt: the sweeper handed it over again, and a stale attempt's
     error must not end the release a later attempt is running (or is queued to run)."""
@@ -239,9 +259,16 @@ def _fail(session: Session, release: Release, error: str) -> None:
     release.status = ReleaseStatus.failed
     release.error = error[:MAX_ERROR_CHARS]
     release.finished_at = utcnow()
-    state = _settle_unfinished(session, release)
+    state, because = _settle_unfinished(session, release)
     # The error text stays out: it may quote the raw data.
-    _audit(session, release, "release.failed", attempts=release.attempts, ledger=state)
+    _audit(
+        session,
+        release,
+        "release.failed",
+        attempts=release.attempts,
+        ledger=state,
+        **({"settled_because": because} if because else {}),
+    )
 
 
 def settle_stalled(
@@ -249,7 +276,7 @@ def settle_stalled(
 ) -> bool:
     """End failed a release left running on its last attempt with no sign of life (start,
     progress) since ``stale_before``: the job that ran it died, or could not record its end
-    (``service.releases.sweeper``). Settled from its upload claim like any failure. Checked
+    (``service.releases.sweeper``). Settled from its recorded marks like any failure. Checked
     again under the row lock; False when it no longer qualifies. Should the job still be
     alive after all, it finds the release settled: it stores nothing if it had not claimed
     the upload yet, and cannot mark it succeeded if it had (the charge then stays)."""
@@ -300,11 +327,13 @@ def requeue_stalled(
 def cancel(session: Session, release_id: str, *, actor: str) -> Release:
     """Cancel a queued or running release; a cancelled one is returned as it is.
 
-    Nothing of a cancelled release is ever served. Its charge is refunded unless an attempt
-    already claimed the upload (output may then exist: committed). A job running for it
-    notices at its next progress write and stops; one that already drew its noise finds the
-    release settled when it tries to claim the upload, and stores nothing; one that claimed
-    before the cancel may finish storing, but cannot mark the release succeeded.
+    Nothing of a cancelled release is ever served. Its charge is refunded unless a job of it
+    had begun reading the dataset's content or an attempt claimed the upload (committed: the
+    job's course, and so the moment of the cancel, may depend on the private data, and output
+    may exist). A job running for it notices at its next progress write and stops; one that
+    already drew its noise finds the release settled when it tries to claim the upload, and
+    stores nothing; one that claimed before the cancel may finish storing, but cannot mark
+    the release succeeded.
     Raises ``ReleaseFinished`` (409) for a release that succeeded or failed."""
     release = repository.get_for_update(session, release_id)
     if release is None:
@@ -320,14 +349,17 @@ def cancel(session: Session, release_id: str, *, actor: str) -> Release:
     was = release.status
     release.status = ReleaseStatus.cancelled
     release.finished_at = utcnow()
-    state = _settle_unfinished(session, release)
+    state, because = _settle_unfinished(session, release)
+    detail: dict[str, Any] = {"dataset_id": release.dataset_id, "was": str(was), "ledger": state}
+    if because:
+        detail["settled_because"] = because
     audit.record(
         session,
         actor=actor,
         action="release.cancelled",
         object_type="release",
         object_id=release.id,
-        detail={"dataset_id": release.dataset_id, "was": str(was), "ledger": state},
+        detail=detail,
     )
     return release
 
@@ -339,14 +371,32 @@ def output_may_exist(release: Release) -> bool:
     return release.artifact_key is not None
 
 
-def _settle_unfinished(session: Session, release: Release) -> str:
-    """Settle the charge of a release that ends without succeeding: committed when output may
-    exist, refunded otherwise (nothing escaped). Returns the entry's state (a research
-    release's entry stays ``research``: it holds nothing to settle)."""
+def private_data_read(release: Release) -> bool:
+    """Whether a job of the release had begun reading its dataset's content (``mark_private_
+    read``): every job records it under the row lock before its first read."""
+    return release.private_read_at is not None
+
+
+def unfinished_settlement(release: Release) -> str:
+    """Why a release that ends now without succeeding is charged or refunded (a
+    ``ledger.SETTLED_BECAUSE`` rule): committed when output may exist, or when a job had begun
+    reading the private data (the failure, or the moment of a cancel, may depend on it);
+    refunded only when it ends before any read (nothing of the data escaped)."""
+    if output_may_exist(release):
+        return ledger.UPLOAD_CLAIMED
+    if private_data_read(release):
+        return ledger.PRIVATE_DATA_READ
+    return ledger.BEFORE_PRIVATE_READ
+
+
+def _settle_unfinished(session: Session, release: Release) -> tuple[str, str | None]:
+    """Settle the charge of a release that ends without succeeding (``unfinished_
+    settlement``). Returns the entry's state and the rule that settled it (a research
+    release's entry stays ``research``, with no rule: it holds nothing to settle)."""
     if release.research is not None:
-        return ledger.RESEARCH
-    state = ledger.COMMITTED if output_may_exist(release) else ledger.REFUNDED
-    return ledger.settle(session, release_id=release.id, state=state).state
+        return ledger.RESEARCH, None
+    entry = ledger.settle(session, release_id=release.id, because=unfinished_settlement(release))
+    return entry.state, entry.settled_because
 
 
 def _audit(session: Session, release: Release, action: str, **detail: Any) -> None:

@@ -172,6 +172,23 @@ class Charge(BaseModel):
     )
 
 
+class Settlement(BaseModel):
+    """What became of a release's charge: its ledger entry's state, and the rule behind it."""
+
+    state: str = Field(
+        description="reserved while it is queued or running; committed (the charge stands) or "
+        "refunded once it ended"
+    )
+    because: str | None = Field(
+        default=None,
+        description="Why it was committed or refunded: succeeded; upload_claimed (it ended "
+        "otherwise, but output may exist); private_data_read (it failed or was cancelled after "
+        "its job had begun reading the dataset's content: the charge stands, docs/privacy.md "
+        "'Failures and cancellations'); before_private_read (refunded: it ended before any "
+        "read); null while reserved, or for a release settled before this was recorded",
+    )
+
+
 class Artifact(BaseModel):
     format: ReleaseFormat
     bytes: int
@@ -212,6 +229,11 @@ class ReleaseOut(BaseModel):
     )
     noise: Noise
     charge: Charge
+    settlement: Settlement | None = Field(
+        default=None,
+        description="What became of the charge (reserved, committed or refunded, and why); "
+        "null for a research release, which charges nothing",
+    )
     error: str | None
     attempts: int
     created_at: datetime

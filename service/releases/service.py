@@ -51,6 +51,7 @@ from service.releases.schemas import (
     ReleaseList,
     ReleaseOut,
     ReleaseRequestBase,
+    Settlement,
     Timings,
 )
 from service.releases.status import ReleaseStatus
@@ -452,6 +453,13 @@ def _charge(release: Release) -> Charge:
     )
 
 
+def _settlement(release: Release) -> Settlement | None:
+    entry = release.ledger_entry
+    if release.research is not None or entry is None:
+        return None
+    return Settlement(state=entry.state, because=entry.settled_because)
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Everyone but the dataset's owner (analysts and admins alike) sees that a release
     failed, not why: the error text may quote the raw data."""
@@ -489,6 +497,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         phase=release.phase,
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=_charge(release),
+        settlement=_settlement(release),
         error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,

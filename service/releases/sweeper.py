@@ -24,8 +24,8 @@ so that one API process sweeps at a time:
 - ends ``failed`` every release still ``running`` on its last attempt
   (``task_max_attempts``) with no sign of life (start, progress) for ``sweep_running_after_s``:
   its job died or could not record its end. It is settled like any failure, from its recorded
-  upload claim (charged if an attempt claimed the upload, refunded otherwise), never by asking
-  the object store (``lifecycle.settle_stalled``).
+  marks (charged if an attempt claimed the upload or a job had begun reading the dataset,
+  refunded otherwise), never by asking the object store (``lifecycle.settle_stalled``).
 
 The lease is a row of ``sweeper_leases`` taken by a conditional UPDATE (or the INSERT of the
 first row: the primary key lets one of two racing processes win), held ``sweep_lease_s`` and

@@ -13,7 +13,8 @@ command line on stdin:
 - ``stop PID``: SIGTERM (warm shutdown), then reap → ``status CODE``.
 
 Crash plan: a file ``PLAN_DIR/<release_id>`` holding ``PHASE TIMES`` makes the job of that
-release SIGKILL its own process at PHASE (one of PHASES, or ``shard_<index>_drawn``: a sharded
+release SIGKILL its own process at PHASE (one of PHASES; ``before_read``: the dataset about to
+be fetched, before the job records its private read; or ``shard_<index>_drawn``: a sharded
 release's shard drawn, before its part is stored) on its first TIMES attempts (counted in
 ``PLAN_DIR/<release_id>.crashes``). Every phase reached is appended to ``PLAN_DIR/events`` as
 ``release_id phase pid time``. The hooks wrap ``worker.runner`` functions in this process and its
@@ -55,11 +56,16 @@ def install_hooks(plan_dir: Path) -> None:
         note(release_id, f"crash:{phase}")
         os.kill(os.getpid(), signal.SIGKILL)
 
-    write_release, claim_upload, succeed = (
+    write_release, claim_upload, succeed, parsed = (
         runner._write_release,
         runner._claim_upload,
         runner._succeed,
+        runner._parsed,
     )
+
+    def _parsed(runtime: Any, job: Any) -> Any:
+        reach(job.release_id, "before_read")
+        return parsed(runtime, job)
 
     def _write_release(runtime: Any, job: Any, *args: Any) -> Any:
         reach(job.release_id, "before_noise")
@@ -88,6 +94,7 @@ def install_hooks(plan_dir: Path) -> None:
         return store_part(store, release_id, plan, index, path)
 
     shards.store_part = _store_part  # type: ignore[assignment]
+    runner._parsed = _parsed  # type: ignore[assignment]
     runner._write_release = _write_release  # type: ignore[assignment]
     runner._claim_upload = _claim_upload  # type: ignore[assignment]
     runner._succeed = _succeed  # type: ignore[assignment]

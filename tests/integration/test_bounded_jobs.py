@@ -104,11 +104,13 @@ def _scratch_appears(root: Path, timeout: float = 30.0) -> list[str]:
 # --- free disk --------------------------------------------------------------------------------
 
 
-def test_too_little_disk_fails_before_writing_refunded(
+def test_too_little_disk_fails_before_writing_charged(
     toy_harness: Harness, scratch_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On main a job wrote until the disk was full (hours in, every tenant's jobs starved);
-    now it checks the free space first and fails refunded, saying so to its owner."""
+    now it checks the free space first and fails before writing, saying so to its owner. The
+    check comes after the job read the private data (its output's shape comes from the built
+    mechanism), so the charge stands (docs/privacy.md, "Failures and cancellations")."""
     h = toy_harness
     owner, ds = _dataset(h)
     seen: list[Path] = []
@@ -121,8 +123,9 @@ def test_too_little_disk_fails_before_writing_refunded(
     rid = _toy_release(h, owner, ds)
     done = h.wait(owner, rid)
     assert done["status"] == "failed", done
-    assert "not enough free disk" in done["error"] and "refunded" in done["error"]
-    assert _entries(h, owner, ds, rid) == ["refunded"]
+    assert "not enough free disk" in done["error"] and "charge stands" in done["error"]
+    assert _entries(h, owner, ds, rid) == ["committed"]
+    assert done["settlement"] == {"state": "committed", "because": "private_data_read"}
     assert seen and all(p.is_relative_to(scratch_root) for p in seen)
     assert _left(scratch_root) == []
     # Anyone but the owner sees only that it failed.

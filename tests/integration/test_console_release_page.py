@@ -105,6 +105,7 @@ def test_image_release_page_grid_and_download(live: Live, browser: Any, artifact
     assert float(charge["σ_x"]) == pytest.approx(release["noise"]["sigma_x"], abs=1e-4)
     assert charge["Noise sampler"] == release["noise"]["sampler"]
     assert charge["Charged as"] == release["charge"]["charged_as"]
+    assert charge["Charge"] == release["settlement"]["state"] == "committed"
     noise_rows = browser.find_elements(By.CSS_SELECTOR, "#noise-body tr")
     assert len(noise_rows) == len(release["noise"]["scales"])
     facts = _facts(browser, "release-facts")
@@ -223,6 +224,7 @@ def test_tabular_histograms_and_cancel_from_the_page(
     _settled(browser, "cancelled")
     assert browser.find_element(By.ID, "release-state").text == "cancelled"
     assert "refunded" in browser.find_element(By.ID, "release-live").text
+    assert _facts(browser, "charge-facts")["Charge"] == "refunded"
     assert not browser.find_element(By.ID, "release-cancel-box").is_displayed()
     after = live.http.get(f"/releases/{queued}", headers=live.headers(owner)).json()
     assert after["status"] == "cancelled"

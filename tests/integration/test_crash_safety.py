@@ -2,8 +2,9 @@
 SIGKILLed at each phase, then redelivered (by a fresh worker after the visibility timeout, or
 by the same worker at once when only its pool child died).
 
-Whatever the phase: one ledger entry, committed exactly once (or refunded when nothing could
-have been stored), at most one artifact, never an artifact without a committed charge, a
+Whatever the phase: one ledger entry, committed exactly once (or refunded when the job died
+before it began reading the dataset: docs/privacy.md, "Failures and cancellations"), at most
+one artifact, never an artifact without a committed charge, a
 terminal state within the bounded attempts, and a stored artifact is never replaced by one
 with fresh noise."""
 
@@ -269,26 +270,37 @@ def test_worker_killed_at_each_phase(crash: Crash) -> None:
 
 def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
     """Pool children killed on every attempt (the worker survives and Celery requeues the job
-    at once, reject_on_worker_lost): bounded attempts, then failed; refunded when nothing was
-    stored, charged when the artifact was."""
+    at once, reject_on_worker_lost): bounded attempts, then failed. Refunded when every death
+    came before the job read the dataset; charged on recovery when it came after the read
+    (before any noise, or with the artifact stored)."""
     queue = f"crash-{uuid.uuid4().hex[:8]}"
-    before_noise, after_upload = _releases(
-        crash, queue, [("before_noise", 99), ("after_upload", 99)]
+    before_read, before_noise, after_upload = _releases(
+        crash, queue, [("before_read", 99), ("before_noise", 99), ("after_upload", 99)]
     )
     workers = [crash.spawn(queue, "prefork") for _ in range(2)]
-    crash.wait_terminal([before_noise, after_upload])
+    crash.wait_terminal([before_read, before_noise, after_upload])
     for worker in workers:
         assert crash.wait(worker, 0) == "alive"  # only their pool children died
         assert crash.ask(f"stop {worker}") == "status 0"
     assert crash.queue_drained(queue)
     attempts = crash.harness.runtime.settings.task_max_attempts
 
+    release, entries = crash.row(before_read)
+    assert release.status == "failed" and f"gave up after {attempts} attempts" in (
+        release.error or ""
+    )
+    assert release.attempts == attempts and release.private_read_at is None
+    assert [(e.state, e.settled_because) for e in entries] == [("refunded", "before_private_read")]
+    assert crash.objects(before_read) == {}
+    assert crash.events(before_read)["crash:before_read"] == attempts
+
     release, entries = crash.row(before_noise)
     assert release.status == "failed" and f"gave up after {attempts} attempts" in (
         release.error or ""
     )
-    assert release.attempts == attempts
-    assert [e.state for e in entries] == ["refunded"]
+    assert release.attempts == attempts and release.private_read_at is not None
+    # Died after it began reading the data: whether it dies may depend on the data.
+    assert [(e.state, e.settled_because) for e in entries] == [("committed", "private_data_read")]
     assert crash.objects(before_noise) == {}
     assert crash.events(before_noise)["crash:before_noise"] == attempts
 
@@ -300,7 +312,11 @@ def test_every_attempt_killed_ends_failed(crash: Crash) -> None:
     assert crash.events(after_upload)["crash:after_upload"] == attempts
     print(
         "every attempt killed:",
-        {"before_noise": ("failed", "refunded"), "after_upload": ("failed", "committed")},
+        {
+            "before_read": ("failed", "refunded"),
+            "before_noise": ("failed", "committed"),
+            "after_upload": ("failed", "committed"),
+        },
     )
 
 
@@ -367,8 +383,9 @@ def _one_release(h: Harness) -> tuple[str, str]:
 def test_release_settled_meanwhile_is_never_published(
     embedded: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A second delivery gives up (refunding) while the first has drawn its noise: the first
-    must not store its output afterwards (it would be output with no charge)."""
+    """A second delivery gives up while the first has drawn its noise: the first must not
+    store its output afterwards (a settled release stores nothing). Its job had read the data,
+    so the charge stands (it would stand had the claim come first, too)."""
     h = embedded
     write_release = runner._write_release
 
@@ -383,7 +400,9 @@ def test_release_settled_meanwhile_is_never_published(
     assert done["status"] == "failed" and done["artifact"] is None
     assert not h.runtime.store.exists(keys.artifact(rid, "npz"))
     ledger = h.client.get(f"/budgets/{done['dataset_id']}", headers=h.headers(owner)).json()
-    assert [e["state"] for e in ledger["entries"]] == ["refunded"]
+    assert [(e["state"], e["settled_because"]) for e in ledger["entries"]] == [
+        ("committed", "private_data_read")
+    ]
 
 
 def test_claimed_upload_stays_charged(embedded: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,6 +83,7 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.charges: dict[str, Charge] = {}
         self.states: dict[str, str] = {}
+        self.because: dict[str, str] = {}
         self.frozen: dict[str, tuple[Any, ...]] = {}
 
     @initialize(budget=st.sampled_from([0.5, 1.0, 2.0, 4.0]))
@@ -199,15 +200,18 @@ class LedgerMachine(RuleBasedStateMachine):
         release_id = self._admit(Cost(epsilon=remaining * factor, delta=0.0))
         return multiple() if release_id is None else release_id
 
-    @rule(release_id=releases, state=st.sampled_from([ledger.COMMITTED, ledger.REFUNDED]))
-    def settle(self, release_id: str, state: str) -> None:
+    @rule(release_id=releases, because=st.sampled_from(sorted(ledger.SETTLED_BECAUSE)))
+    def settle(self, release_id: str, because: str) -> None:
+        state = ledger.SETTLED_BECAUSE[because]
         holding_before = self._composed(self._holding())
         with self.factory() as session, session.begin():
-            entry = ledger.settle(session, release_id=release_id, state=state)
-            settled = entry.state
+            entry = ledger.settle(session, release_id=release_id, because=because)
+            settled, recorded = entry.state, entry.settled_because
         if self.states[release_id] == ledger.RESERVED:
             self.states[release_id] = state
+            self.because[release_id] = because
         assert settled == self.states[release_id]  # a settled entry never changes
+        assert recorded == self.because[release_id]  # nor does the rule that settled it
         if settled == ledger.COMMITTED and release_id not in self.frozen:
             with self.factory() as session:
                 stmt = select(LedgerEntry).where(LedgerEntry.release_id == release_id)

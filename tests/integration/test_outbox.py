@@ -214,13 +214,16 @@ def _held(h: Harness) -> tuple[str, str, Broker]:
     return owner, r.json()["id"], held
 
 
-def _run_to_last_attempt(h: Harness, release_id: str, *, claim: bool) -> None:
-    """Start every attempt of the release (as deliveries that died would), claiming the
+def _run_to_last_attempt(h: Harness, release_id: str, *, claim: bool, read: bool = False) -> None:
+    """Start every attempt of the release (as deliveries that died would), marking the
+    private read on the first when ``read`` (a job that died after it) and claiming the
     upload on the last when ``claim``."""
     attempts = h.runtime.settings.task_max_attempts
-    for _ in range(attempts):
+    for attempt in range(1, attempts + 1):
         with transaction(h.runtime.session_factory) as session:
             assert lifecycle.start(session, release_id, max_attempts=attempts) is not None
+            if read and attempt == 1:
+                assert lifecycle.mark_private_read(session, release_id, attempt=attempt)
     if claim:
         with transaction(h.runtime.session_factory) as session:
             assert lifecycle.claim_upload(session, release_id, artifact_key=f"{release_id}/x")
@@ -282,14 +285,27 @@ def test_store_down_on_last_attempt_real_mode(
     assert _entries(h, release_id) == ["refunded"]
 
 
-@pytest.mark.parametrize(("claim", "settled_as"), [(False, "refunded"), (True, "committed")])
+@pytest.mark.parametrize(
+    ("claim", "read", "settled_as", "because"),
+    [
+        (False, False, "refunded", "before_private_read"),
+        # A job that died after it began reading the private data: charged on recovery.
+        (False, True, "committed", "private_data_read"),
+        (True, False, "committed", "upload_claimed"),
+    ],
+)
 def test_sweeper_ends_a_release_left_running_past_its_last_attempt(
-    embedded: Harness, monkeypatch: pytest.MonkeyPatch, claim: bool, settled_as: str
+    embedded: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    claim: bool,
+    read: bool,
+    settled_as: str,
+    because: str,
 ) -> None:
     h = embedded
     settings = h.runtime.settings
     owner, stuck, _ = _held(h)
-    _run_to_last_attempt(h, stuck, claim=claim)
+    _run_to_last_attempt(h, stuck, claim=claim, read=read)
     _, not_last, _ = _held(h)  # running, with attempts left: its job may still retry
     with transaction(h.runtime.session_factory) as session:
         lifecycle.start(session, not_last, max_attempts=settings.task_max_attempts)
@@ -310,6 +326,7 @@ def test_sweeper_ends_a_release_left_running_past_its_last_attempt(
     done = h.wait(owner, stuck)
     assert done["status"] == "failed" and "abandoned" in done["error"]
     assert _entries(h, stuck) == [settled_as]
+    assert done["settlement"] == {"state": settled_as, "because": because}
     # With attempts left it is queued again and handed over instead (the test below).
     assert result.requeued == (not_last,) and not_last in result.resent
     assert _release(h, not_last).status == "queued"

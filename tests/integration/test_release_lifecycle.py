@@ -123,7 +123,13 @@ def test_cancel_a_queued_release(toy_harness: Harness) -> None:
     assert again.status_code == 200 and again.json() == cancelled
     events = _cancel_events(h, queued)
     assert len(events) == 1
-    assert events[0]["detail"] == {"dataset_id": ds, "was": "queued", "ledger": "refunded"}
+    assert events[0]["detail"] == {
+        "dataset_id": ds,
+        "was": "queued",
+        "ledger": "refunded",
+        "settled_because": "before_private_read",
+    }
+    assert cancelled["settlement"] == {"state": "refunded", "because": "before_private_read"}
     assert events[0]["actor"] != "worker"
 
     toy.GATE.set()
@@ -149,8 +155,10 @@ def test_cancel_a_running_release(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch, own: bool
 ) -> None:
     """Held at the gate, cancelled, released: the job notices at its next progress write and
-    stops before claiming the upload; nothing is stored and the budget is back. Whether the
-    runner counts rows or the generator reports its own progress."""
+    stops before claiming the upload; nothing is stored. Whether the runner counts rows or the
+    generator reports its own progress. Its job had read the private data (it was drawing), so
+    its charge stands: when the cancel lands, and so whether it refunds, may depend on the data
+    (docs/privacy.md, "Failures and cancellations")."""
     h = toy_harness
     owner, ds = _dataset(h)
     claimed: list[str] = []
@@ -167,13 +175,18 @@ def test_cancel_a_running_release(
     assert running["status"] == "running"
     assert _ledger(h, owner, ds)["remaining"] < BUDGET
 
+    reserved = _ledger(h, owner, ds)["reserved"]
     r = _cancel(h, owner, rid)
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "cancelled"
+    assert r.json()["settlement"] == {"state": "committed", "because": "private_data_read"}
     ledger = _ledger(h, owner, ds)
-    assert _entry_state(ledger, rid) == "refunded"
-    assert ledger["remaining"] == BUDGET and ledger["reserved"] == 0
-    assert _cancel_events(h, rid)[0]["detail"]["was"] == "running"
+    assert _entry_state(ledger, rid) == "committed"
+    assert ledger["remaining"] < BUDGET and ledger["spent"] == reserved
+    (entry,) = [e for e in ledger["entries"] if e["release_id"] == rid]
+    assert entry["settled_because"] == "private_data_read"
+    event = _cancel_events(h, rid)[0]["detail"]
+    assert event["was"] == "running" and event["settled_because"] == "private_data_read"
     # Past the progress interval, so the first chunk's progress write reads the status.
     time.sleep(runner.PROGRESS_EVERY_S)
     toy.GATE.set()
@@ -183,16 +196,16 @@ def test_cancel_a_running_release(
     final = h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()
     assert final["status"] == "cancelled" and final["artifact"] is None
     assert _stored(h, rid) == set()
-    assert _entry_state(_ledger(h, owner, ds), rid) == "refunded"
+    assert _entry_state(_ledger(h, owner, ds), rid) == "committed"
 
 
 @pytest.mark.parametrize("order", ["before", "after"])
 def test_cancel_racing_the_upload_claim(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch, order: str
 ) -> None:
-    """A cancel that lands just before the job claims the upload refunds and nothing is
-    published; one just after it commits the charge (output may exist), and nothing is served
-    either way."""
+    """A cancel that lands just before the job claims the upload: nothing is published, and
+    the charge stands as the job has read the private data; one just after it commits the
+    charge as output may exist. Nothing is served either way."""
     h = toy_harness
     owner, ds = _dataset(h)
     owner_id = h.client.get("/me", headers=h.headers(owner)).json()["principal_id"]
@@ -225,13 +238,14 @@ def test_cancel_racing_the_upload_claim(
     assert download.status_code == 409, download.text
     assert download.json()["error"]["code"] == "not_ready"
     state = _entry_state(_ledger(h, owner, ds), rid)
+    assert state == "committed"
     if order == "before":
         assert outcome == [False]
-        assert state == "refunded"
+        assert final["settlement"]["because"] == "private_data_read"
         assert _stored(h, rid) == set()
     else:
         assert outcome == [True]
-        assert state == "committed"
+        assert final["settlement"]["because"] == "upload_claimed"
         # The claimed job went on storing (it may have been past any check): never served.
         assert _stored(h, rid) == {"artifact", "metadata"}
     assert _cancel_events(h, rid)[0]["detail"]["ledger"] == state

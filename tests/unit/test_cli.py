@@ -76,6 +76,7 @@ class FakeApi:
             "noise": {"sigma_x": 1.5, "sigma_y": 1.5},
             "charge": {"epsilon": 1.0, "delta": 1e-5},
             "error": state.get("error"),
+            "settlement": state.get("settlement"),
             "artifact": (
                 {"format": "npz", "bytes": len(self.artifact), "sha256": self.declared_sha}
                 if done
@@ -147,7 +148,12 @@ class FakeApi:
             state = self.release_states[min(self.polls, len(self.release_states) - 1)]
             return httpx.Response(200, json=self._release(state))
         if (method, path) == ("POST", "/releases/rel-1/cancel"):
-            return httpx.Response(200, json=self._release({"status": "cancelled", "progress": 0.1}))
+            cancelled = {
+                "status": "cancelled",
+                "progress": 0.1,
+                "settlement": {"state": "committed", "because": "private_data_read"},
+            }
+            return httpx.Response(200, json=self._release(cancelled))
         if (method, path) == ("GET", "/releases/rel-1/artifacts/weights.json"):
             return httpx.Response(200, content=WEIGHTS)
         if (method, path) == ("GET", "/releases/rel-1/download"):
@@ -539,11 +545,15 @@ def test_release_progress_shows_the_phase(run: Callable[..., Result], api: FakeA
 def test_release_cancelled_meanwhile_exits_1(run: Callable[..., Result], api: FakeApi) -> None:
     api.release_states = [
         {"status": "running", "progress": 0.2},
-        {"status": "cancelled", "progress": 0.2},
+        {
+            "status": "cancelled",
+            "progress": 0.2,
+            "settlement": {"state": "refunded", "because": "before_private_read"},
+        },
     ]
     result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
     assert result.exit_code == 1
-    assert "error: release rel-1 was cancelled" in result.stderr
+    assert "error: release rel-1 was cancelled; its charge was refunded" in result.stderr
     assert out(result)["status"] == "cancelled"
     assert len(api.sent("GET", "/releases/rel-1")) == 1  # the wait ended there
 
@@ -553,7 +563,29 @@ def test_cancel(run: Callable[..., Result], api: FakeApi) -> None:
     assert result.exit_code == 0, result.output
     assert api.only("POST", "/releases/rel-1/cancel").content == b""
     assert out(result)["status"] == "cancelled"
-    assert "release rel-1 cancelled" in result.stderr
+    # What became of the charge: its job had read the data, so it stands.
+    assert "release rel-1 cancelled; its charge stands (committed)" in result.stderr
+    assert "reading the private data" in result.stderr
+
+
+def test_a_failed_release_says_its_charge_stands(run: Callable[..., Result], api: FakeApi) -> None:
+    api.release_states = [
+        {"status": "running", "progress": 0.2},
+        {
+            "status": "failed",
+            "progress": 0.2,
+            "error": "ValueError: class 1 has fewer records than mixture_degree",
+            "settlement": {"state": "committed", "because": "private_data_read"},
+        },
+    ]
+    result = run("release", "ds-1", "--epsilon", "1", "--poll-interval", "0")
+    assert result.exit_code == 1
+    assert "failed: ValueError: class 1 has fewer records" in result.stderr
+    assert "its charge stands (committed)" in result.stderr
+    status = run("status", "rel-1")
+    assert status.exit_code == 0, status.output
+    assert "release rel-1 failed; its charge stands (committed)" in status.stderr
+    assert out(status)["settlement"]["because"] == "private_data_read"
 
 
 def test_cancel_of_a_finished_release_is_an_error(run: Callable[..., Result], api: FakeApi) -> None:

@@ -29,7 +29,7 @@
     renderState(release, me);
     setStatus("release-status", "");
     $("release-detail").hidden = false;
-    $("release-cancel").addEventListener("click", () => cancel(release.id, release.dataset_id, me));
+    $("release-cancel").addEventListener("click", () => cancel(release.id, me));
     if (ACTIVE.has(release.status)) schedulePoll(release.id, me);
     else await settled(release, me);
   }
@@ -100,7 +100,7 @@
     document.body.dataset.releaseSettled = release.status;
   }
 
-  async function cancel(id, datasetId, me) {
+  async function cancel(id, me) {
     // A native confirm: keyboard and screen-reader friendly, and nothing to build.
     if (!window.confirm(`Cancel release ${id}? Its job stops; this cannot be undone.`)) return;
     $("release-cancel").disabled = true;
@@ -117,24 +117,26 @@
     renderState(release, me);
     renderFacts(release);
     renderCharge(release);
-    setStatus("release-live", `Release cancelled. ${await refundOutcome(release, datasetId)}`);
+    setStatus("release-live", `Release cancelled. ${settlementWords(release)}`);
     document.body.dataset.releaseSettled = release.status;
   }
 
-  // What became of the charge: the ledger entry's state (the owner may read the ledger).
-  async function refundOutcome(release, datasetId) {
+  // What became of the charge, in words: the release's settlement (its ledger entry's state
+  // and the rule behind it, docs/privacy.md "Failures and cancellations").
+  const SETTLED_BECAUSE = {
+    succeeded: "Its charge is committed.",
+    upload_claimed: "Its job had begun storing output, so its charge stands (committed).",
+    private_data_read:
+      "Its job had begun reading the private data, so its charge stands (committed): the " +
+      "failure or the cancel may depend on that data.",
+    before_private_read: "Its charge was refunded: it ended before its job read the data.",
+  };
+
+  function settlementWords(release) {
     if (release.research) return "A research release charges nothing.";
-    try {
-      const ledger = await api(`/budgets/${enc(datasetId)}`);
-      const entry = ledger.entries.find((e) => e.release_id === release.id);
-      if (entry && entry.state === "refunded") return "Its charge was refunded.";
-      if (entry && entry.state === "committed") {
-        return "Its job had begun storing output, so its charge stays committed.";
-      }
-    } catch (_) {
-      // The outcome's wording only: the cancel itself succeeded.
-    }
-    return "";
+    const s = release.settlement;
+    if (!s || s.state === "reserved") return "";
+    return SETTLED_BECAUSE[s.because] || `Its charge is ${s.state}.`;
   }
 
   // ------------------------------------------------------------------------------- facts
@@ -192,6 +194,8 @@
       ["Charged as", c.charged_as || "–"],
       ["Consumed ε", fmt(c.consumed_epsilon, 4)],
       ["Consumed δ", fmtDelta(c.consumed_delta)],
+      ["Charge", release.settlement ? release.settlement.state : null],
+      ["Settled", settlementWords(release) || null],
       ["σ_x", fmt(n.sigma_x, 4)],
       ["σ_y", n.sigma_y === null ? "labels not noised" : fmt(n.sigma_y, 4)],
       ["Noise sampler", n.sampler],
