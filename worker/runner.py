@@ -48,6 +48,7 @@ from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from dpcore.preprocessing import TRANSFORM_HELP
 from dpcore.release_layout import Layout
+from service import owner_only
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
@@ -352,6 +353,8 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
 
 def _job_of(session: Any, release: Release) -> Job:
     """What the job needs of the release and its datasets, read in the start's transaction."""
+    # A research release's job leaves no log record for the operator (service.owner_only).
+    owner_only.mark(release.research is not None)
     dataset = session.get(Dataset, release.dataset_id)
     budget = session.get(DatasetBudget, release.dataset_id)
     assert dataset is not None and budget is not None
