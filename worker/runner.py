@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
 from service.errors import ClassesUndeclared
-from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.models import Dataset, DatasetBudget, Release
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
 from service.releases.mechanisms import VALUE_BYTES
@@ -124,6 +125,9 @@ class Job:
     declared: tuple[lifecycle.ArtifactRecord, ...] = ()
     # A research release's claim (service.releases.research): stated in its metadata.
     research: dict[str, Any] | None = None
+    # When the release was requested (public): the metadata's ``created_at``. Not the time the
+    # job wrote it, which would date the job's end for every reader of the file.
+    requested_at: datetime | None = None
 
     @property
     def artifact_key(self) -> str:
@@ -389,6 +393,7 @@ def _job_of(session: Any, release: Release) -> Job:
         report_dataset=report_dataset,
         declared=lifecycle.declared_artifacts(release),
         research=release.research,
+        requested_at=release.created_at,
     )
 
 
@@ -1077,7 +1082,7 @@ def _release_metadata(
         "(exact uniform subsets, exact Bernoulli rates)",
         "device": device.type,
         "versions": _versions(),
-        "created_at": utcnow().isoformat(),
+        "created_at": None if job.requested_at is None else job.requested_at.isoformat(),
         **further,
     }
 

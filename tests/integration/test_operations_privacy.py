@@ -5,10 +5,14 @@ or admitted), queue depth counts no research release's job, and a release's job 
 
 from __future__ import annotations
 
+import io
+import json
 import types
 import uuid
+from datetime import datetime
 from typing import Any
 
+import numpy as np
 import redis
 from celery import Celery
 
@@ -103,6 +107,14 @@ def test_job_times_are_the_owners_only(harness: Harness) -> None:
             assert release["status"] == "succeeded" and release["created_at"] == own["created_at"]
             assert release["started_at"] is None and release["finished_at"] is None
             assert release["timings"] == {"queued_seconds": None, "run_seconds": None}
+        # The file's metadata is dated by the request, not by the job's end.
+        npz = np.load(io.BytesIO(h.download(key, created["id"])))
+        written = json.loads(str(npz["metadata"]))["created_at"]
+        assert _when(written) == _when(own["created_at"])
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _release(h: Harness, owner: str, dataset_id: str, *, research: bool) -> str:
