@@ -34,6 +34,7 @@ import base64
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,22 @@ OWNER_ONLY_ROUTES = frozenset(
 )
 
 
+# The same routes by raw path: a request refused before routing (a rate limit, an upload over
+# its size limit or without a free slot) has no route template.
+_OWNER_ONLY_PATHS = tuple(
+    (method, re.compile(re.sub(r"\{[^}]+\}", "[^/]+", template) + "/?"))
+    for method, template in sorted(OWNER_ONLY_ROUTES)
+)
+
+
+def _owner_only_route(method: str, template: str, path: str) -> bool:
+    if (method, template) in OWNER_ONLY_ROUTES:
+        return True
+    return template == "-" and any(
+        method == m and pattern.fullmatch(path) for m, pattern in _OWNER_ONLY_PATHS
+    )
+
+
 class RequestMetrics:
     """Pure ASGI middleware timing HTTP requests until their response starts. Each request
     runs in an ``owner_only`` unit: one marked owner-only (its route is in
@@ -142,7 +159,7 @@ def _observe(scope: Scope, unit: owner_only.Unit, status: int, seconds: float) -
     route = scope.get("route")
     # Unmatched paths share one label value: every probe of a random URL would be a series.
     template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") else "-"
-    if (scope["method"], template) in OWNER_ONLY_ROUTES:
+    if _owner_only_route(scope["method"], template, scope.get("path", "")):
         unit.owner_only = True
     if unit.owner_only:
         return

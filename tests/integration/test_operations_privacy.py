@@ -10,14 +10,16 @@ import json
 import types
 import uuid
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import redis
 from celery import Celery
 
 from service.meta.metrics import DeploymentCollector, release_of_message
-from tests.conftest import TEST_REDIS_URL, Harness, npz_bytes, toy_dataset
+from tests.conftest import TEST_REDIS_URL, Harness, embedded_harness, npz_bytes, toy_dataset
 from worker.broker import RUN_RELEASE
 
 
@@ -165,3 +167,22 @@ def test_queue_depth_counts_no_research_job(embedded: Harness) -> None:
         client.delete(cpu, gpu)
         client.close()
         sender.close()
+
+
+def test_an_upload_refused_before_routing_is_not_timed_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size limit answers 413 before any route matches (no route template): the raw path
+    still says it is an upload, whose refusal tracks the file's size."""
+    with embedded_harness(tmp_path / "home", monkeypatch, max_upload_bytes=1000) as h:
+        owner, _ = h.new_key("owner")
+        before = [s for s in _metrics(h).splitlines() if 'route="-"' in s]
+        r = h.upload(owner, b"x" * 100_000, filename="data.csv")
+        assert r.status_code == 413, r.text
+        missing = h.client.post("/no-such-route", headers=h.headers(owner))
+        assert missing.status_code in (404, 405)
+        after = [s for s in _metrics(h).splitlines() if 'route="-"' in s]
+        grown = set(after) - set(before)
+        # The unmatched probe is timed (route "-"); the refused upload is not.
+        assert any('method="POST"' in s and 'status="404"' in s for s in grown), grown
+        assert not any('status="413"' in s for s in grown), grown
