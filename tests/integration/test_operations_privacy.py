@@ -177,7 +177,7 @@ def test_an_upload_refused_before_routing_is_not_timed_either(
     with embedded_harness(tmp_path / "home", monkeypatch, max_upload_bytes=1000) as h:
         owner, _ = h.new_key("owner")
         before = [s for s in _metrics(h).splitlines() if 'route="-"' in s]
-        r = h.upload(owner, b"x" * 100_000, filename="data.csv")
+        r = h.upload(owner, b"x" * 2_000_000, filename="data.csv")  # past the framing allowance
         assert r.status_code == 413, r.text
         missing = h.client.post("/no-such-route", headers=h.headers(owner))
         assert missing.status_code in (404, 405)
