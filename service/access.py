@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service import owner_only
 from service.auth.schemas import Role
 from service.errors import DatasetDeleted, NotFound
 from service.models import Dataset, Grant, Principal, Release
@@ -74,6 +75,9 @@ def release_for(
     )
     if not allowed:
         raise NotFound(f"release {release_id} not found")
+    # Its owner's request about a research release leaves no trace for the operator (no
+    # request timing, no log line): ``service.owner_only``.
+    owner_only.mark(release.research is not None)
     return release
 
 

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from service import bootstrap, errors_http
+from service import bootstrap, errors_http, owner_only
 from service.access_schema import declare_access
 from service.audit_trail.endpoints import router as audit_router
 from service.auth.endpoints import router as auth_router
@@ -78,6 +78,8 @@ def create_app(
             rt = runtime_factory(settings)
         bootstrap.ensure_admin(rt)
         app.state.runtime = rt
+        # uvicorn has configured its loggers by now: research releases' traces are dropped.
+        owner_only.install()
         if isinstance(rt.dispatcher, InProcessDispatcher):
             _resume_unfinished(rt)
         sweeping = None
@@ -136,8 +138,8 @@ def _resume_unfinished(runtime: Runtime) -> None:
         unfinished = release_repository.unfinished(session)
         for release_id, _ in unfinished:  # handed over now: not due for the sweeper yet
             release_repository.touch_queued(session, release_id=release_id, at=utcnow())
+    # Not logged: a research release's existence is its owner's alone (service.owner_only).
     for release_id, mechanism in unfinished:
-        log.info("resuming release %s", release_id)
         runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
 
 

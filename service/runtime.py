@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpcore.mechanisms.spec import WorkerQueue
+from service import owner_only
 from service.config import Settings
 from service.db import make_engine, make_session_factory
 from service.storage import ObjectStore, make_store
@@ -118,10 +119,14 @@ class InProcessDispatcher:
     def _work(self) -> None:
         while (item := self._next()) is not None:
             owner, release_id = item
+            # A unit per job: a research release's job marks it, silencing its log records
+            # (``service.owner_only``).
             try:
-                self._run(release_id)
-            except Exception:  # the job records its own failure; never kill the thread
-                log.exception("release %s: job crashed", release_id)
+                with owner_only.unit():
+                    try:
+                        self._run(release_id)
+                    except Exception:  # the job records its own failure; never kill the thread
+                        log.exception("release %s: job crashed", release_id)
             finally:
                 with self._lock:
                     self._running[owner] -= 1

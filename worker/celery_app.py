@@ -6,14 +6,24 @@ and re-exported here; this module builds the runtime that the tasks of this proc
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
 
-from celery.signals import worker_init, worker_ready, worker_shutting_down
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_ready,
+    worker_shutting_down,
+)
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from service import owner_only
 from service.config import get_settings
 from service.runtime import Runtime, build_runtime
 from worker.broker import RUN_RELEASE, celery_app
@@ -72,3 +82,32 @@ def _stop_jobs(**_: Any) -> None:
     runtime = _runtime  # no lock: a signal handler, maybe interrupting its holder
     if runtime is not None:
         runtime.stopping.set()
+
+
+# The owner-only unit of each running task (service.owner_only), by task id: opened before the
+# task runs, closed after Celery's own trace lines (its "succeeded in" line, with the job's run
+# time, is written in between), in the thread that ran it.
+_units: dict[str, object] = {}
+
+
+@task_prerun.connect
+def _open_unit(task_id: str | None = None, **_: Any) -> None:
+    if task_id is not None:
+        _units[task_id] = owner_only.enter()
+
+
+@task_postrun.connect
+def _close_unit(task_id: str | None = None, **_: Any) -> None:
+    token = _units.pop(task_id, None) if task_id is not None else None
+    if token is not None:
+        owner_only.leave(token)
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _filter_logs(**_: Any) -> None:
+    """A research release's job leaves no log record (``service.owner_only``). The consumer
+    logs each task it receives before any job reads the release, so that line (task name and
+    id, at INFO) is not written at all: its time would date a research release's job."""
+    logging.getLogger("celery.worker.strategy").setLevel(logging.WARNING)
+    owner_only.install()

@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,12 @@ from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import Cancelled, ExtraArtifact
 from dpcore.preprocessing import TRANSFORM_HELP
 from dpcore.release_layout import Layout
+from service import owner_only
 from service.datasets.parsing import ParsedDataset, parse_dataset
 from service.datasets.schemas import Budget, DatasetMetadata, declared_columns
 from service.db import transaction
 from service.errors import ClassesUndeclared
-from service.models import Dataset, DatasetBudget, Release, utcnow
+from service.models import Dataset, DatasetBudget, Release
 from service.releases import keys, lifecycle
 from service.releases import noise as release_noise
 from service.releases.mechanisms import VALUE_BYTES
@@ -125,6 +127,9 @@ class Job:
     declared: tuple[lifecycle.ArtifactRecord, ...] = ()
     # A research release's claim (service.releases.research): stated in its metadata.
     research: dict[str, Any] | None = None
+    # When the release was requested (public): the metadata's ``created_at``. Not the time the
+    # job wrote it, which would date the job's end for every reader of the file.
+    requested_at: datetime | None = None
 
     @property
     def artifact_key(self) -> str:
@@ -354,6 +359,8 @@ def _start(runtime: Runtime, release_id: str) -> Job | None:
 
 def _job_of(session: Any, release: Release) -> Job:
     """What the job needs of the release and its datasets, read in the start's transaction."""
+    # A research release's job leaves no log record for the operator (service.owner_only).
+    owner_only.mark(release.research is not None)
     dataset = session.get(Dataset, release.dataset_id)
     budget = session.get(DatasetBudget, release.dataset_id)
     assert dataset is not None and budget is not None
@@ -388,6 +395,7 @@ def _job_of(session: Any, release: Release) -> Job:
         report_dataset=report_dataset,
         declared=lifecycle.declared_artifacts(release),
         research=release.research,
+        requested_at=release.created_at,
     )
 
 
@@ -1085,7 +1093,7 @@ def _release_metadata(
         "(exact uniform subsets, exact Bernoulli rates)",
         "device": device.type,
         "versions": _versions(),
-        "created_at": utcnow().isoformat(),
+        "created_at": None if job.requested_at is None else job.requested_at.isoformat(),
         **further,
     }
 

@@ -39,7 +39,8 @@ class LedgerEntryOut(BaseModel):
     consumed_delta: float = Field(description="What its admission added to the spent δ")
     state: str = Field(
         description="reserved, committed or refunded; research: an owner-only research release "
-        "(its accountant's ε is not a bound), charged nothing and never held by the filter"
+        "(its accountant's ε is not a bound), charged nothing and never held by the filter, "
+        "listed to the dataset's owner only"
     )
     settled_because: str | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from dpcore.accounting import Cost
 from dpcore.accounting.filter import Charge, Spend, spend
+from service import owner_only
 from service.access import dataset_for
 from service.budgets import repository
 from service.budgets.schemas import BudgetList, BudgetSummary, Ledger, LedgerEntryOut
@@ -404,9 +405,18 @@ def list_budgets(session: Session, *, principal: Principal) -> BudgetList:
 
 
 def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger:
-    dataset_for(session, principal=principal, dataset_id=dataset_id)
+    """The dataset's entries, oldest first. Research entries (owner-only releases) are listed
+    to the dataset's owner alone: an admin's ledger omits them, and since they are free and
+    never held by the filter, every other figure (spends, running totals, what each
+    admission consumed) is the same with or without them (docs/privacy.md, "Research
+    releases")."""
+    dataset = dataset_for(session, principal=principal, dataset_id=dataset_id)
     budget = _budget(session, dataset_id)
     rows = repository.entries(session, dataset_id=dataset_id)
+    if dataset.owner_id == principal.id:
+        owner_only.mark(any(entry.state == RESEARCH for entry in rows))
+    else:
+        rows = [entry for entry in rows if entry.state != RESEARCH]
     out: list[LedgerEntryOut] = []
     holding: list[LedgerEntry] = []
     for entry in rows:

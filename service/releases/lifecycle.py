@@ -250,6 +250,9 @@ def fail(session: Session, release_id: str, error: str, *, attempt: int | None =
 
 def _job_ended(release: Release) -> None:
     # Timed by the process that ran the job (the sweeper's settlements are not jobs' ends).
+    # A research release's run time is its owner's alone (docs/privacy.md, "Research releases").
+    if release.research is not None:
+        return
     if release.started_at is not None and release.finished_at is not None:
         seconds = (release.finished_at - release.started_at).total_seconds()
         metrics.job_ended(release.mechanism, release.status.value, seconds)
@@ -350,6 +353,8 @@ def cancel(session: Session, release_id: str, *, actor: str) -> Release:
     release.status = ReleaseStatus.cancelled
     release.finished_at = utcnow()
     state, because = _settle_unfinished(session, release)
+    if release.research is not None:
+        return release  # no audit event: see ``_audit``
     detail: dict[str, Any] = {"dataset_id": release.dataset_id, "was": str(was), "ledger": state}
     if because:
         detail["settled_because"] = because
@@ -400,6 +405,10 @@ def _settle_unfinished(session: Session, release: Release) -> tuple[str, str | N
 
 
 def _audit(session: Session, release: Release, action: str, **detail: Any) -> None:
+    # The audit trail is read by admins: a research release leaves no event in it (its own
+    # row, which its owner reads, holds its state and times).
+    if release.research is not None:
+        return
     audit.record(
         session,
         actor=audit.WORKER,

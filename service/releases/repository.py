@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from service.models import Release, utcnow
@@ -15,6 +15,20 @@ def add(session: Session, release: Release) -> Release:
     session.add(release)
     session.flush()
     return release
+
+
+def ordinary() -> ColumnElement[bool]:
+    """Releases that are not research releases: ``research`` SQL NULL, or the JSON null an ORM
+    write of None stores."""
+    return or_(Release.research.is_(None), cast(Release.research, Text) == "null")
+
+
+def research_ids(session: Session, release_ids: Sequence[str]) -> set[str]:
+    """Which of ``release_ids`` are research releases (owner-only: ``service.owner_only``)."""
+    if not release_ids:
+        return set()
+    stmt = select(Release.id).where(Release.id.in_(set(release_ids)), ~ordinary())
+    return set(session.scalars(stmt))
 
 
 def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release]:

@@ -207,6 +207,9 @@ class ExtraArtifactOut(BaseModel):
 
 
 class Timings(BaseModel):
+    """How long the job waited and ran: the dataset's owner only (a job's run time is a
+    timing of a computation on private data); null for everyone else."""
+
     queued_seconds: float | None = None
     run_seconds: float | None = None
 
@@ -237,9 +240,13 @@ class ReleaseOut(BaseModel):
     error: str | None
     attempts: int
     created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    timings: Timings
+    started_at: datetime | None = Field(
+        description="When its job first started: the dataset's owner only (null for others)"
+    )
+    finished_at: datetime | None = Field(
+        description="When it ended: the dataset's owner only (null for others)"
+    )
+    timings: Timings = Field(description="Queue and run time: the dataset's owner only")
     artifact: Artifact | None
     artifacts: list[ExtraArtifactOut] = Field(
         default_factory=list,

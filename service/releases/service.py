@@ -17,6 +17,7 @@ from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
 from dpcore.mechanisms.spec import ReleaseTooLarge as TooLarge
+from service import owner_only
 from service.access import (
     dataset_for,
     granted_dataset_ids,
@@ -352,6 +353,13 @@ def create(
             detail={"mechanism": request.mechanism, "requested": charge, "reason": "budget"},
         )
         raise
+    release_id, queue = release.id, worker_queue(request.mechanism)
+    after_commit(session, lambda: dispatcher.enqueue(release_id, queue))
+    if p.research is not None:
+        # Shown to its owner only: no audit event (the trail is read by admins), no request
+        # timing, no log line (``service.owner_only``).
+        owner_only.mark()
+        return release
     audit.record(
         session,
         actor=principal.id,
@@ -363,7 +371,6 @@ def create(
             "mechanism": request.mechanism,
             "accountant": request.accountant,
             "format": request.format,
-            "research": p.research is not None,
             "reserved": {
                 **charge,
                 "charged_as": entry.charged_as,
@@ -372,8 +379,6 @@ def create(
             },
         },
     )
-    release_id, queue = release.id, worker_queue(request.mechanism)
-    after_commit(session, lambda: dispatcher.enqueue(release_id, queue))
     return release
 
 
@@ -421,9 +426,10 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
     else:
         ids = granted_dataset_ids(session, principal_id=principal.id)
     releases = repository.list_for(session, dataset_ids=ids)
-    return ReleaseList(
-        items=[to_out(r, viewer=principal) for r in releases if may_see(r, principal)]
-    )
+    visible = [r for r in releases if may_see(r, principal)]
+    # A listing that holds a research release (its owner's) leaves no trace for the operator.
+    owner_only.mark(any(r.research is not None for r in visible))
+    return ReleaseList(items=[to_out(r, viewer=principal) for r in visible])
 
 
 def is_owner(release: Release, viewer: Principal) -> bool:
@@ -462,7 +468,8 @@ def _settlement(release: Release) -> Settlement | None:
 
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Everyone but the dataset's owner (analysts and admins alike) sees that a release
-    failed, not why: the error text may quote the raw data."""
+    failed, not why (the error text may quote the raw data), and not when its job started or
+    ended nor how long it ran."""
     owner = is_owner(release, viewer)
     artifact = None
     if release.status == ReleaseStatus.succeeded and release.artifact_sha256 is not None:
@@ -480,11 +487,15 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
             )
             for record in release.artifacts or ()
         ]
+    # The job's times are the owner's only: how long a computation on the private data ran
+    # (its parse time grows with the raw file's size, hidden from others as ``size_bytes``).
+    started_at = release.started_at if owner else None
+    finished_at = release.finished_at if owner else None
     timings = Timings()
-    if release.started_at is not None:
-        timings.queued_seconds = (release.started_at - release.created_at).total_seconds()
-        if release.finished_at is not None:
-            timings.run_seconds = (release.finished_at - release.started_at).total_seconds()
+    if started_at is not None:
+        timings.queued_seconds = (started_at - release.created_at).total_seconds()
+        if finished_at is not None:
+            timings.run_seconds = (finished_at - started_at).total_seconds()
     return ReleaseOut(
         id=release.id,
         dataset_id=release.dataset_id,
@@ -501,8 +512,8 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,
-        started_at=release.started_at,
-        finished_at=release.finished_at,
+        started_at=started_at,
+        finished_at=finished_at,
         timings=timings,
         artifact=artifact,
         artifacts=extras,

@@ -125,14 +125,27 @@ class Sweeper:
             resent=self._resend(now, also=requeued), settled=self._settle(now), requeued=requeued
         )
         if result.resent or result.settled:
+            self._log(result)
+        return result
+
+    def _log(self, result: SweepResult) -> None:
+        # Research releases are not counted: their existence is their owner's alone.
+        with transaction(self.runtime.session_factory) as session:
+            research = repository.research_ids(
+                session, [*result.resent, *result.requeued, *result.settled]
+            )
+        resent, requeued, settled = (
+            [r for r in ids if r not in research]
+            for ids in (result.resent, result.requeued, result.settled)
+        )
+        if resent or settled:
             log.info(
                 "sweeper: handed over %d queued release(s) (%d of them stalled running), "
                 "ended %d abandoned one(s)",
-                len(result.resent),
-                len(result.requeued),
-                len(result.settled),
+                len(resent),
+                len(requeued),
+                len(settled),
             )
-        return result
 
     def _requeue(self, now: datetime) -> tuple[str, ...]:
         """Running with attempts left, no sign of life: back to the queue (lost retries)."""
@@ -156,11 +169,8 @@ class Sweeper:
             try:
                 self.runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
             except Exception:
-                log.warning(
-                    "sweeper: release %s could not be handed over; next pass",
-                    release_id,
-                    exc_info=True,
-                )
+                # No id: the release may be a research release (service.owner_only).
+                log.warning("sweeper: a release could not be handed over; next pass", exc_info=True)
                 with transaction(factory) as session:  # due again at the next pass
                     repository.touch_queued(session, release_id=release_id, at=before)
                 break
