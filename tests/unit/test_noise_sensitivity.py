@@ -32,7 +32,13 @@ class Recorder:
     errors: list[float] = field(default_factory=list)
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         self.calls.append((values.detach().double().clone(), sigma, sensitivity))
         self.errors.append(error)

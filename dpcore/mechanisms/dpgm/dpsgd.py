@@ -20,7 +20,10 @@ Every step, exactly as ``accounting.DPGMEvent`` assumes:
    noisy size (released before training): post-processing. Adam (vae) or SGD (rbm).
 
 Rounding: the clipped rows are summed in float64; their rounding is bounded over n terms (not
-the batch's own size) so that every step has the same noise plan, and covered by the sampler.
+the batch's own size) so that every step has the same noise plan, and covered by the sampler
+relative to one record's contribution (``*_RADIUS``), the bound the accountant's noise
+multiplier is stated for — not the replace-one Δ, twice as large, whose cover would leave a
+rounded contribution of norm 1 + b under noise raised by only 1 + b/2.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from dpcore.mechanisms.secure_random import SecureRandom
 # Sensitivities in noise units (module docstring), as the accountant's noise scales declare.
 GRADIENT_SENSITIVITY = 2.0
 HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
+# One record's contribution in the same units (its clipped gradient; its one-hot histogram
+# entry): the Poisson-subsampled Gaussian's bound, which the sampler's cover is relative to.
+GRADIENT_RADIUS = 1.0
+HISTOGRAM_RADIUS = 1.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,12 @@ def dpnorm(
     """Alg. 3: the upper edge of the noisy mode of the norms' histogram (a public value)."""
     counts = torch.bincount(histogram_bins(norms, clip_max, bins), minlength=bins)
     # Counts are exact integers in float64: no rounding to cover.
-    noisy = sampler(counts.double()[None, :], sigma=sigma, sensitivity=HISTOGRAM_SENSITIVITY)
+    noisy = sampler(
+        counts.double()[None, :],
+        sigma=sigma,
+        sensitivity=HISTOGRAM_SENSITIVITY,
+        unit=HISTOGRAM_RADIUS,
+    )
     # A float read-out: the mode is a released value, not a size the job's work depends on.
     mode = float(torch.argmax(noisy[0]).double())
     return (mode + 1.0) * clip_max / bins
@@ -114,6 +126,7 @@ def noisy_step(
         sigma=settings.sigma,
         sensitivity=GRADIENT_SENSITIVITY,
         error=error,
+        unit=GRADIENT_RADIUS,
     )
     return noisy.reshape(models, -1).double(), clip
 
