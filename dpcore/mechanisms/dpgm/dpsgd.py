@@ -131,6 +131,21 @@ def noisy_step(
     return noisy.reshape(models, -1).double(), clip
 
 
+def per_record(normal: Normal, n: int, rows: torch.Tensor) -> Normal:
+    """The public draws of the batch ``rows`` (shape (len(rows), …)) as those rows of one draw
+    for all n records: the public stream advances by the same amount at every step whatever
+    the secret batch size, and a record's draw does not depend on which others joined — so
+    every public value is fixed independently of the Poisson bits, as the analysis assumes."""
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        if shape[0] != rows.shape[0]:
+            raise ValueError(f"a per-record draw must have one row per batch record, got {shape}")
+        full = normal((n, *shape[1:]))
+        return full[rows.to(full.device)]
+
+    return draw
+
+
 def rounding_error(n: int) -> float:
     """The sampler's cover for the float64 sum of ≤ n clipped rows of norm ≤ 1 (units of C)."""
     return float_error.scaled_sum(GRADIENT_SENSITIVITY, terms=n, magnitude=float(n))
@@ -156,7 +171,8 @@ def train(
     """``params`` of M networks after ``settings.steps`` DP-SGD steps on the records ``X`` (n, d)
     in [0, 1], record i training network ``assignment[i]`` (module docstring); ``sizes`` (M,)
     the clusters' noisy sizes. ``normal`` and ``uniform`` draw the public randomness of the
-    networks (reparametrisation, Gibbs chains)."""
+    networks (reparametrisation, Gibbs chains): per step, fixed amounts (``per_record``, the
+    chains' fixed shapes), never in proportion to the batch."""
     n, models = X.shape[0], next(iter(params.values())).shape[0]
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     optimiser: torch.optim.Optimizer = (
@@ -175,7 +191,15 @@ def train(
         rows = torch.as_tensor(chosen.nonzero()[0], device=X.device)
         current = {k: v.detach() for k, v in leaves.items()}
         noisy, clip = noisy_step(
-            net, current, X, assignment, rows, settings, sampler=sampler, normal=normal, error=error
+            net,
+            current,
+            X,
+            assignment,
+            rows,
+            settings,
+            sampler=sampler,
+            normal=per_record(normal, n, rows),
+            error=error,
         )
         step = noisy * (clip / expected[:, None])
         optimiser.zero_grad()
