@@ -75,8 +75,9 @@ _GUIDE_BITS_MAX = 18
 _GUIDE_BITS_MIN = 8
 _MARK = np.int32(np.iinfo(np.int32).min)
 # Scales whose table would hold more entries draw without one (``_Spans``): a table's memory
-# and build time grow with the scale, a span layout's do not (about 600 spans at any scale).
-TABLE_ENTRIES = 1 << 17
+# (16 bytes an entry, plus its guide) and build time grow with the scale, a span layout's do
+# not (about 600 spans at any scale); a table draw is several times faster.
+TABLE_ENTRIES = 1 << 20
 # Beyond this many entries k and v/g + k would no longer be exact in float64.
 SCALE_LIMIT = 1 << 50
 # Proposal moves before a table-free draw takes the exact path (one is all float64's inverse

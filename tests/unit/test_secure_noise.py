@@ -18,7 +18,7 @@ from dpcore.mechanisms import rounded_gaussian
 from dpcore.mechanisms.noise import (
     MAX_SLACK,
     MIN_SLACK,
-    TABLE_BUDGET,
+    TABLE_LIMIT,
     FastNoise,
     SecureNoise,
     lattice_plan,
@@ -289,8 +289,8 @@ def test_lattice_plans_keep_the_noise_multiplier(z: float, sensitivity: float, d
     # σ' must keep σ'/(Δ + g√d) at least the multiplier the accountant was given.
     assert plan.sigma_effective / (sensitivity + plan.lattice * math.sqrt(dim)) >= z
     assert MIN_SLACK <= plan.slack <= MAX_SLACK
-    # Past the table budget the table-free draw takes the finest lattice.
-    assert plan.tabled == (table_size(plan.scale) <= TABLE_BUDGET)
+    # Past the table limit the table-free draw takes the finest lattice.
+    assert plan.tabled == (table_size(plan.scale) <= TABLE_LIMIT)
     if not plan.tabled:
         assert plan.slack < 2 * MIN_SLACK
     assert plan.sigma_effective <= sigma * (1 + plan.slack) * (1 + 1e-9)
