@@ -319,10 +319,15 @@ class DeclaredNoise:
         unit: float | None = None,
     ) -> torch.Tensor:
         scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
-        # The generator's unit is its step's analysis (a contribution radius below the
-        # declared replace-one Δ): kept, as the smaller unit only raises the cover.
+        # The cover stays relative to the call's own analysis — its unit (a contribution
+        # radius), else its row's sensitivity, which may be below the declared maximum (a
+        # count row under a scale that also noises sums): a smaller unit only raises it.
         return self.inner(
-            values, sigma=scale.sigma, sensitivity=scale.sensitivity, error=error, unit=unit
+            values,
+            sigma=scale.sigma,
+            sensitivity=scale.sensitivity,
+            error=error,
+            unit=min(cover_unit(sensitivity, unit), scale.sensitivity),
         )
 
     def describe(self) -> list[dict[str, float]] | None:
