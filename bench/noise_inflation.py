@@ -48,6 +48,10 @@ def _calls(mechanism: str, params: dict[str, Any], networks: int) -> dict[str, t
             "norm_histogram": (50, dpsgd.HISTOGRAM_RADIUS),
             "kmeans": (1, 1.0),  # the clusters' sizes (K = 1: no k-means steps)
         }
+    if mechanism == "random_projection":
+        # The projected rows, k wide; the sensitivity is the declared one (√2 times the
+        # spectral norm).
+        return {"features": (int(params["projection_dim"]), 0.0)}
     if mechanism == "clustmix":
         centres = CLASSES * params.get("clusters_per_class", 1)
         return {
@@ -70,6 +74,7 @@ def inflation(mechanism: str, params: dict[str, Any], label: str, networks: int 
     for scale in event.noise().scales:
         width = D if "features" in scale.perturbs else CLASSES if "labels" in scale.perturbs else D
         width, unit = calls.get(scale.name, (width, scale.sensitivity))
+        unit = unit or scale.sensitivity
         plan = lattice_plan(sigma=scale.sigma, sensitivity=scale.sensitivity, dim=width, unit=unit)
         yield {
             "release": label,
