@@ -69,7 +69,13 @@ class NoNoise:
     name = "none"
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         return values
 

@@ -95,7 +95,14 @@ class Clock:
         return out
 
 
-def passthrough(values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0):  # type: ignore[no-untyped-def]
+def passthrough(
+    values: torch.Tensor,
+    *,
+    sigma: float,
+    sensitivity: float,
+    error: float = 0.0,
+    unit: float | None = None,
+):  # type: ignore[no-untyped-def]
     return values
 
 

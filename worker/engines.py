@@ -88,7 +88,13 @@ def choose(
         # workers' DeclaredNoise plans it: no draw.
         scale = declared.scale_for(sigma=call.sigma, sensitivity=call.sensitivity)
         if callable(plan):
-            plan(sigma=scale.sigma, sensitivity=scale.sensitivity, dim=call.dim, error=call.error)
+            plan(
+                sigma=scale.sigma,
+                sensitivity=scale.sensitivity,
+                dim=call.dim,
+                error=call.error,
+                unit=min(call.sensitivity, scale.sensitivity),
+            )
     # The build's generator is never started: nothing of it is drawn or published.
     close = getattr(output.chunks, "close", None)
     if close is not None:

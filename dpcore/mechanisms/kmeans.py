@@ -60,6 +60,12 @@ SUM_ROW_SENSITIVITY = 1.0
 COUNT_SENSITIVITY = 1.0
 # Random Fourier features have norm 1 and both signs: a sum row moves by ≤ 2 (see above).
 FOURIER_SUM_SENSITIVITY = 2.0
+# The rounding cover of every sum row is relative to the smaller move, 1 (a record moved
+# between clusters: two rows by ≤ 1 each), as for the rows above: a row that moves by a ≤ 1
+# then moves by ≤ (a + b)/(1 + b) ≤ 1 in noise units, one that moves by 2 by ≤ 2, so
+# μ² ≤ max(4/σ_s², 2/σ_s² + 2/σ_c²) holds for the rounded rows. Relative to 2 the moved case
+# would give 2(1 + b)²/((1 + b/2)²σ_s²) > 2/σ_s².
+SUM_ROW_UNIT = 1.0
 
 
 def step_mu2(*, sigma_sums: float, sigma_counts: float, fourier: bool) -> float:
@@ -212,7 +218,9 @@ def noisy_statistics(
             0, index, torch.ones((index.shape[0], 1), dtype=torch.float64, device=Z.device)
         )
     sensitivity = SUM_ROW_SENSITIVITY if features is None else FOURIER_SUM_SENSITIVITY
-    noisy_sums = sampler(sums, sigma=sigma_sums, sensitivity=sensitivity, error=error)
+    noisy_sums = sampler(
+        sums, sigma=sigma_sums, sensitivity=sensitivity, error=error, unit=SUM_ROW_UNIT
+    )
     # Counts are exact integers in float64 (n < 2⁵³): no rounding to cover.
     noisy_counts = sampler(counts, sigma=sigma_counts, sensitivity=COUNT_SENSITIVITY)
     return noisy_sums.double(), noisy_counts.double()[:, 0]

@@ -6,14 +6,17 @@ Two samplers, chosen per release (``noise_sampler``):
   g·K is added, K = round(N(0, σ'²)/g) drawn exactly from the OS CSPRNG
   (``dpcore.mechanisms.rounded_gaussian``, bits from the release's ``SecureRandom``). The
   output x_l + g·K = g·round((x_l + N)/g) is a post-processing of the Gaussian mechanism on
-  x_l, whose sensitivity is Δ + e + g√d: Δ the accountant's, e the caller's bound on the
-  floating-point error of the computed rows (``dpcore.mechanisms.float_error``), g√d the
-  rounding (each of the d coordinates moves by at most g/2, on each side). σ' = σ·(1 + (e +
-  g√d)/Δ) keeps the noise multiplier σ'/(Δ + e + g√d) = σ/Δ the accountant was given, so the
-  charged ε stands unchanged.
+  x_l. Rounding (each of the d coordinates moves by at most g/2) and the floating-point error
+  e of the computed rows (``dpcore.mechanisms.float_error``) move every distance between the
+  rows the analysis compares by at most b = e + g√d. The step's analysis is stated for such
+  distances of at least a unit u — its ``unit``: Δ for a Gaussian query, one record's
+  contribution radius for a Poisson-subsampled sum (dp_accounting's convention, whose replace-
+  one Δ is twice it), the smallest row move of a composite worst case. σ' = σ·(1 + b/u)
+  scales every distance a by at most (a + b)/a ≤ 1 + b/u, so the rounded rows in units of σ'
+  are rows the analysis covers in units of σ, and the charged ε stands unchanged.
   Outputs are exact multiples of g: their floating-point representation carries nothing about
   the input (the precision attacks of Mironov 2012 and Haney et al. 2022 need that it does).
-- ``fast``: float N(0, σ²(1 + e/Δ)²) by Box–Muller from the release's ``SecureRandom``.
+- ``fast``: float N(0, σ²(1 + e/u)²) by Box–Muller from the release's ``SecureRandom``.
   Floating-point Gaussian sampling leaks through the low-order bits of the output; the
   release metadata says so.
 """
@@ -29,19 +32,25 @@ import numpy as np
 import torch
 
 from dpcore.accounting.events import NoiseDescription, NoiseScale
-from dpcore.mechanisms.rounded_gaussian import BLOCK, RoundedGaussian, table_size
-from dpcore.mechanisms.rounded_gaussian import TAIL_SIGMAS as _TAIL_SIGMAS_OF_TABLE
+from dpcore.mechanisms.rounded_gaussian import (
+    BLOCK,
+    SCALE_LIMIT,
+    TABLE_ENTRIES,
+    RoundedGaussian,
+    table_size,
+)
 from dpcore.mechanisms.secure_random import SecureRandom
 
-# The rounding slack g√d/Δ stays within [MIN_SLACK, MAX_SLACK]: finer lattices cost a larger
-# table, coarser ones add more noise. The build is now cheap (about 1 µs an entry, 0.12 s for
-# 117 000), so the budget is set by memory and speed instead: a table of 2¹⁷ entries holds 2 MiB
-# (entries and thresholds) plus its 3 MiB guide, and more entries would put more draws on the
-# guide's slower path; at 2¹⁷ the walkthrough's slack (n = 60 000) is 0.24 %: kept.
+# The rounding slack g√d/u stays within [MIN_SLACK, MAX_SLACK]: finer lattices cost a larger
+# scale σ'/g. While a table of every entry holds it (TABLE_LIMIT), the draws use one — refined
+# only while it stays within TABLE_BUDGET entries (2 MiB with its 3 MiB guide; more entries put
+# more draws on the guide's slower path). Past TABLE_LIMIT the table-free draw, whose memory
+# and speed do not depend on the scale (several times slower than a table), takes the finest
+# lattice: it used to coarsen the lattice instead, up to 43 % more noise.
 MIN_SLACK = 2.0**-12
 MAX_SLACK = 2.0**-6
 TABLE_BUDGET = 1 << 17
-TABLE_LIMIT = 1 << 20
+TABLE_LIMIT = TABLE_ENTRIES
 # σ' is raised by a hair more than the slack so float rounding can only add noise.
 _ROUNDING_MARGIN = 1e-12
 
@@ -51,20 +60,37 @@ class NoiseSampler(Protocol):
     def name(self) -> str: ...
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         """``values`` plus Gaussian noise of std ``sigma`` per entry; ``sensitivity`` is the
         L2 sensitivity of each row of ``values`` that the accountant assumed, ``error`` a bound
         on how much further floating-point rounding can move two neighbours' computed rows
-        apart (``dpcore.mechanisms.float_error``); the sampler raises its noise to cover it."""
+        apart (``dpcore.mechanisms.float_error``), and ``unit`` (≤ ``sensitivity``; None:
+        ``sensitivity`` itself) the smallest row distance the step's analysis is stated for
+        (module docstring): the sampler raises its noise by (error + rounding)/unit."""
         ...
 
 
-def _covered(sigma: float, sensitivity: float, error: float) -> float:
-    """σ·(1 + e/Δ): the same noise multiplier for the sensitivity Δ + e."""
-    if not (math.isfinite(error) and 0 <= error < sensitivity):
-        raise ValueError("the rounding error must be finite, non-negative and below Δ")
-    return sigma * (1.0 + error / sensitivity)
+def cover_unit(sensitivity: float, unit: float | None) -> float:
+    """The unit a cover is relative to: ``unit``, or Δ for a plain Gaussian query."""
+    if unit is None:
+        return sensitivity
+    if not (math.isfinite(unit) and 0 < unit <= sensitivity * (1 + 1e-12)):
+        raise ValueError(f"the cover unit must be in (0, sensitivity], got {unit}")
+    return float(unit)
+
+
+def _covered(sigma: float, unit: float, error: float) -> float:
+    """σ·(1 + e/u): the same noise multiplier for every distance a ≥ u moved by e."""
+    if not (math.isfinite(error) and 0 <= error < unit):
+        raise ValueError("the rounding error must be finite, non-negative and below the unit")
+    return sigma * (1.0 + error / unit)
 
 
 def add_noise(values: torch.Tensor, sigma: float, source: SecureRandom) -> torch.Tensor:
@@ -81,9 +107,16 @@ class FastNoise:
     name: str = "fast"
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
-        return add_noise(values, _covered(sigma, sensitivity, error), self.generator)
+        covered = _covered(sigma, cover_unit(sensitivity, unit), error)
+        return add_noise(values, covered, self.generator)
 
 
 @dataclass(frozen=True)
@@ -96,56 +129,62 @@ class LatticePlan:
     lattice: float  # g, a power of two
     sigma_effective: float  # σ' = σ·(1 + slack)
     error: float = 0.0  # e: the caller's floating-point error bound, beyond Δ
+    unit: float = 0.0  # u: the distance the cover is relative to (0: the sensitivity)
+
+    @property
+    def cover_unit(self) -> float:
+        return self.unit or self.sensitivity
 
     @property
     def slack(self) -> float:
-        """(e + g√d)/Δ: the relative sensitivity (and noise) increase rounding costs."""
-        return (self.error + self.lattice * math.sqrt(self.dim)) / self.sensitivity
+        """(e + g√d)/u: the relative distance (and noise) increase rounding costs."""
+        return (self.error + self.lattice * math.sqrt(self.dim)) / self.cover_unit
 
     @property
     def scale(self) -> float:
         """σ'/g: the noise std in lattice units."""
         return self.sigma_effective / self.lattice
 
+    @property
+    def tabled(self) -> bool:
+        """Whether the draws use a table of every entry (else the table-free path)."""
+        return table_size(self.scale) <= TABLE_LIMIT
 
-def lattice_plan(*, sigma: float, sensitivity: float, dim: int, error: float = 0.0) -> LatticePlan:
-    """The finest power-of-two lattice with lattice slack g√d/Δ ≤ MAX_SLACK whose table fits
-    the budget (never finer than MIN_SLACK; coarser than MAX_SLACK only past TABLE_LIMIT);
-    the rounding error ``error`` is added to Δ on top."""
+
+def lattice_plan(
+    *, sigma: float, sensitivity: float, dim: int, error: float = 0.0, unit: float | None = None
+) -> LatticePlan:
+    """The power-of-two lattice with rounding slack g√d/u ≤ MAX_SLACK, refined towards
+    MIN_SLACK while its table fits the budget — to MIN_SLACK directly when even that lattice
+    needs more than a table holds (the table-free draw costs the same at every scale); the
+    float error ``error`` is added to the rounding. ``unit``: see ``NoiseSampler``."""
     for value, what in ((sigma, "sigma"), (sensitivity, "sensitivity")):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{what} must be finite and positive")
     if dim < 1:
         raise ValueError("dim must be at least 1")
-    _covered(sigma, sensitivity, error)  # validates the error
+    u = cover_unit(sensitivity, unit)
+    _covered(sigma, u, error)  # validates the error
     root = math.sqrt(dim)
-    lattice = 2.0 ** math.floor(math.log2(MAX_SLACK * sensitivity / root))
+    stored_unit = 0.0 if unit is None else u
 
     def plan(g: float) -> LatticePlan:
-        slack = (error + g * root) / sensitivity
+        slack = (error + g * root) / u
         raised = sigma * (1.0 + slack) * (1.0 + _ROUNDING_MARGIN)
-        return LatticePlan(sigma, sensitivity, dim, g, raised, error)
+        return LatticePlan(sigma, sensitivity, dim, g, raised, error, stored_unit)
 
-    # Coarser lattices shrink the scale σ'/g only down to σ√d/Δ (the rounding slack grows
-    # with g): past that, no lattice gives a table that can be built, and the loop below
-    # would coarsen until g overflows. Refused in words instead (the job then ends failed,
-    # refunded: nothing was released).
-    if table_size(sigma * root / sensitivity) > TABLE_LIMIT // 2:
-        raise ValueError(
-            f"the secure sampler cannot draw noise σ = {sigma:g} at sensitivity "
-            f"{sensitivity:g} over {dim} values (σ√d/Δ = {sigma * root / sensitivity:.4g}; "
-            f"at most {TABLE_LIMIT // 2 / _TAIL_SIGMAS_OF_TABLE:.4g}): ask for less noise, or "
-            "noise_sampler 'fast'"
-        )
-    best = plan(lattice)
-    # Very large noise multipliers would need a table too slow to build: coarsen instead.
-    while table_size(best.scale) > TABLE_LIMIT:
-        best = plan(best.lattice * 2)
-    while best.lattice * root / sensitivity / 2 >= MIN_SLACK:
+    best = plan(2.0 ** math.floor(math.log2(MAX_SLACK * u / root)))
+    tabled = best.tabled
+    while best.lattice * root / u / 2 >= MIN_SLACK:
         finer = plan(best.lattice / 2)
-        if table_size(finer.scale) > TABLE_BUDGET:
+        if tabled and table_size(finer.scale) > TABLE_BUDGET:
             break
         best = finer
+    if table_size(best.scale) > SCALE_LIMIT:
+        raise ValueError(
+            f"the secure sampler cannot draw noise σ = {sigma:g} over {dim} values at unit "
+            f"{u:g} (σ√d/u = {sigma * root / u:.4g}): ask for less noise, or noise_sampler 'fast'"
+        )
     return best
 
 
@@ -156,23 +195,35 @@ class SecureNoise:
 
     source: SecureRandom | None = None
     name: str = "secure"
-    plans: dict[tuple[float, float, int, float], LatticePlan] = field(default_factory=dict)
+    plans: dict[tuple[float, float, int, float, float], LatticePlan] = field(default_factory=dict)
 
     def plan(
-        self, *, sigma: float, sensitivity: float, dim: int, error: float = 0.0
+        self,
+        *,
+        sigma: float,
+        sensitivity: float,
+        dim: int,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> LatticePlan:
-        key = (float(sigma), float(sensitivity), int(dim), float(error))
+        key = (float(sigma), float(sensitivity), int(dim), float(error), float(unit or 0.0))
         if key not in self.plans:
             self.plans[key] = lattice_plan(
-                sigma=sigma, sensitivity=sensitivity, dim=dim, error=error
+                sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit
             )
         return self.plans[key]
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         dim = int(values.shape[-1]) if values.ndim else 1
-        plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error)
+        plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit)
         sampler = RoundedGaussian(plan.scale)
         cpu = values.detach().to(device="cpu")
         if cpu.dtype not in (torch.float32, torch.float64):
@@ -208,11 +259,13 @@ class SecureNoise:
             {
                 "sigma": p.sigma,
                 "sensitivity": p.sensitivity,
+                "cover_unit": p.cover_unit,
                 "rounding_error": p.error,
                 "dim": p.dim,
                 "lattice": p.lattice,
                 "slack": p.slack,
                 "sigma_effective": p.sigma_effective,
+                "table_free": not p.tabled,
             }
             for p in self.plans.values()
         ]
@@ -257,10 +310,25 @@ class DeclaredNoise:
         )
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
-        return self.inner(values, sigma=scale.sigma, sensitivity=scale.sensitivity, error=error)
+        # The cover stays relative to the call's own analysis — its unit (a contribution
+        # radius), else its row's sensitivity, which may be below the declared maximum (a
+        # count row under a scale that also noises sums): a smaller unit only raises it.
+        return self.inner(
+            values,
+            sigma=scale.sigma,
+            sensitivity=scale.sensitivity,
+            error=error,
+            unit=min(cover_unit(sensitivity, unit), scale.sensitivity),
+        )
 
     def describe(self) -> list[dict[str, float]] | None:
         describe = getattr(self.inner, "describe", None)

@@ -58,6 +58,7 @@ from functools import lru_cache
 
 import flint
 import numpy as np
+from scipy.special import ndtri
 
 RandomBytes = Callable[[int], bytes]
 
@@ -73,6 +74,15 @@ TABLE_ERROR = 1 << 10
 _GUIDE_BITS_MAX = 18
 _GUIDE_BITS_MIN = 8
 _MARK = np.int32(np.iinfo(np.int32).min)
+# Scales whose table would hold more entries draw without one (``_Spans``): a table's memory
+# (16 bytes an entry, plus its guide) and build time grow with the scale, a span layout's do
+# not (about 600 spans at any scale); a table draw is several times faster.
+TABLE_ENTRIES = 1 << 20
+# Beyond this many entries k and v/g + k would no longer be exact in float64.
+SCALE_LIMIT = 1 << 50
+# Proposal moves before a table-free draw takes the exact path (one is all float64's inverse
+# ever needs away from an entry; the rest are spare).
+_MOVES = 4
 # Draws mapped per pass: the temporaries stay in the CPU's cache.
 BLOCK = 1 << 15
 _HEAD_MASK = np.uint64((1 << HEAD_BITS) - 1)
@@ -152,7 +162,24 @@ class RoundedGaussian:
             raise ValueError("the scale must be finite and positive")
         self.scale = float(scale)
         self.size = table_size(self.scale)
-        self._table = _table(self.scale, self.size)
+        if self.size > SCALE_LIMIT:
+            raise ValueError(f"scale {scale:g} is beyond the sampler's range")
+        self._spans: _Spans | None = None
+        if self.size > TABLE_ENTRIES:
+            self._spans = _spans(self.scale, self.size)
+        else:
+            self._table = _table(self.scale, self.size)
+
+    @property
+    def tabled(self) -> bool:
+        """Whether draws use a table of every entry (else they compute the entries they need)."""
+        return self._spans is None
+
+    def _entry(self, k: int) -> int:
+        """T(k) for 0 ≤ k < size: within E of 2⁶³F(k)."""
+        if self._spans is None:
+            return int(self._table.entries[k])
+        return int(_span_values(self._spans, np.asarray([k], dtype=np.int64))[0])
 
     def _cdf_bits(self, k: int, bits: int) -> int:
         """⌊2^bits·F(k)⌋ within 2, for any k ≥ 0 and precision."""
@@ -172,6 +199,8 @@ class RoundedGaussian:
     def draw(self, words: np.ndarray, random_bytes: RandomBytes) -> np.ndarray:
         """The draws (int32) of the uint64 ``words``, one a draw (sign bit, then 63 bits of V);
         an undecided draw reads its further words of V from ``random_bytes``."""
+        if self._spans is not None:
+            return self._draw_spans(words, random_bytes)
         table = self._table
         # The top bit is the sign, the next guide_bits the bucket of h: one shift and one
         # gather give the signed answer of every draw in a decided bucket.
@@ -197,8 +226,51 @@ class RoundedGaussian:
             out[marked] = self._finish(marked_words, head, first, random_bytes)
         return out
 
+    def _draw_spans(self, words: np.ndarray, random_bytes: RandomBytes) -> np.ndarray:
+        """``draw`` without a table (int64): a float64 inverse of the folded normal's tail
+        proposes k, and only certified comparisons decide. k is returned when T(k − 1) + E ≤ h
+        (so F(k − 1) ≤ V, and F(j) ≤ V for every j < k: F increases) and T(k) − E ≥ h + 1
+        (F(k) > V): then k = #{j : F(j) ≤ V}. A certain F(k − 1) > V moves k down, a certain
+        F(k) ≤ V moves it up; a draw still open after a few moves (h within E of T at the
+        boundary, or a proposal far off) takes the exact path. Every branch is a function of
+        the word and of the further words then read: the law is the table path's."""
+        spans = self._spans
+        assert spans is not None
+        head = words & _HEAD_MASK
+        # V ≈ h·2⁻⁶³ and P(|N| > x) = 1 − V, i.e. x = −s·Φ⁻¹((1 − V)/2); 1 − V is formed
+        # from the integer 2⁶³ − h, so the far tail keeps its relative precision.
+        tail = (np.uint64(1 << HEAD_BITS) - head).astype(np.float64) * 2.0**-64
+        x = -ndtri(tail) * self.scale
+        np.clip(x, 0.0, float(self.size), out=x)
+        k = (np.floor(x - 0.5) + 1.0).astype(np.int64)
+        np.clip(k, 0, self.size, out=k)
+        pending = np.arange(words.size)
+        for _ in range(_MOVES):
+            kk, hh = k[pending], head[pending]
+            below = np.maximum(kk - 1, 0)
+            above = np.minimum(kk, self.size - 1)
+            values = _span_values(spans, np.concatenate([below, above])).astype(np.uint64)
+            low, high = values[: kk.size], values[kk.size :]
+            edge = np.uint64(TABLE_ERROR)
+            lower_ok = (kk == 0) | (low + edge <= hh)
+            upper_ok = (kk < self.size) & (high >= hh + np.uint64(1) + edge)
+            down = (kk > 0) & (low >= hh + np.uint64(1) + edge)
+            up = (kk < self.size) & (high + edge <= hh)
+            k[pending] = kk - down + up
+            pending = pending[~(lower_ok & upper_ok)]
+            if not pending.size:
+                break
+        magnitude = k
+        for i in pending:
+            magnitude[i] = self._exact_magnitude(int(head[i]), 0, random_bytes)
+        negative = (words >> np.uint64(_WORD - 1)).astype(bool)
+        np.negative(magnitude, out=magnitude, where=negative)
+        return magnitude
+
     def search(self, words: np.ndarray, random_bytes: RandomBytes) -> np.ndarray:
         """The same draws as ``draw`` without the guide table: a binary search for each."""
+        if self._spans is not None:
+            raise ValueError("a table-free sampler has no table to search")
         words = np.asarray(words, dtype=np.uint64)
         head = words & _HEAD_MASK
         first = np.searchsorted(self._table.thresholds[: self.size], head, side="right")
@@ -228,8 +300,11 @@ class RoundedGaussian:
         extra: list[int] = []
         low = start  # F(k) ≤ V for every k < low
         # F(k) > V is certain from the table where T(k) − E ≥ h + 1: the first such k bounds
-        # the answer; beyond the table, an exponential search finds a k with F(k) > V.
-        high = int(np.searchsorted(self._table.entries, np.uint64(head + 1 + TABLE_ERROR)))
+        # the answer; beyond the table (or without one), an exponential search finds a k with
+        # F(k) > V.
+        high = self.size
+        if self._spans is None:
+            high = int(np.searchsorted(self._table.entries, np.uint64(head + 1 + TABLE_ERROR)))
         if high >= self.size:
             step = 1
             high = max(low, self.size)
@@ -256,7 +331,7 @@ class RoundedGaussian:
             for word in extra[:rounds]:
                 prefix = (prefix << _WORD) | word
             if rounds == 0 and k < self.size:
-                table, error = int(self._table.entries[k]), TABLE_ERROR
+                table, error = self._entry(k), TABLE_ERROR
             else:
                 table, error = self._cdf_bits(k, bits), 2
             # V ∈ [prefix, prefix + 1)·2^-bits and 2^bits·F(k) ∈ (table − error, table + error).
@@ -265,6 +340,21 @@ class RoundedGaussian:
             if prefix + 1 <= table - error:
                 return False
             rounds += 1
+
+
+def _span_values(spans: _Spans, k: np.ndarray) -> np.ndarray:
+    """T(k) (int64) for 0 ≤ k < size: the entries ``_entries`` would hold before its running
+    maximum (the same Horner in the same order, so each within its span's bound < E; the
+    maximum is not needed here, where no search relies on the order)."""
+    top = (1 << HEAD_BITS) - 1
+    span = k // spans.per_anchor
+    offsets = (k - span * spans.per_anchor).astype(np.float64)
+    gathered = [row[span] for row in spans.coefficients]
+    increment = _horner(gathered, offsets)
+    anchors = spans.anchors[span]
+    # Increments stay below 2⁶³/64 (a span is 1/64 in x, erf′ ≤ 2/√π): no overflow.
+    values = anchors + np.minimum(np.rint(increment).astype(np.int64), top - anchors)
+    return np.maximum(values, 0, out=values)
 
 
 def _words(data: bytes) -> np.ndarray:
@@ -295,6 +385,51 @@ def _table(scale: float, size: int) -> _Table:
     return _Table(entries, thresholds, guide, lowest, bits)
 
 
+def _layout(scale: float) -> tuple[flint.arb, int, int]:
+    """(c, m, n): x_k = (k + ½)·c, m entries an anchor (r = (m − 1)·c about 1/64; only r < 1
+    matters for the bound) and the n terms that leave a series remainder 4.1·r^n/(1 − r) ≤
+    2⁻⁶⁵ (checked in Arb)."""
+    with _Prec(HEAD_BITS + _GUARD_BITS):
+        step = 1 / (flint.arb(scale) * flint.arb(2).sqrt())
+        per_anchor = max(1, math.floor(_SPAN * scale * math.sqrt(2)))
+        reach = step * (per_anchor - 1)
+        terms = 1
+        if per_anchor > 1:
+            while not _ERF_DISC_BOUND * reach**terms / (1 - reach) <= flint.arb(2) ** -65:
+                terms += 1
+    return step, per_anchor, terms
+
+
+@dataclass(frozen=True)
+class _Spans:
+    """The table's anchors and series without its entries: T(k) = anchor_j + rint(Horner
+    of span j's coefficients at u = k − j·m), within E of 2⁶³F(k) (``_series``), computed
+    for the k a draw needs. Memory and build time do not grow with the scale."""
+
+    per_anchor: int
+    anchors: np.ndarray  # int64 (spans,)
+    coefficients: np.ndarray  # float64 (n − 1, spans): b̂_1 … b̂_{n−1} of each span
+
+
+@lru_cache(maxsize=16)
+def _spans(scale: float, size: int) -> _Spans:
+    """Every span's anchor and coefficients for k < size, each span's bound checked at its
+    full width (u ≤ m − 1)."""
+    step, per_anchor, terms = _layout(scale)
+    if per_anchor < 2:
+        raise ValueError("table-free draws need at least two entries a span")
+    prec = HEAD_BITS + _GUARD_BITS
+    anchors, rows = [], []
+    for k0 in range(0, size, per_anchor):
+        anchor, rounded, bound = _series(k0, step, terms, per_anchor - 1, prec)
+        if not bound < TABLE_ERROR:
+            raise ArithmeticError(f"span error bound {bound} exceeds {TABLE_ERROR}")
+        anchors.append(anchor)
+        rows.append(rounded)
+    coefficients = np.ascontiguousarray(np.asarray(rows, dtype=np.float64).T)
+    return _Spans(per_anchor, np.asarray(anchors, dtype=np.int64), coefficients)
+
+
 def _entries(scale: float, size: int) -> np.ndarray:
     """T(k), k < size, each within TABLE_ERROR of 2⁶³·erf((k + ½)/(s√2)), non-decreasing.
 
@@ -303,16 +438,7 @@ def _entries(scale: float, size: int) -> np.ndarray:
     numpy's float erf carry no proven bound, and mpmath is neither."""
     prec = HEAD_BITS + _GUARD_BITS
     top = (1 << HEAD_BITS) - 1
-    with _Prec(prec):
-        step = 1 / (flint.arb(scale) * flint.arb(2).sqrt())  # c: x_k = (k + ½)·c
-        # m entries an anchor: r = (m − 1)·c, about 1/64 (only r < 1 matters for the bound).
-        per_anchor = max(1, math.floor(_SPAN * scale * math.sqrt(2)))
-        reach = step * (per_anchor - 1)
-        terms = 1
-        if per_anchor > 1:
-            # n terms leave a remainder 4.1·r^n/(1 − r) ≤ 2⁻⁶⁵ (checked in Arb).
-            while not _ERF_DISC_BOUND * reach**terms / (1 - reach) <= flint.arb(2) ** -65:
-                terms += 1
+    step, per_anchor, terms = _layout(scale)
     entries = np.empty(size, dtype=np.int64)
     if per_anchor == 1:
         # Small tables: one Arb erf per entry.
@@ -343,7 +469,29 @@ def _span(
     k0: int, step: flint.arb, terms: int, offsets: np.ndarray, prec: int
 ) -> tuple[int, np.ndarray, float]:
     """The anchor 2⁶³F(k0) (an integer within 2), the float64 increments 2⁶³(F(k0 + u) −
-    F(k0)) at the ``offsets`` u, and a rigorous bound on the entries' error.
+    F(k0)) at the ``offsets`` u, and a rigorous bound on the entries' error (``_series``)."""
+    anchor, rounded, total = _series(k0, step, terms, int(offsets[-1]), prec)
+    return anchor, _horner(rounded, offsets), total
+
+
+def _horner(rounded: list[float] | np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Σ_{1≤i<n} b̂_i u^i at the float64 ``offsets`` u, by Horner in this exact order (the
+    order ``_series``'s bound is about); ``rounded`` holds b̂_1 … b̂_{n−1} (rows of arrays
+    gathered per offset, or floats)."""
+    increment = np.zeros_like(offsets)
+    for coefficient in reversed(rounded):
+        increment *= offsets
+        increment += coefficient
+    increment *= offsets
+    return increment
+
+
+def _series(
+    k0: int, step: flint.arb, terms: int, u_max: int, prec: int
+) -> tuple[int, list[float], float]:
+    """The anchor 2⁶³F(k0) (an integer within 2), the float64 coefficients b̂_i of the
+    increments 2⁶³(F(k0 + u) − F(k0)) in u, and a rigorous bound on the error of an entry
+    anchor + rint(``_horner``) for any integer 0 ≤ u ≤ ``u_max``.
 
     erf(x0 + c·u) = Σ_i b_i u^i (Arb's series: b_i as balls). With r = c·u_max ≤ 1/64 and
     Cauchy's estimate on the disc of radius 1 around x0 (|erf| ≤ 4.1 there), the terms from
@@ -351,7 +499,6 @@ def _span(
     by Horner in float64, b̂_i = float(2⁶³b_i): |computed − exact| ≤ γ_{2n}·Σ|b̂_i|u^i
     (Higham, Accuracy and Stability of Numerical Algorithms, §5.1; u is an exact small
     integer) plus Σ|b̂_i − 2⁶³b_i|u^i for the coefficients, bounded by Arb at u_max."""
-    u_max = int(offsets[-1])
     with _Prec(prec, cap=terms):
         two_bits = flint.arb(2) ** HEAD_BITS
         x0 = (flint.arb(k0) + flint.arb(0.5)) * step
@@ -371,9 +518,4 @@ def _span(
         # The series' tail (≤ 2⁻⁶⁵·2⁶³), the anchor (< 2), rounding the increment (½).
         bound += flint.arb(0.25) + 2 + flint.arb(0.5)
         total = float(bound.upper()) * (1 + 2.0**-40)
-    increment = np.zeros_like(offsets)
-    for coefficient in reversed(rounded):
-        increment *= offsets
-        increment += coefficient
-    increment *= offsets
-    return anchor, increment, total
+    return anchor, rounded, total

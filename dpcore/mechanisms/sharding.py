@@ -144,7 +144,15 @@ class RefusingNoise:
 
     name: str = "refusing"
 
-    def __call__(self, values: Any, *, sigma: float, sensitivity: float, error: float = 0.0) -> Any:
+    def __call__(
+        self,
+        values: Any,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
+    ) -> Any:
         raise DrawRefused(
             "the generator drew noise before its rows: this release cannot be sharded"
         )

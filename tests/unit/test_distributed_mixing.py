@@ -78,7 +78,13 @@ class Recorder:
     name = "recorder"
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         self.calls.append((sigma, sensitivity, error))
         return values

@@ -76,7 +76,13 @@ class _Recorder:
         self.calls: list[tuple[torch.Tensor, float]] = []
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         self.calls.append((values.detach().double().clone(), sensitivity))
         return values

@@ -120,7 +120,8 @@ def test_dpnorm_bins_are_the_papers_upper_edges() -> None:
         return values
 
     dpnorm(norms, clip_max=1.0, bins=10, sigma=3.0, sampler=recording)
-    assert calls == [{"shape": (1, 10), "sigma": 3.0, "sensitivity": math.sqrt(2.0)}]
+    # The cover is relative to one record's one-hot entry (the subsampled Gaussian's radius).
+    assert calls == [{"shape": (1, 10), "sigma": 3.0, "sensitivity": math.sqrt(2.0), "unit": 1.0}]
 
 
 def _settings(**overrides: Any) -> SGDSettings:

@@ -32,7 +32,13 @@ class Recorder:
     errors: list[float] = field(default_factory=list)
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         self.calls.append((values.detach().double().clone(), sigma, sensitivity))
         self.errors.append(error)
@@ -249,6 +255,29 @@ def test_dp_statistics_declare_their_sensitivity() -> None:
     ((a, _, declared),), ((b, _, _),) = first.calls, second.calls
     assert declared == pytest.approx(math.sqrt(2 * 4))
     assert torch.linalg.vector_norm(a - b).item() == pytest.approx(declared)
+
+
+def test_dp_statistics_rounding_is_covered() -> None:
+    """The error the statistics pass bounds the float64 sums' rounding (against exact
+    rational sums): each neighbour's computed vector is within half of it of the exact one."""
+    from fractions import Fraction
+
+    from dpcore.mechanisms.dpcda.release import dp_statistics
+
+    rng = np.random.default_rng(3)
+    unit = rng.uniform(0.0, 1.0, size=(3000, 4))
+    recorder = Recorder()
+    dp_statistics(unit, 1.0, recorder)
+    ((computed, _, declared),) = recorder.calls
+    (error,) = recorder.errors
+    assert 0 < error < 1e-5 * declared
+    columns = [unit[:, j] for j in range(4)] + [unit[:, j] ** 2 for j in range(4)]
+    exact = [sum((Fraction(float(v)) for v in column), Fraction(0)) for column in columns]
+    off = math.sqrt(
+        sum(float(Fraction(float(c)) - e) ** 2 for c, e in zip(computed[0], exact, strict=True))
+    )
+    assert off > 0  # the sums do round
+    assert off <= error / 2
 
 
 def _rounded_up_unit_pair(d: int = 4) -> tuple[np.ndarray, np.ndarray]:

@@ -126,7 +126,13 @@ def test_the_sampler_adds_only_declared_noise() -> None:
         name = "recorder"
 
         def __call__(
-            self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+            self,
+            values: torch.Tensor,
+            *,
+            sigma: float,
+            sensitivity: float,
+            error: float = 0.0,
+            unit: float | None = None,
         ) -> torch.Tensor:
             calls.append((sigma, sensitivity))
             return values

@@ -176,11 +176,14 @@ def test_secure_lattices_in_the_metadata_are_the_workers(
     so every plan, the driver's and the workers', passes the recorder)."""
     from dpcore.mechanisms.noise import SecureNoise
 
-    planned: set[tuple[float, float, int, float]] = set()
+    planned: set[tuple[float, float, int, float, float]] = set()
     original = SecureNoise.plan
 
     def recording(self: SecureNoise, **kw: Any) -> Any:
-        planned.add((float(kw["sigma"]), float(kw["sensitivity"]), int(kw["dim"]), kw["error"]))
+        unit = float(kw.get("unit") or 0.0)
+        planned.add(
+            (float(kw["sigma"]), float(kw["sensitivity"]), int(kw["dim"]), kw["error"], unit)
+        )
         return original(self, **kw)
 
     monkeypatch.setattr(SecureNoise, "plan", recording)

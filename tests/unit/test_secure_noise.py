@@ -11,6 +11,7 @@ import mpmath
 import numpy as np
 import pytest
 import torch
+from scipy.special import ndtri
 from scipy.stats import chisquare, norm
 
 from dpcore.mechanisms import rounded_gaussian
@@ -141,10 +142,18 @@ class _Bytes:
 
 
 def _exact_magnitude(scale: float, value: mpmath.mpf) -> int:
-    k = 0
-    while _cdf(k, scale) <= value:
-        k += 1
-    return k
+    """#{k ≥ 0 : F(k) ≤ value} (F increasing): the first k with F(k) > value, by bisection."""
+    high = 1
+    while _cdf(high - 1, scale) <= value:
+        high *= 2
+    low = 0  # F(k) ≤ value for every k < low; F(high − 1) > value
+    while low < high - 1:
+        middle = (low + high) // 2
+        if _cdf(middle - 1, scale) <= value:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _assert_exact(scale: float, head: int, extra: list[int], taken: int, got: int) -> None:
@@ -279,11 +288,30 @@ def test_lattice_plans_keep_the_noise_multiplier(z: float, sensitivity: float, d
     # Rounding moves each row by ≤ g√d/2, two neighbours' rows apart by ≤ Δ + g√d: the raised
     # σ' must keep σ'/(Δ + g√d) at least the multiplier the accountant was given.
     assert plan.sigma_effective / (sensitivity + plan.lattice * math.sqrt(dim)) >= z
-    assert plan.slack >= MIN_SLACK / 2
-    if table_size(plan.scale) <= TABLE_LIMIT // 2:
-        assert plan.slack <= MAX_SLACK
-    assert table_size(plan.scale) <= TABLE_LIMIT
-    assert plan.sigma_effective <= sigma * (1 + max(plan.slack, MAX_SLACK) + 1e-9)
+    assert MIN_SLACK <= plan.slack <= MAX_SLACK
+    # Past the table limit the table-free draw takes the finest lattice.
+    assert plan.tabled == (table_size(plan.scale) <= TABLE_LIMIT)
+    if not plan.tabled:
+        assert plan.slack < 2 * MIN_SLACK
+    assert plan.sigma_effective <= sigma * (1 + plan.slack) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("unit", "error"), [(1.0, 0.0), (1.0, 1e-3), (0.25, 1e-4)])
+def test_lattice_plans_cover_relative_to_the_unit(unit: float, error: float) -> None:
+    """A step analysed at a unit u below Δ (a Poisson-subsampled sum's contribution radius):
+    every distance a ≥ u, moved by the float error and the rounding, keeps its noise
+    multiplier; relative to Δ it would not."""
+    sigma, sensitivity, dim = 3.0, 2.0, 10_000
+    plan = lattice_plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit)
+    moved = error + plan.lattice * math.sqrt(dim)
+    for a in (unit, 1.5 * unit, sensitivity):
+        assert (a + moved) / plan.sigma_effective <= a / sigma
+    assert plan.cover_unit == unit
+    old = lattice_plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error)
+    old_moved = error + old.lattice * math.sqrt(dim)
+    assert (unit + old_moved) / old.sigma_effective > unit / sigma
+    with pytest.raises(ValueError, match="cover unit"):
+        lattice_plan(sigma=sigma, sensitivity=sensitivity, dim=dim, unit=2.5)
 
 
 def test_secure_outputs_are_lattice_points_with_the_planned_noise() -> None:
@@ -394,14 +422,98 @@ def test_tables_build_correctly_from_concurrent_threads() -> None:
         assert abs(int(sampler._table.entries[k]) - _exact_entry(k, scale)) < _E
 
 
-def test_noise_too_large_for_any_table_is_refused_in_words() -> None:
-    """σ√d/Δ bounds the table's scale from below whatever the lattice: past the table limit
-    the plan is refused with a message, where it used to coarsen until g overflowed (an
-    OverflowError at σ = 1e4 over 784 values)."""
+def test_noise_too_large_for_a_table_is_drawn_without_one() -> None:
+    """σ√d/Δ bounds the scale from below whatever the lattice: past the table budget the plan
+    takes the table-free draw at the finest lattice (it used to coarsen the lattice, adding
+    up to 43 % noise, and to refuse σ = 1e4 over 784 values); only a scale past what float64
+    holds exactly is refused, in words."""
+    plan = lattice_plan(sigma=1e4, sensitivity=2.0, dim=784)
+    assert not plan.tabled and plan.slack < 2 * MIN_SLACK
+    assert plan.sigma_effective / (2.0 + plan.lattice * 28.0) >= 1e4 / 2.0
     with pytest.raises(ValueError, match="secure sampler cannot draw noise"):
-        lattice_plan(sigma=1e4, sensitivity=2.0, dim=784)
-    # Just inside the bound a plan exists, its table within the limit.
-    sigma = 0.95 * (TABLE_LIMIT // 2) / rounded_gaussian.TAIL_SIGMAS * 2.0 / 28.0
-    plan = lattice_plan(sigma=sigma, sensitivity=2.0, dim=784)
-    assert rounded_gaussian.table_size(plan.scale) <= TABLE_LIMIT
-    assert plan.sigma_effective >= sigma
+        lattice_plan(sigma=1e13, sensitivity=2.0, dim=784)
+
+
+def _table_free(scale: float) -> RoundedGaussian:
+    """The sampler of ``scale`` forced onto the table-free path."""
+    saved = rounded_gaussian.TABLE_ENTRIES
+    rounded_gaussian.TABLE_ENTRIES = 1
+    try:
+        sampler = RoundedGaussian(scale)
+    finally:
+        rounded_gaussian.TABLE_ENTRIES = saved
+    assert not sampler.tabled
+    return sampler
+
+
+@pytest.mark.parametrize("scale", [300.0, 1234.5, 8807.0])
+def test_table_free_draws_equal_the_table_draws(scale: float) -> None:
+    """Both paths compute #{k : F(k) ≤ V} by certified comparisons: on the same words (random,
+    in marked and crowded buckets, within E of entries) and the same extra words they give
+    the same draws."""
+    tabled, free = RoundedGaussian(scale), _table_free(scale)
+    words = _hard_words(tabled, np.random.default_rng(int(scale)))
+    expected = tabled.draw(words, SecureRandom.from_seed(2).bytes).astype(np.int64)
+    got = free.draw(words, SecureRandom.from_seed(2).bytes)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("offset", [-_E - 1, -_E, -1, 0, _E - 1, _E])
+def test_table_free_draws_near_an_entry_read_more_bits_and_stay_exact(offset: int) -> None:
+    scale = 3.0e6
+    sampler = _table_free(scale)
+    for k in (0, 7, 123_456, 9_000_000):
+        head = rounded_gaussian._span_values(sampler._spans, np.asarray([k]))[0] + offset
+        for extra in ([0], [2**64 - 1], [2**63, 12345]):
+            source = _Bytes([_word(int(head))], extra)
+            got = int(sampler.sample(1, random_bytes=source)[0])
+            taken = source.extra_read
+            assert (taken >= 1) == (-_E <= offset < _E), (k, offset, taken)
+            _assert_exact(scale, int(head), extra, taken, got)
+
+
+def test_table_free_draws_are_exact_at_large_scales(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At scales no table reaches (DP-SGD over millions of parameters), random heads give
+    #{k : F(k) ≤ V} for every V they allow (600-bit mpmath), also when float64's inverse
+    proposes a wrong k (moved up to the limit, then the exact path)."""
+    rng = np.random.default_rng(5)
+    for scale in (4.0e5, 2.7e8):
+        sampler = RoundedGaussian(scale)
+        assert not sampler.tabled
+        heads = rng.integers(0, _TOP, 60, dtype=np.uint64)
+        heads[:3] = (0, _TOP - 2**20, _TOP // 2)
+        got = sampler.draw(heads, SecureRandom.from_seed(4).bytes)
+        for head in heads.tolist():
+            extra = [2**63 + 99, 77]
+            source = _Bytes([_word(head)], extra)
+            value = int(sampler.sample(1, random_bytes=source)[0])
+            # The far tail (the third head) crowds many entries within E: more bits decide.
+            _assert_exact(scale, head, extra, source.extra_read, value)
+        # A proposal 2 or 40 away: moved back within the limit, or settled exactly.
+        for shift in (2.0, -40.0):
+            monkeypatch.setattr(
+                rounded_gaussian,
+                "ndtri",
+                lambda p, shift=shift, scale=scale: ndtri(p) - shift / scale,
+            )
+            moved = sampler.draw(heads, SecureRandom.from_seed(4).bytes)
+            assert np.array_equal(moved, got)
+        monkeypatch.undo()
+
+
+def test_table_free_draws_follow_the_rounded_gaussian() -> None:
+    """χ² on the draws' residues and bulk: at s = 2·10⁵ the law's cells hold too little mass
+    for a per-value test, so the test bins |K| by quantiles of the folded normal (exact bin
+    probabilities from the rounded law) and checks each value's low bits are uniform."""
+    scale = 2.0e5
+    draws = _table_free(scale).sample(400_000, random_bytes=SecureRandom.from_seed(9).bytes)
+    edges = np.round(norm.ppf(np.linspace(0.5, 1.0, 41)[1:-1]) * scale).astype(np.int64)
+    bounds = np.concatenate([[0], edges, [np.iinfo(np.int64).max]])
+    cdf = np.concatenate([[0.0], 2 * norm.cdf((edges - 0.5) / scale) - 1, [1.0]])
+    observed = np.histogram(np.abs(draws), bins=bounds)[0]
+    expected = np.diff(cdf) * draws.size
+    assert chisquare(observed, expected).pvalue > 1e-4
+    residues = np.bincount(draws % 16, minlength=16)
+    assert chisquare(residues).pvalue > 1e-4
+    assert abs((draws > 0).mean() - (draws < 0).mean()) < 0.01

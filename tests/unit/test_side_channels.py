@@ -80,7 +80,13 @@ class Trace:
         return "trace"
 
     def __call__(
-        self, values: torch.Tensor, *, sigma: float, sensitivity: float, error: float = 0.0
+        self,
+        values: torch.Tensor,
+        *,
+        sigma: float,
+        sensitivity: float,
+        error: float = 0.0,
+        unit: float | None = None,
     ) -> torch.Tensor:
         self.events.append(("noise", tuple(values.shape), sigma, sensitivity, error))
         return values

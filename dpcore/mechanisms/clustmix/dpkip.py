@@ -36,6 +36,9 @@ from dpcore.mechanisms.secure_random import SecureRandom
 
 # The clipped sum's sensitivity in units of C (a record replaced: −g(x) + g(x′), each ≤ C).
 SENSITIVITY = 2.0
+# One record's clipped gradient (norm ≤ 1 in units of C): the Poisson-subsampled Gaussian's
+# contribution bound, which the sampler's rounding cover is relative to (not Δ = 2).
+RADIUS = 1.0
 # Records whose gradients are formed at once (memory ≈ chunk × (m² + m·k) floats).
 CHUNK = 64
 
@@ -127,7 +130,13 @@ def adapt(
             factor = (settings.clip / norms.clamp_min(1e-300)).clamp(max=1.0)
             total += (grads * factor[:, None, None]).sum(0)
         flat = (total / settings.clip).reshape(1, -1)
-        noisy = sampler(flat, sigma=settings.noise_multiplier, sensitivity=SENSITIVITY, error=error)
+        noisy = sampler(
+            flat,
+            sigma=settings.noise_multiplier,
+            sensitivity=SENSITIVITY,
+            error=error,
+            unit=RADIUS,
+        )
         optimiser.zero_grad()
         centres.grad = noisy.reshape(centres.shape).double() * settings.clip / settings.batch
         optimiser.step()

@@ -459,7 +459,13 @@ def noisy_means(
         sensitivity, terms=largest, magnitude=largest * math.sqrt(d) / least
     )
     scaled = sums / least
-    noisy = ctx.sampler(scaled, sigma=ctx.sigma("means"), sensitivity=sensitivity, error=error)
+    # The √2 case of the sensitivity is two rows moving by √D/(l + 1) each, the other one row
+    # by √D/l: the rounding cover (per row) is relative to the smaller row move, so that both
+    # cases, rounded, stay within the sensitivity in noise units.
+    unit = min(sensitivity, math.sqrt(d) / (least + 1))
+    noisy = ctx.sampler(
+        scaled, sigma=ctx.sigma("means"), sensitivity=sensitivity, error=error, unit=unit
+    )
     return noisy.double() * (least / sizes.to(torch.float64))[:, None]
 
 

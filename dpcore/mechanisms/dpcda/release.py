@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.dpcda.accounting import (
     mixture_sensitivity,
@@ -44,11 +45,18 @@ def dp_statistics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and std of [0, 1]-scaled features from Gaussian-noised sums and sums
     of squares (together they move by at most √(2d) when one record is replaced; n is
-    public)."""
+    public).
+
+    Rounding, covered by the sampler: the computed u and fl(u²) lie in [0, 1] (subtraction,
+    division and squaring round monotonically, and u = 1 at the upper bound exactly), so the
+    sensitivity holds for them as computed; the float64 sums of n such rows (each of norm
+    ≤ √(2d)) are each off by at most γ_{n+1}·n·√(2d) in L2 (``float_error.scaled_sum``)."""
     n, d = unit.shape
     exact = torch.as_tensor(np.concatenate([unit.sum(axis=0), (unit**2).sum(axis=0)])[None, :])
     step = statistics_step(stats_noise=stats_noise, n_features=d)
-    noisy = noise(exact, sigma=step.scale.sigma, sensitivity=step.scale.sensitivity).numpy()[0]
+    sensitivity = step.scale.sensitivity
+    error = float_error.scaled_sum(sensitivity, terms=n, magnitude=n * sensitivity)
+    noisy = noise(exact, sigma=step.scale.sigma, sensitivity=sensitivity, error=error).numpy()[0]
     sums, squares = noisy[:d], noisy[d:]
     mean = np.clip(sums / n, 0.0, 1.0)
     var = squares / n - mean**2

@@ -20,7 +20,10 @@ Every step, exactly as ``accounting.DPGMEvent`` assumes:
    noisy size (released before training): post-processing. Adam (vae) or SGD (rbm).
 
 Rounding: the clipped rows are summed in float64; their rounding is bounded over n terms (not
-the batch's own size) so that every step has the same noise plan, and covered by the sampler.
+the batch's own size) so that every step has the same noise plan, and covered by the sampler
+relative to one record's contribution (``*_RADIUS``), the bound the accountant's noise
+multiplier is stated for — not the replace-one Δ, twice as large, whose cover would leave a
+rounded contribution of norm 1 + b under noise raised by only 1 + b/2.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from dpcore.mechanisms.secure_random import SecureRandom
 # Sensitivities in noise units (module docstring), as the accountant's noise scales declare.
 GRADIENT_SENSITIVITY = 2.0
 HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
+# One record's contribution in the same units (its clipped gradient; its one-hot histogram
+# entry): the Poisson-subsampled Gaussian's bound, which the sampler's cover is relative to.
+GRADIENT_RADIUS = 1.0
+HISTOGRAM_RADIUS = 1.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,12 @@ def dpnorm(
     """Alg. 3: the upper edge of the noisy mode of the norms' histogram (a public value)."""
     counts = torch.bincount(histogram_bins(norms, clip_max, bins), minlength=bins)
     # Counts are exact integers in float64: no rounding to cover.
-    noisy = sampler(counts.double()[None, :], sigma=sigma, sensitivity=HISTOGRAM_SENSITIVITY)
+    noisy = sampler(
+        counts.double()[None, :],
+        sigma=sigma,
+        sensitivity=HISTOGRAM_SENSITIVITY,
+        unit=HISTOGRAM_RADIUS,
+    )
     # A float read-out: the mode is a released value, not a size the job's work depends on.
     mode = float(torch.argmax(noisy[0]).double())
     return (mode + 1.0) * clip_max / bins
@@ -114,8 +126,24 @@ def noisy_step(
         sigma=settings.sigma,
         sensitivity=GRADIENT_SENSITIVITY,
         error=error,
+        unit=GRADIENT_RADIUS,
     )
     return noisy.reshape(models, -1).double(), clip
+
+
+def per_record(normal: Normal, n: int, rows: torch.Tensor) -> Normal:
+    """The public draws of the batch ``rows`` (shape (len(rows), …)) as those rows of one draw
+    for all n records: the public stream advances by the same amount at every step whatever
+    the secret batch size, and a record's draw does not depend on which others joined — so
+    every public value is fixed independently of the Poisson bits, as the analysis assumes."""
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        if shape[0] != rows.shape[0]:
+            raise ValueError(f"a per-record draw must have one row per batch record, got {shape}")
+        full = normal((n, *shape[1:]))
+        return full[rows.to(full.device)]
+
+    return draw
 
 
 def rounding_error(n: int) -> float:
@@ -143,7 +171,8 @@ def train(
     """``params`` of M networks after ``settings.steps`` DP-SGD steps on the records ``X`` (n, d)
     in [0, 1], record i training network ``assignment[i]`` (module docstring); ``sizes`` (M,)
     the clusters' noisy sizes. ``normal`` and ``uniform`` draw the public randomness of the
-    networks (reparametrisation, Gibbs chains)."""
+    networks (reparametrisation, Gibbs chains): per step, fixed amounts (``per_record``, the
+    chains' fixed shapes), never in proportion to the batch."""
     n, models = X.shape[0], next(iter(params.values())).shape[0]
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     optimiser: torch.optim.Optimizer = (
@@ -162,7 +191,15 @@ def train(
         rows = torch.as_tensor(chosen.nonzero()[0], device=X.device)
         current = {k: v.detach() for k, v in leaves.items()}
         noisy, clip = noisy_step(
-            net, current, X, assignment, rows, settings, sampler=sampler, normal=normal, error=error
+            net,
+            current,
+            X,
+            assignment,
+            rows,
+            settings,
+            sampler=sampler,
+            normal=per_record(normal, n, rows),
+            error=error,
         )
         step = noisy * (clip / expected[:, None])
         optimiser.zero_grad()
