@@ -356,8 +356,9 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
     that record and the public centres) is clipped to norm C, and the batch's sum gets
     N(0, (z·C)²) per coordinate: whitened, one record's presence moves the release by ≤ 1/z and
     its replacement by ≤ 2/z. ``dpcore.accounting.dpsgd`` proves such a step dominated, at every
-    γ and in both orders, by the symmetric pair (P*, Q*) of ``dpcore.accounting.pld`` with
-    p = q and distance Δ̄ = 2/z (no assumption that antipodal gradients are the worst case).
+    γ and in both orders, by its two-term pair with a = 1/z, Δ = 2/z (or the simpler symmetric
+    pair (P*, Q*) of ``dpcore.accounting.pld``, p = q, distance 2/z); no assumption that
+    antipodal gradients are the worst case.
     The centres each step moves are public (earlier noisy outputs), so the steps compose
     adaptively; with the Gaussian part, μ_G-GDP as (N(0, 1), N(μ_G, 1)), the product pair
     dominates the release (Zhu, Dong, Wang 2022, Thm 10), and its pessimistic PLD gives the ε.
@@ -453,9 +454,11 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
 @functools.lru_cache(maxsize=1024)
 def _kip_epsilon(event: ClustMixDPKIPEvent, delta: float) -> float:
     # Calibration, preview and admission ask again for the same event.
+    z = event.kip_noise_multiplier
     return dpsgd.epsilon(
         sampling_prob=event.sampling_prob,
-        step_distance=event.kip_distance,
+        present=1.0 / z,
+        replaced=2.0 / z,
         steps=event.kip_steps,
         delta=delta,
         gaussian_mu=event.gaussian.mu,

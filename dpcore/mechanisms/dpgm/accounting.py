@@ -35,13 +35,13 @@ The paper writes its noise as N(0, √2·σ′·bound) with its own scale σ′,
   a = √(1/σ_C² + 1/σ_S²) (a one-hot histogram entry; a gradient clipped to ≤ C, in units of
   C) and its replacement by at most Δ = √(2/σ_C² + 4/σ_S²) (a count moved between two bins;
   two clipped gradients), for every C. ``dpcore.accounting.dpsgd`` proves that such a step is
-  dominated, at every γ and in both orders, by the symmetric pair (P*, Q*) of
-  ``dpcore.accounting.pld`` with p = q and distance Δ̄ = max(a, Δ) = Δ: Balle–Barthe–Gaboardi's
-  advanced joint convexity on the record's own inclusion coin, and GDP's adaptive composition
-  for the two releases (which is what covers the adaptive clip: each release is bounded for
-  every threshold the first may pick). No assumption that antipodal contributions are the
-  worst case: dp_accounting's ``PoissonSampledDpEvent`` under ``REPLACE_ONE`` (that antipodal
-  pair, at z = 1/a) is only a numerical comparison in the tests.
+  dominated, at every γ and in both orders, by its two-term pair built from these a and Δ (or
+  the simpler symmetric pair (P*, Q*) of ``dpcore.accounting.pld``, p = q, distance Δ):
+  Balle–Barthe–Gaboardi's advanced joint convexity on the record's own inclusion coin, and
+  GDP's adaptive composition for the two releases (which is what covers the adaptive clip:
+  each release is bounded for every threshold the first may pick). No assumption that
+  antipodal contributions are the worst case: dp_accounting's ``PoissonSampledDpEvent`` under
+  ``REPLACE_ONE`` (that antipodal pair, at z = 1/a) is only a numerical comparison in the tests.
 - Composition: the T_S steps' pair composed T_S times and the k-means part, μ_K-GDP, as
   (N(0, 1), N(μ_K, 1)): dominating pairs compose (Zhu, Dong, Wang 2022, Thm 10). Pessimistic
   connect-the-dots PLDs (``dpcore.accounting.dpsgd.epsilon``), so the reported ε is an upper
@@ -349,7 +349,8 @@ class DPGMEvent(ApproximateDPEvent):
             return math.inf
         return dpsgd.epsilon(
             sampling_prob=self.sampling_prob,
-            step_distance=self.sgd_distance,
+            present=self.sgd_present,
+            replaced=self.sgd_replaced,
             steps=self.sgd_steps,
             delta=float(delta),
             gaussian_mu=self.kmeans_mu,

@@ -27,13 +27,14 @@ the theorem is loose besides: n = T = 60000, ℓ = 128, δ = 1e-5 needs σ ≈ 1
 enters independently with probability q = ℓ/n (Poisson sampling) and contributes the vector
 C·(x_i, y_i) with |C| ≤ c and ‖(x_i, y_i)‖² = ‖x_i‖² + ‖y_i‖² ≤ 2: norm ≤ R = c√2.
 
-Charged: the PROVEN dominating pair of ``accounting_pld`` (Balle–Barthe–Gaboardi's advanced
-joint convexity on record i's own Bernoulli, with ‖u − u′‖ ≤ 2c/σ, which non-negative
-features and one-hot labels give, and ‖u‖, ‖u′‖ ≤ √2c/σ ≤ 2c/σ; the same theorem as
-``dpcore.accounting.dpsgd``), by two valid bounds, the smaller reported
+Charged: PROVEN dominating pairs (``dpcore.accounting.dpsgd``'s theorem: Balle–Barthe–
+Gaboardi's advanced joint convexity on record i's own Bernoulli, with presence
+‖u‖, ‖u′‖ ≤ a = √2c/σ and replacement ‖u − u′‖ ≤ Δ = 2c/σ, which non-negative features and
+one-hot labels give), by three valid bounds, the smallest reported
 (``SGDRMClippedEvent.epsilon``):
-- its pessimistic PLD composed T times;
-- its RDP curve, converted (dp_accounting's conversion).
+- the theorem's two-term pair (a and Δ), its PLD composed T times;
+- the simpler pair (P*, Q*) of distance Δ (``accounting_pld``), its pessimistic PLD;
+- the RDP curve of (P*, Q*), converted (dp_accounting's conversion).
 Both use the inclusion probability q⁺ = ℓ/n + 2⁻⁵² (``accounting_pld.inclusion_probability``).
 Cost: (ε, δ) and the proven pair's RDP curve, so the ledger can compose the entry by RDP.
 
@@ -64,6 +65,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import special
 from scipy.optimize import brentq
 
+from dpcore.accounting import dpsgd
 from dpcore.accounting.composition import ApproximateDPEvent, Cost
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms.sgdrm import accounting_pld
@@ -336,12 +338,21 @@ class SGDRMClippedEvent(ApproximateDPEvent):
 def _clipped_epsilon(event: SGDRMClippedEvent, delta: float) -> float:
     # Events are immutable and hashable: calibration, preview and admission ask again.
     _check_delta(delta)
-    # Both bounds are of the proven pair (``accounting_pld``); dp_accounting's antipodal pair
-    # (``replace_one_epsilon``) is not charged: its domination is only checked numerically.
+    # Every bound here is proven (``accounting_pld``, ``dpcore.accounting.dpsgd``);
+    # dp_accounting's antipodal pair (``replace_one_epsilon``) is not charged: its domination
+    # is only checked numerically.
     q, T = event.inclusion_probability, event.n_samples
+    two_term = dpsgd.epsilon(
+        sampling_prob=q,
+        present=event.coefficient_bound * RECORD_NORM / event.sigma,
+        replaced=event.proven_sensitivity,
+        steps=T,
+        delta=delta,
+        gaussian_mu=0.0,
+    )
     proven = accounting_pld.pld_epsilon(q, event.proven_sensitivity, T, delta)
     rdp = accounting_pld.rdp_epsilon(q, event.proven_sensitivity, T, delta)
-    return min(proven, rdp)
+    return min(two_term, proven, rdp)
 
 
 #: Share of δ the coupling may take when it picks its analysis bound c (the rest stays with
