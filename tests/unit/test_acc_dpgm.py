@@ -14,7 +14,7 @@ import pytest
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
 from scipy import integrate, special
 
-from dpcore.accounting import gdp
+from dpcore.accounting import dpsgd, gdp
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpgm.accounting import (
     HOLDER_WEIGHTS,
@@ -25,6 +25,9 @@ from dpcore.mechanisms.dpgm.accounting import (
 )
 
 SQRT2 = math.sqrt(2.0)
+# The charged ε over the realisable antipodal gradient pair's (prv upper estimate) at the paper's
+# MNIST settings: measured 1.24–1.79 (the k-means part and the histogram are charged too).
+RATIO_GUARD = 2.0
 DELTA = 1e-5
 # MNIST-like (the paper's Fig. 2/3 setting): n = 60000, q = 0.0017 (L = 102), 20 epochs of
 # ⌈1/q⌉ = 589 steps, T_K = 20; the paper's σ′_C = 4, i.e. dprelease σ_C = 4√2.
@@ -197,16 +200,19 @@ def test_paper_pinned_values() -> None:
 
 
 def test_tight_pinned_values() -> None:
-    # The same settings under the tight analysis (dp_accounting 0.6 PLD, grid 1e-4).
+    # The same settings under the tight analysis: the proven two-term replace-one pair of
+    # ``dpcore.accounting.dpsgd`` (regression pins). While the unproven antipodal pair was
+    # charged (dp_accounting's REPLACE_ONE Poisson PLD): 1.637899, 0.786673, 0.714466; the
+    # simpler proven pair (P*, Q*) of distance Δ̄ gives 3.128884, 0.946390, 1.167608 here.
     def eps(sgd: float, km: float) -> float:
         event = DPGMEvent(
             **MNIST, sigma_sgd=sgd * SQRT2, sigma_kmeans=km * SQRT2, sigma_norm=4 * SQRT2
         )
         return event.epsilon(DELTA)
 
-    assert eps(1.0, 20.0) == pytest.approx(1.637899, rel=1e-4)
-    assert eps(2.0, 40.0) == pytest.approx(0.786673, rel=1e-4)
-    assert eps(1.5, 100.0) == pytest.approx(0.714466, rel=1e-4)
+    assert eps(1.0, 20.0) == pytest.approx(1.817273, rel=1e-4)
+    assert eps(2.0, 40.0) == pytest.approx(0.816359, rel=1e-4)
+    assert eps(1.5, 100.0) == pytest.approx(0.806193, rel=1e-4)
 
 
 # --- tight ------------------------------------------------------------------------------------
@@ -256,10 +262,12 @@ def test_kmeans_joint_sensitivity_brute_force() -> None:
 
 
 def test_adaptive_second_release_is_dominated_by_antipodal_contributions() -> None:
-    # Conditioned on the histogram release, the gradient release of the same batch is a
-    # mixture (1−w)N(0, I) + wN(a, I) against (1−w′)N(0, I) + w′N(b, I) with posterior weights
-    # w ≠ w′; its hockey-stick divergence at every threshold is largest for antipodal
-    # full-norm a = −b, so the adaptive pair is dominated by the static combined Gaussian.
+    # The numerical check behind the analysis charged before the proven pair (kept: the
+    # accountant no longer relies on it). Conditioned on the histogram release, the gradient
+    # release of the same batch is a mixture (1−w)N(0, I) + wN(a, I) against
+    # (1−w′)N(0, I) + w′N(b, I) with posterior weights w ≠ w′; its hockey-stick divergence at
+    # every threshold is largest for antipodal full-norm a = −b. The proven bound covers the
+    # adaptive step directly (``test_adaptive_step_below_the_proven_pair``).
     xs = np.linspace(-8, 8, 321)
     X, Y = np.meshgrid(xs, xs)
     h2 = (xs[1] - xs[0]) ** 2
@@ -287,66 +295,117 @@ def test_adaptive_second_release_is_dominated_by_antipodal_contributions() -> No
                         assert other <= anti + 1e-9
 
 
-class _ReplaceOnePoissonGaussian:
-    """Privacy loss of (1−q)N(0, z²) + qN(−1, z²) against (1−q)N(0, z²) + qN(+1, z²) for
-    prv_accountant: an implementation of the replace-one pair independent of dp_accounting."""
+def _adaptive_step_delta(q: float, sigma_c: float, sigma_s: float, gamma: float) -> float:
+    """H_γ of one DPGM-like step with an adaptive clip, by a 3-D grid integral (whitened).
 
-    def __init__(self, q: float, z: float) -> None:
-        self.q, self.z = q, z
+    Stage 1: a two-bin histogram, record x in bin 0 and x′ in bin 1 (one-hot, noise σ_C).
+    Stage 2: the clip C = 1 when the noisy bin 0 wins, else C = 0.5; x's gradient is +0.8 and
+    x′'s −0.8, clipped to C and released in units of C (noise σ_S): ±0.8 or ±1 by the first
+    release. The others' contributions are a common shift (removed)."""
+    h = 0.1
+    g1 = np.arange(-7.0, 8.0, h) + h / 2
+    g2 = np.arange(-8.0, 8.0, h) + h / 2
+    H0, H1, S = np.meshgrid(g1, g1, g2, indexing="ij")
+    phi = lambda t: np.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    wins0 = H0 > H1
+    shift = 1.0 / sigma_c
 
-    def _x_of_loss(self, t: np.ndarray) -> np.ndarray:
-        # loss(x) = log(((1−q) + q c/u) / ((1−q) + q c u)), u = e^{x/z²}, c = e^{−1/(2z²)}:
-        # e^t q c u² + (e^t − 1)(1 − q) u − q c = 0, positive root in a cancellation-free form.
-        q, z = self.q, self.z
-        c = math.exp(-1 / (2 * z * z))
-        et = np.exp(t)
-        b = (et - 1) * (1 - q)
-        disc = np.sqrt(b * b + 4 * et * (q * c) ** 2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.where(b >= 0, 2 * q * c / (b + disc), (disc - b) / (2 * et * q * c))
-        return z * z * np.log(u)
+    def present(bin0: bool, sign: float) -> np.ndarray:
+        f = np.where(wins0, 0.8, 1.0) * sign / sigma_s
+        hist = phi(H0 - shift) * phi(H1) if bin0 else phi(H0) * phi(H1 - shift)
+        return hist * phi(S - f)  # type: ignore[no-any-return]
+
+    absent = phi(H0) * phi(H1) * phi(S)
+    p = (1 - q) * absent + q * present(True, 1.0)
+    r = (1 - q) * absent + q * present(False, -1.0)
+    return float(np.sum(np.maximum(p - gamma * r, 0.0)) * h**3)
+
+
+@pytest.mark.parametrize("q", [0.3, 1.0])
+def test_adaptive_step_below_the_proven_pair(q: float) -> None:
+    # The adaptive clip is covered by the theorem (``dpcore.accounting.dpsgd``, 2): presence
+    # a = √(1/σ_C² + 1/σ_S²), replacement Δ = √(2/σ_C² + 4/σ_S²); the step's exact δ stays below
+    # the pair's curve at every γ (both orders: the step is symmetric under x ↔ x′).
+    sigma_c, sigma_s = 1.0, 1.0
+    event = DPGMEvent(1000, int(q * 1000), 1, 0, sigma_s, 1.0, sigma_c)
+    assert event.sgd_distance == pytest.approx(math.sqrt(2 + 4))
+    for gamma in (1.0, 1.5, 3.0, 8.0):
+        exact = _adaptive_step_delta(q, sigma_c, sigma_s, gamma)
+        two_term = float(
+            dpsgd.step_curve(q, event.sgd_present, event.sgd_replaced, math.log(gamma))
+        )
+        simple = float(dpsgd.step_hockey_stick(q, event.sgd_distance, math.log(gamma)))
+        assert exact <= two_term * (1 + 1e-3) + 1e-9
+        assert two_term <= simple * (1 + 1e-12)
+        if gamma == 1.0:  # not vacuous: at γ = 1 both are q·TV
+            assert exact > 0.5 * two_term
+
+
+class _ProvenPairPRV:
+    """The proven pair (P*, Q*) of one step (p = q, distance Δ̄) as a privacy random variable,
+    from its definition (``dpcore.accounting.pld``, 4) with scipy only: the loss L(x) =
+    log(1 − q + q·e^{Δx − Δ²/2}) of M = (1 − q)N(0, 1) + qN(Δ, 1) against N(0, 1) on x > Δ/2,
+    its mirror (mass e^{−l}), the atom at 0. P*(L ≤ t) = 1 − M(L > t) for t ≥ 0 and
+    N(0, 1)(L ≥ −t) for t < 0."""
+
+    def __init__(self, q: float, d: float) -> None:
+        self.q, self.d = q, d
+
+    def _x(self, t: np.ndarray) -> np.ndarray:  # L(x) = t ≥ 0
+        q, d = self.q, self.d
+        return (np.log1p(np.expm1(t) / q) + d * d / 2) / d
 
     def cdf(self, t: np.ndarray) -> np.ndarray:
-        x = self._x_of_loss(np.asarray(t, dtype=float))  # the loss decreases in x
-        return (1 - self.q) * special.ndtr(-x / self.z) + self.q * special.ndtr(-(x + 1) / self.z)
+        t = np.asarray(t, dtype=float)
+        q, d = self.q, self.d
+        x = self._x(np.abs(t))
+        upper = 1 - (1 - q) * special.ndtr(-x) - q * special.ndtr(d - x)
+        return np.where(t >= 0, upper, special.ndtr(-x))
 
     def probability(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.cdf(b) - self.cdf(a)
 
     def rdp(self, alpha: float) -> float:
-        q, z = self.q, self.z
-        x = np.linspace(-alpha - 40 * z, 40 * z + 2, 100_001)
-        log_p = np.logaddexp(
-            math.log1p(-q) - x * x / (2 * z * z), math.log(q) - (x + 1) ** 2 / (2 * z * z)
-        )
-        log_q = np.logaddexp(
-            math.log1p(-q) - x * x / (2 * z * z), math.log(q) - (x - 1) ** 2 / (2 * z * z)
-        )
-        log_int = special.logsumexp(alpha * log_p + (1 - alpha) * log_q) + math.log(x[1] - x[0])
-        return float(log_int - 0.5 * math.log(2 * math.pi * z * z)) / (alpha - 1)
+        q, d = self.q, self.d
+        x = np.linspace(d / 2, d / 2 + alpha * d + 40, 20_001)
+        m = 1 - q + q * np.exp(d * x - d * d / 2)
+        dens = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        part = (m**alpha + m ** (1 - alpha)) * dens
+        total = float(np.sum(part) * (x[1] - x[0]))
+        atom = (1 - q) * (1 - 2 * special.ndtr(-d / 2))
+        return math.log(total + atom) / (alpha - 1)
 
 
-def test_tight_matches_an_independent_replace_one_prv_accountant() -> None:
+def test_tight_between_independent_prv_accountants_of_two_pairs() -> None:
+    # prv_accountant (independent of dp_accounting and of dpcore's PLD code): the charged ε is
+    # below the simpler proven pair (P*, Q*)'s and above the antipodal pair the gradients
+    # realise (z = σ_S, histogram entries in one bin), k-means part included in both.
     prv_accountant = pytest.importorskip("prv_accountant")
     from prv_accountant.privacy_random_variables import GaussianMechanism, PrivacyRandomVariable
 
-    class ReplacePRV(_ReplaceOnePoissonGaussian, PrivacyRandomVariable):
+    class ProvenPRV(_ProvenPairPRV, PrivacyRandomVariable):
+        pass
+
+    class AntipodalPRV(_AntipodalPRV, PrivacyRandomVariable):
         pass
 
     event = DPGMEvent(10_000, 100, 1000, 20, 0.9, 60.0, 4.0)
-    prvs = [
-        ReplacePRV(event.q, event.sgd_noise_multiplier),
-        GaussianMechanism(noise_multiplier=1 / event.kmeans_mu),  # add/remove shift 1: μ-GDP
-    ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        acc = prv_accountant.PRVAccountant(
-            prvs=prvs, max_self_compositions=[1000, 1], eps_error=0.02, delta_error=1e-9
-        )
-        low, estimate, high = acc.compute_epsilon(delta=DELTA, num_self_compositions=[1000, 1])
+    kmeans = GaussianMechanism(noise_multiplier=1 / event.kmeans_mu)  # add/remove shift 1
+    brackets = []
+    for step in (ProvenPRV(event.q, event.sgd_distance), AntipodalPRV(event.q, 0.9)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            acc = prv_accountant.PRVAccountant(
+                prvs=[step, kmeans],
+                max_self_compositions=[1000, 1],
+                eps_error=0.02,
+                delta_error=1e-9,
+            )
+            brackets.append(acc.compute_epsilon(delta=DELTA, num_self_compositions=[1000, 1]))
+    (_, _, simple_high), (antipodal_low, _, _) = brackets
     ours = event.epsilon(DELTA)
-    assert low <= ours <= high
-    assert ours == pytest.approx(estimate, rel=2e-3)
+    assert antipodal_low <= ours <= simple_high
+    assert ours < 0.5 * simple_high  # the two-term pair matters here (z = 0.9)
 
 
 def test_add_remove_machinery_agrees_with_opacus_and_prv_and_replace_is_larger() -> None:
@@ -405,27 +464,99 @@ def test_combined_gaussian_against_separate_composition() -> None:
     independent = sum(_compute_rdp_poisson_subsampled_gaussian(q, zz, orders) for zz in (z_c, z_s))
     assert np.all(combined >= independent)
 
-    # The tight event is exactly this combined Gaussian in the replace-one PLD accountant.
+    # The tight event charges one step of both releases as the proven two-term pair
+    # (``dpcore.accounting.dpsgd``): presence a = 1/z, replacement Δ = √(2/σ_C² + 4/σ_S²).
     event = DPGMEvent(10_000, 100, 500, 0, z_s, 10.0, z_c)
     assert event.sgd_noise_multiplier == pytest.approx(z, rel=1e-15)
-    # The PLD is composed on a discretised grid: z one ulp apart (the test's formula and the
-    # event's round differently) moves ε by ~1e-10, so the reference takes the event's own z.
-    accountant = dpa.pld.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
-    step = dpa.GaussianDpEvent(event.sgd_noise_multiplier)
-    accountant.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, step), 500))
-    assert event.epsilon(DELTA) == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-12)
+    assert event.sgd_present == pytest.approx(1 / z, rel=1e-15)
+    assert event.sgd_replaced == pytest.approx(math.sqrt(2 / z_c**2 + 4 / z_s**2), rel=1e-15)
+    expected = dpsgd.epsilon(
+        sampling_prob=event.sampling_prob,
+        present=event.sgd_present,
+        replaced=event.sgd_replaced,
+        steps=500,
+        delta=DELTA,
+        gaussian_mu=0.0,
+    )
+    assert event.epsilon(DELTA) == expected
+
+
+class _AntipodalPRV:
+    """Privacy loss of (1−q)N(0, z²) + qN(−1, z²) against (1−q)N(0, z²) + qN(+1, z²) for
+    prv_accountant (independent of dp_accounting). The DP-SGD phase realises this pair at
+    z = σ_S: record x's and x′'s histogram entries in one bin, their clipped gradients ±C (the
+    audit's neighbours), so its ε is a lower bound on any valid claim."""
+
+    def __init__(self, q: float, z: float) -> None:
+        self.q, self.z = q, z
+
+    def _x_of_loss(self, t: np.ndarray) -> np.ndarray:
+        # loss(x) = log(((1−q) + q c/u) / ((1−q) + q c u)), u = e^{x/z²}, c = e^{−1/(2z²)}:
+        # e^t q c u² + (e^t − 1)(1 − q) u − q c = 0, positive root in a cancellation-free form.
+        q, z = self.q, self.z
+        c = math.exp(-1 / (2 * z * z))
+        et = np.exp(t)
+        b = (et - 1) * (1 - q)
+        disc = np.sqrt(b * b + 4 * et * (q * c) ** 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.where(b >= 0, 2 * q * c / (b + disc), (disc - b) / (2 * et * q * c))
+        return z * z * np.log(u)
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        x = self._x_of_loss(np.asarray(t, dtype=float))  # the loss decreases in x
+        return (1 - self.q) * special.ndtr(-x / self.z) + self.q * special.ndtr(-(x + 1) / self.z)
+
+    def probability(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.cdf(b) - self.cdf(a)
+
+    def rdp(self, alpha: float) -> float:
+        q, z = self.q, self.z
+        x = np.linspace(-alpha - 40 * z, 40 * z + 2, 100_001)
+        log_p = np.logaddexp(
+            math.log1p(-q) - x * x / (2 * z * z), math.log(q) - (x + 1) ** 2 / (2 * z * z)
+        )
+        log_q = np.logaddexp(
+            math.log1p(-q) - x * x / (2 * z * z), math.log(q) - (x - 1) ** 2 / (2 * z * z)
+        )
+        log_int = special.logsumexp(alpha * log_p + (1 - alpha) * log_q) + math.log(x[1] - x[0])
+        return float(log_int - 0.5 * math.log(2 * math.pi * z * z)) / (alpha - 1)
+
+
+def _realisable_bounds(q: float, sigma_sgd: float, steps: int) -> tuple[float, float]:
+    """prv_accountant's (lower, upper) bracket of the realisable antipodal pair's ε at δ."""
+    prv_accountant = pytest.importorskip("prv_accountant")
+    from prv_accountant.privacy_random_variables import PrivacyRandomVariable
+
+    class AntipodalPRV(_AntipodalPRV, PrivacyRandomVariable):
+        pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        acc = prv_accountant.PRVAccountant(
+            prvs=[AntipodalPRV(q, sigma_sgd)],
+            max_self_compositions=[steps],
+            eps_error=0.02,
+            delta_error=1e-9,
+        )
+        low, _, high = acc.compute_epsilon(delta=DELTA, num_self_compositions=[steps])
+    return float(low), float(high)
 
 
 @pytest.mark.parametrize(
     ("sgd", "km", "norm"),
     [(1.0, 20.0, 4.0), (2.0, 40.0, 4.0), (1.5, 100.0, 4.0), (0.8, 30.0, 3.0), (3.0, 200.0, 4.0)],
 )
-def test_tight_not_above_paper_when_sgd_dominates(sgd: float, km: float, norm: float) -> None:
-    # σ's in the paper's σ′ units (×√2 for dprelease).
+def test_tight_above_a_realisable_lower_bound(sgd: float, km: float, norm: float) -> None:
+    # σ's in the paper's σ′ units (×√2 for dprelease). The DP-SGD phase alone realises the
+    # antipodal gradient pair at z = σ_S (``_AntipodalPRV``): the charged ε is above its lower
+    # estimate, and not far above (the k-means part and the histogram are in the charge; the
+    # simpler proven pair (P*, Q*) was 1.8–4.7× the realisable ε here).
     args: dict[str, Any] = dict(
         MNIST, sigma_sgd=sgd * SQRT2, sigma_kmeans=km * SQRT2, sigma_norm=norm * SQRT2
     )
-    assert DPGMEvent(**args).epsilon(DELTA) <= DPGMPaperEvent(**args).epsilon(DELTA)
+    event = DPGMEvent(**args)
+    low, high = _realisable_bounds(event.q, event.sigma_sgd, event.sgd_steps)
+    assert low <= event.epsilon(DELTA) <= RATIO_GUARD * high
 
 
 def test_tight_above_paper_when_kmeans_dominates_because_lemma1_halves_the_moment() -> None:

@@ -4,6 +4,7 @@ sampler the accountant assumes, the noise it declares, and the accountant's comp
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import dp_accounting as dpa
@@ -11,12 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from dpcore.accounting import dpsgd
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.clustmix import dpkip
 from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent, ClustMixDPKIPEvent
 from dpcore.mechanisms.run import facts_of
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import InvalidParams
+from tests.unit.test_acc_dpgm import _ProvenPairPRV
 from tests.unit.test_clustmix_dp import _release, _toy
 
 pytestmark = pytest.mark.unit
@@ -56,13 +59,44 @@ def test_the_event_is_the_pld_composition_of_both_parts() -> None:
     assert isinstance(event, ClustMixDPKIPEvent) and event.q == 100 / 10000
     gaussian = TIGHT.at_sigma(2.0, {**KEYS, "dpkip_steps": 0})
     assert isinstance(gaussian, ClustMixDPEvent) and event.gaussian == gaussian
-    # Independently composed: the Gaussian part at its exact μ, the T subsampled steps.
+    # Each DP-KIP step is charged as the proven two-term replace-one pair (presence 1/z,
+    # replacement 2/z; ``dpcore.accounting.dpsgd``) composed with the Gaussian part at its
+    # exact μ; an independent accountant (prv_accountant) of the simpler proven pair (P*, Q*)
+    # of distance 2/z bounds it from above.
     z = event.kip_noise_multiplier
+    assert event.kip_distance == pytest.approx(2 / z, rel=1e-15)
+    ours = event.epsilon(1e-5)
+    assert ours == dpsgd.epsilon(
+        sampling_prob=event.sampling_prob,
+        present=1 / z,
+        replaced=2 / z,
+        steps=40,
+        delta=1e-5,
+        gaussian_mu=gaussian.mu,
+    )
+    prv_accountant = pytest.importorskip("prv_accountant")
+    from prv_accountant.privacy_random_variables import GaussianMechanism, PrivacyRandomVariable
+
+    class ProvenPRV(_ProvenPairPRV, PrivacyRandomVariable):
+        pass
+
+    prvs = [ProvenPRV(0.01, 2 / z), GaussianMechanism(noise_multiplier=1 / gaussian.mu)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prv = prv_accountant.PRVAccountant(
+            prvs=prvs, max_self_compositions=[40, 1], eps_error=0.02, delta_error=1e-9
+        )
+        _, _, high = prv.compute_epsilon(delta=1e-5, num_self_compositions=[40, 1])
+    assert ours <= high
+    # Above what the steps realise: two records whose clipped gradients are antipodal at full
+    # norm (dp_accounting's REPLACE_ONE pair at z; pessimistic PLD, so compared with 1e-3
+    # slack) — the pair charged before the proven one, whose domination was only checked
+    # numerically.
     accountant = dpa.pld.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
     accountant.compose(dpa.GaussianDpEvent(2.0 / gaussian.mu))
     accountant.compose(dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(z)), 40)
-    assert event.epsilon(1e-5) == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-3)
-    assert gaussian.epsilon(1e-5) < event.epsilon(1e-5)
+    assert ours >= accountant.get_epsilon(1e-5) * (1 - 1e-3)
+    assert gaussian.epsilon(1e-5) < ours
     # The split heuristic: the KIP part's CLT μ² is the share asked for.
     mu_kip2 = 0.01**2 * 40 * math.expm1(4 / z**2)
     assert mu_kip2 / (mu_kip2 + gaussian.mu**2) == pytest.approx(0.2)

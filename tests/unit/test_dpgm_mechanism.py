@@ -309,7 +309,7 @@ def test_served_keys_derive_the_pipeline_the_job_runs() -> None:
     noise = event.noise()
     assert noise.sigma("gradients") == 2.0 and noise.calibrated == "gradients"
     # The k-means share: its μ² against the DP-SGD phase's central-limit μ².
-    mu_sgd = accounting.sgd_mu(q=20 / 90, steps=12, noise_multiplier=event.sgd_noise_multiplier)
+    mu_sgd = accounting.sgd_mu(q=20 / 90, steps=12, step_distance=event.sgd_distance)
     assert event.kmeans_mu**2 == pytest.approx(0.1 / 0.9 * mu_sgd**2, rel=1e-9)
     # Charging the final sizes costs something.
     without = dataclasses.replace(event, final_counts=False)

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dpcore.accounting import gdp
+from dpcore.accounting import dpsgd, gdp
 from dpcore.accounting.composition import ApproximateDPEvent, GaussianEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 
@@ -348,32 +348,25 @@ class ClustMixDPEvent(GaussianEvent):
         }
 
 
-# dp_accounting's default PLD grid (pessimistic discretisation: the ε stays an upper bound at
-# any grid), widened in proportion to the Gaussian part's own ε when that passes 1: the grid's
-# pessimism adds at most about one interval per composed step, so the relative looseness stays
-# near 1e-4·(T + 1), while calibration's probes at small σ (ε in the hundreds) stay cheap.
-PLD_DISCRETIZATION = 1e-4
-
-
 @dataclass(frozen=True)
 class ClustMixDPKIPEvent(ApproximateDPEvent):
     """ClustMix ``dp`` with DP-KIP: the Gaussian steps of ``gaussian`` (a ``ClustMixDPEvent``)
-    and ``kip_steps`` DP-SGD steps on the KIP loss, each a Poisson-subsampled Gaussian under
-    replace-one: every record enters a step's batch independently with probability
-    q = ``kip_batch``/n, its per-record gradient clipped to norm C, and the batch's sum gets
-    N(0, (z·C)²) per coordinate — a record replaced by another changes the sum by ≤ 2C, which
-    is dp_accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under
-    ``REPLACE_ONE`` (noise multiplier relative to one record's bound; it compares
-    (1 − q)N(0, z²) + qN(−1, z²) with (1 − q)N(0, z²) + qN(1, z²)). The centres each step moves
-    are public (earlier noisy outputs), so the steps compose adaptively; the Gaussian part,
-    μ_G-GDP, is ``GaussianDpEvent(2/μ_G)`` in the same convention (its replace-one shift is
-    μ_G noise stds). Composed in dp_accounting's PLD accountant, whose discretisation is
-    pessimistic: the ε is an upper bound.
+    and ``kip_steps`` DP-SGD steps on the KIP loss. Every record enters a step's batch
+    independently with probability q = ``kip_batch``/n, its per-record gradient (a function of
+    that record and the public centres) is clipped to norm C, and the batch's sum gets
+    N(0, (z·C)²) per coordinate: whitened, one record's presence moves the release by ≤ 1/z and
+    its replacement by ≤ 2/z. ``dpcore.accounting.dpsgd`` proves such a step dominated, at every
+    γ and in both orders, by its two-term pair with a = 1/z, Δ = 2/z (or the simpler symmetric
+    pair (P*, Q*) of ``dpcore.accounting.pld``, p = q, distance 2/z); no assumption that
+    antipodal gradients are the worst case.
+    The centres each step moves are public (earlier noisy outputs), so the steps compose
+    adaptively; with the Gaussian part, μ_G-GDP as (N(0, 1), N(μ_G, 1)), the product pair
+    dominates the release (Zhu, Dong, Wang 2022, Thm 10), and its pessimistic PLD gives the ε.
 
     z follows from σ and the share ``kip_share`` = κ of the nominal μ²: the KIP part is given
-    μ_kip² = κ·μ_G²/(1 − κ), and z solves the central-limit approximation of T-fold
-    Poisson-subsampled Gaussians, μ_kip² = q²·T·(e^{4/z²} − 1) (Bu, Dong, Long, Su 2020, with
-    the replace-one shift 2/z). The approximation only splits the budget; the ε is the PLD's."""
+    μ_kip² = κ·μ_G²/(1 − κ), and z solves the central-limit approximation of T steps of that
+    pair, μ_kip² = q²·T·(e^{Δ̄²} − 1) = q²·T·(e^{4/z²} − 1) (Bu, Dong, Long, Su 2020). The
+    approximation only splits the budget; the ε is the PLD's."""
 
     gaussian: ClustMixDPEvent
     n: int
@@ -410,16 +403,16 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
         mu_kip2 = self.kip_share * self.gaussian.mu**2 / (1 - self.kip_share)
         return 2.0 / math.sqrt(math.log1p(mu_kip2 / (self.q**2 * self.kip_steps)))
 
-    def dp_event(self) -> Any:
-        import dp_accounting as dpa
+    @property
+    def sampling_prob(self) -> float:
+        """q⁺: ``kip_batch``/n rounded up (the sampler's rate is exactly that fraction)."""
+        return dpsgd.rate(self.kip_batch, self.n)
 
-        step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.kip_noise_multiplier))
-        return dpa.ComposedDpEvent(
-            [
-                dpa.GaussianDpEvent(2.0 / self.gaussian.mu),
-                dpa.SelfComposedDpEvent(step, self.kip_steps),
-            ]
-        )
+    @property
+    def kip_distance(self) -> float:
+        """Δ̄ = 2/z of one DP-KIP step's proven pair (presence 1/z, replacement 2/z)."""
+        z = self.kip_noise_multiplier
+        return dpsgd.distance(1.0 / z, 2.0 / z)
 
     def epsilon(self, delta: float) -> float:
         if not 0 < delta < 1:
@@ -446,13 +439,14 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
             **self.gaussian.describe(),
             "covers": "every data-dependent step: DP k-means (noisy sums and counts per step), "
             "DP-KIP (Poisson-subsampled Gaussian DP-SGD steps), the final noisy sums and "
-            "counts; the Gaussian steps as one GDP Gaussian, composed with the DP-KIP steps in "
-            "dp_accounting's PLD accountant (replace-one)",
+            "counts; the Gaussian steps as one GDP Gaussian, composed with the DP-KIP steps' "
+            "proven replace-one dominating pair by pessimistic PLDs",
             "q": self.q,
             "kip_steps": self.kip_steps,
             "kip_batch": self.kip_batch,
             "kip_share": self.kip_share,
             "kip_noise_multiplier": self.kip_noise_multiplier,
+            "kip_step_distance": self.kip_distance,
             "noise": self.scales(),
         }
 
@@ -460,15 +454,15 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
 @functools.lru_cache(maxsize=1024)
 def _kip_epsilon(event: ClustMixDPKIPEvent, delta: float) -> float:
     # Calibration, preview and admission ask again for the same event.
-    import dp_accounting as dpa
-
-    scale = max(1.0, gdp.epsilon_of(event.gaussian.mu, delta))
-    accountant = dpa.pld.PLDAccountant(
-        dpa.NeighboringRelation.REPLACE_ONE,
-        value_discretization_interval=PLD_DISCRETIZATION * scale,
+    z = event.kip_noise_multiplier
+    return dpsgd.epsilon(
+        sampling_prob=event.sampling_prob,
+        present=1.0 / z,
+        replaced=2.0 / z,
+        steps=event.kip_steps,
+        delta=delta,
+        gaussian_mu=event.gaussian.mu,
     )
-    accountant.compose(event.dp_event())
-    return float(accountant.get_epsilon(delta))
 
 
 def dp_steps(keys: Mapping[str, Any]) -> int:

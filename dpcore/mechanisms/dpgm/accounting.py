@@ -29,25 +29,23 @@ The paper writes its noise as N(0, √2·σ′·bound) with its own scale σ′,
   √2·C_s misses this case). In noise units both cases give ‖Δ‖ ≤ 2/σ_K, so an iteration is the
   Gaussian mechanism with μ = 2/σ_K; DPNorm's histogram moves by e_j − e_i: μ = √2/σ_C. GDP
   composes adaptively: μ_K² = T_K·(4/σ_K² + [not rbf]·2/σ_C²), exact.
-- SGD step: after whitening each block by its noise std, a record contributes a vector of norm
-  ≤ 1/σ_C (a one-hot histogram entry) plus ≤ 1/σ_S (its clipped gradient): the two releases of
-  one batch are ONE Poisson-subsampled Gaussian with noise multiplier
-  z = (1/σ_C² + 1/σ_S²)^(−1/2) relative to a per-record contribution bound 1. That the
-  gradient's clip norm depends on the histogram released from the same batch does not matter:
-  conditioned on the first release, the second is a mixture with posterior inclusion weights
-  whose hockey-stick divergence, for every weight pair and threshold, is largest when the two
-  records' contributions are antipodal with full norm (checked numerically in the tests), i.e.
-  the static combined Gaussian dominates the adaptive pair.
-- Everything is composed in dp_accounting's PLD accountant under ``REPLACE_ONE``, whose
-  convention (``GaussianPrivacyLoss`` with ``AdjacencyType.REPLACE``) compares
-  (1−q)N(0, z²) + qN(−1, z²) with (1−q)N(0, z²) + qN(+1, z²): the noise multiplier is relative to
-  ONE record's contribution bound and the replaced contributions differ by up to twice it
-  (antipodal records, the worst case). So the SGD part is
-  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` × T_S, and the k-means part, a Gaussian whose
-  *replace-one* shift is μ_K noise stds, is ``GaussianDpEvent(2/μ_K)`` (tests check its ε equals
-  the exact μ_K-GDP conversion). PLD discretisation is pessimistic (dp_accounting's default),
-  so the reported ε is an upper bound. Cost: (ε, δ) only: no valid RDP curve or μ is derived
-  for the replace-one Poisson-subsampled part.
+- SGD step: every record joins the batch independently with probability q = L/n, and the
+  step releases two Gaussians of that batch in sequence, the clip C of the second read from the
+  first. Whitened by their noise stds, one record's presence moves them by at most
+  a = √(1/σ_C² + 1/σ_S²) (a one-hot histogram entry; a gradient clipped to ≤ C, in units of
+  C) and its replacement by at most Δ = √(2/σ_C² + 4/σ_S²) (a count moved between two bins;
+  two clipped gradients), for every C. ``dpcore.accounting.dpsgd`` proves that such a step is
+  dominated, at every γ and in both orders, by its two-term pair built from these a and Δ (or
+  the simpler symmetric pair (P*, Q*) of ``dpcore.accounting.pld``, p = q, distance Δ):
+  Balle–Barthe–Gaboardi's advanced joint convexity on the record's own inclusion coin, and
+  GDP's adaptive composition for the two releases (which is what covers the adaptive clip:
+  each release is bounded for every threshold the first may pick). No assumption that
+  antipodal contributions are the worst case: dp_accounting's ``PoissonSampledDpEvent`` under
+  ``REPLACE_ONE`` (that antipodal pair, at z = 1/a) is only a numerical comparison in the tests.
+- Composition: the T_S steps' pair composed T_S times and the k-means part, μ_K-GDP, as
+  (N(0, 1), N(μ_K, 1)): dominating pairs compose (Zhu, Dong, Wang 2022, Thm 10). Pessimistic
+  connect-the-dots PLDs (``dpcore.accounting.dpsgd.epsilon``), so the reported ε is an upper
+  bound. Cost: (ε, δ) only.
 
 ``paper`` (Theorem 4, *not* a valid bound under replace-one; reported, never ledgered): with
 σ′ = σ/√2 for σ_K, σ_C, σ_S,
@@ -77,10 +75,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import dp_accounting as dpa
 import numpy as np
 from scipy.special import logsumexp
 
+from dpcore.accounting import dpsgd
 from dpcore.accounting.accountant import Event
 from dpcore.accounting.composition import ApproximateDPEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
@@ -90,17 +88,13 @@ from dpcore.mechanisms.dpgm.params import batch_size_for
 SQRT2 = math.sqrt(2.0)
 #: The paper's "10 different values of j_1" (j_2 = 1 − j_1): midpoints of a tenth grid.
 HOLDER_WEIGHTS: tuple[float, ...] = tuple((i + 0.5) / 10 for i in range(10))
-#: dp_accounting's default PLD grid; coarser grids stay valid (pessimistic) but lose accuracy
-#: over thousands of compositions.
-PLD_DISCRETIZATION = 1e-4
 # Beyond these the tight event reports ε = ∞ (see ``DPGMEvent.epsilon``): a valid bound. They
-# bound the PLD grid, hence the time one ε takes: a Gaussian of multiplier 0.05 took 17 s
-# (ε ≈ 970 at δ = 1e-5), 0.5 about 1 s, and a calibration to ε = 10⁶ evaluates dozens of
-# them while the request holds the ledger's lock (CI: schemathesis, POST /releases for dpgm
-# at ε = 10⁶, past 300 s). Any target above what the caps reach (about ε 25 at δ = 1e-5) is
-# met with the cap's smaller ε: never above the target.
+# bound the PLD grid, hence the time one ε takes, and a calibration to ε = 10⁶ evaluates dozens
+# of them while the request holds the ledger's lock (CI: schemathesis, POST /releases for dpgm
+# at ε = 10⁶). Any target above what the caps reach is met with the cap's smaller ε: never
+# above the target. DISTANCE_CAP is Δ̄ of one SGD step (4: a combined multiplier z = 1/2).
 MU_CAP = 4.0
-Z_FLOOR = 0.5
+DISTANCE_CAP = 4.0
 
 _TAIL_STDS = 14.0  # integrands are ≤ e^{−98} of their peak this many σ outside the peak range
 _WINDOW = 60.0  # log-integrand values further below the maximum are dropped (e^{−60})
@@ -319,30 +313,48 @@ class DPGMEvent(ApproximateDPEvent):
 
     @property
     def sgd_noise_multiplier(self) -> float:
-        """z of one SGD step: histogram and gradient of the same batch as one Gaussian, relative
-        to a per-record contribution bound 1 (dp_accounting's REPLACE_ONE convention)."""
+        """z = (1/σ_C² + 1/σ_S²)^(−1/2): the noise of one SGD step's two releases relative to
+        one record's whitened contribution (present against absent: ``sgd_present`` = 1/z)."""
         return 1.0 / math.sqrt(1 / self.sigma_norm**2 + 1 / self.sigma_sgd**2)
 
-    def dp_event(self) -> dpa.DpEvent:
-        events: list[dpa.DpEvent] = []
-        if self.kmeans_mu > 0:
-            # dp_accounting's REPLACE_ONE Gaussian shifts the two datasets by ±1: a Gaussian
-            # whose replace-one shift is μ noise stds has noise multiplier 2/μ.
-            events.append(dpa.GaussianDpEvent(2.0 / self.kmeans_mu))
-        if self.sgd_steps > 0:
-            step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.sgd_noise_multiplier))
-            events.append(dpa.SelfComposedDpEvent(step, self.sgd_steps))
-        return dpa.ComposedDpEvent(events)
+    @property
+    def sgd_present(self) -> float:
+        """a: how far one record's presence moves one step's whitened releases (a one-hot
+        histogram entry, 1/σ_C; a clipped gradient, ≤ 1/σ_S)."""
+        return math.sqrt(1 / self.sigma_norm**2 + 1 / self.sigma_sgd**2)
+
+    @property
+    def sgd_replaced(self) -> float:
+        """Δ: how far replacing one record moves them (a count moved between bins, √2/σ_C;
+        two clipped gradients, ≤ 2/σ_S)."""
+        return math.sqrt(2 / self.sigma_norm**2 + 4 / self.sigma_sgd**2)
+
+    @property
+    def sgd_distance(self) -> float:
+        """Δ̄ of one step's proven dominating pair (``dpcore.accounting.dpsgd``)."""
+        return sgd_step_distance(sigma_sgd=self.sigma_sgd, sigma_norm=self.sigma_norm)
+
+    @property
+    def sampling_prob(self) -> float:
+        """q⁺: L/n rounded up (the sampler's rate is exactly L/n)."""
+        return dpsgd.rate(self.batch_size, self.n)
 
     def epsilon(self, delta: float) -> float:
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
-        if self.kmeans_mu > MU_CAP or self.sgd_noise_multiplier < Z_FLOOR:
+        if self.kmeans_mu > MU_CAP or self.sgd_distance > DISTANCE_CAP:
             # Far past any budget (the k-means part alone is ε > 1000 at δ = 1e-5), and the
             # PLD grid would not fit in memory: infinity is a valid bound. Calibration passes
             # through here on its way down from such σ's.
             return math.inf
-        return _pld_epsilon(self, delta)
+        return dpsgd.epsilon(
+            sampling_prob=self.sampling_prob,
+            present=self.sgd_present,
+            replaced=self.sgd_replaced,
+            steps=self.sgd_steps,
+            delta=float(delta),
+            gaussian_mu=self.kmeans_mu,
+        )
 
     def noise(self) -> NoiseDescription:
         return _noise(self)
@@ -354,23 +366,9 @@ class DPGMEvent(ApproximateDPEvent):
             "q": self.q,
             "kmeans_mu": self.kmeans_mu,
             "sgd_noise_multiplier": self.sgd_noise_multiplier,
+            "sgd_step_distance": self.sgd_distance,
             **asdict(self),
         }
-
-
-@functools.lru_cache(maxsize=32)  # PLD objects hold arrays: keep few
-def _pld(event: DPGMEvent) -> dpa.pld.PLDAccountant:
-    accountant = dpa.pld.PLDAccountant(
-        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION
-    )
-    accountant.compose(event.dp_event())
-    return accountant
-
-
-@functools.lru_cache(maxsize=1024)
-def _pld_epsilon(event: DPGMEvent, delta: float) -> float:
-    # Calibration, preview and admission ask again for the same event.
-    return float(_pld(event).get_epsilon(delta))
 
 
 def _coerce(event: DPGMEvent | DPGMPaperEvent) -> None:
@@ -451,11 +449,18 @@ def kmeans_iterations(clusters_per_class: int, refine: int) -> int:
     return kmeans_steps(clusters_per_class, refine)
 
 
-def sgd_mu(*, q: float, steps: int, noise_multiplier: float) -> float:
-    """Central-limit μ of T_S replace-one Poisson-subsampled Gaussian steps (Bu et al. 2020,
-    shift 2/z): q·√(T_S·(e^{4/z²} − 1)). Used only to split the budget between phases; the ε
-    charged is the PLD accountant's."""
-    return q * math.sqrt(steps * math.expm1(min(4.0 / noise_multiplier**2, 700.0)))
+def sgd_step_distance(*, sigma_sgd: float, sigma_norm: float) -> float:
+    """Δ̄ of one SGD step (``DPGMEvent.sgd_distance``) from its two noise scales."""
+    present = math.sqrt(1 / sigma_norm**2 + 1 / sigma_sgd**2)
+    replaced = math.sqrt(2 / sigma_norm**2 + 4 / sigma_sgd**2)
+    return dpsgd.distance(present, replaced)
+
+
+def sgd_mu(*, q: float, steps: int, step_distance: float) -> float:
+    """Central-limit μ of T_S steps dominated by the pair (P*, Q*) of distance Δ̄:
+    q·√(T_S·(e^{Δ̄²} − 1)) (√ of T_S times one step's χ² divergence; Bu et al. 2020). Used
+    only to split the budget between phases; the ε charged is the PLD's."""
+    return q * math.sqrt(steps * math.expm1(min(step_distance**2, 700.0)))
 
 
 def kmeans_sigma(
@@ -463,8 +468,8 @@ def kmeans_sigma(
 ) -> float:
     """σ_K such that the k-means phase (T_K steps at μ² = 4/σ_K² and the final sizes at
     2/σ_K²) gets ``share`` of μ² against the DP-SGD phase's central-limit μ²."""
-    z = 1.0 / math.sqrt(1 / sigma_norm**2 + 1 / sigma_sgd**2)
-    mu_sgd = sgd_mu(q=q, steps=steps, noise_multiplier=z)
+    distance = sgd_step_distance(sigma_sgd=sigma_sgd, sigma_norm=sigma_norm)
+    mu_sgd = sgd_mu(q=q, steps=steps, step_distance=distance)
     mu_kmeans = math.sqrt(share / (1 - share)) * mu_sgd
     return math.sqrt(4 * iterations + 2) / mu_kmeans
 

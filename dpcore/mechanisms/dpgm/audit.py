@@ -2,7 +2,7 @@
 histogram and threshold C, per-record clipping, the noisy sum of every network's clipped
 gradients in units of C), with the step's Poisson batch drawn as ``dpsgd.train`` draws it
 (``SecureRandom.bernoulli(L, n)``), on neighbours where record 0's clipped gradient flips sign
-— the worst case of the accountant's analysis.
+— the largest replacement shift the accountant's bound allows.
 
 Networks: a public stand-in family (``Probe``) whose per-record gradient is a fixed linear
 function of the record, g(x) = C_max·(x_{1..4} − x_{5..8}) on the worker's [0, 1] features,
@@ -16,13 +16,14 @@ network per class (K = 1: the assignment is the class, as the release does witho
 so record 0 trains network 1 in both and the others network 0. Record 0's gradient is
 C_max·(1, 1, 1, 1) in D and −C_max·(1, 1, 1, 1) in D′ (norm 2·C_max); the others' is 0.
 
-Why this is the worst case: the step's release is the Poisson-subsampled Gaussian the
-accountant charges — a record's clipped gradient has norm ≤ 1 in units of C, and under
-replace-one the worst pair is antipodal and full-norm (dp_accounting's REPLACE_ONE compares
-(1−q)N(0, z²) + qN(−1, z²) with (1−q)N(0, z²) + qN(+1, z²)): here it is ±(½, ½, ½, ½), shift
-2 along one direction, in network 1's block. A record that changes class (network) moves two
-blocks by 1 each: √2, less. The gradient norm 2·C_max exceeds every threshold DPNorm can pick
-(C ≤ C_max), so whatever the noisy mode, record 0 is clipped to exactly C and contributes
+Why these neighbours: a record's clipped gradient has norm ≤ 1 in units of C, and the
+accountant's proven pair (``dpcore.accounting.dpsgd``) is built from the replacement shift ≤ 2;
+the antipodal, full-norm pair attains it (and is the pair dp_accounting's REPLACE_ONE compares,
+(1−q)N(0, z²) + qN(−1, z²) against (1−q)N(0, z²) + qN(+1, z²); at q < 1 the proven claim lies
+above it): here it is ±(½, ½, ½, ½), shift 2 along one direction, in network 1's block. A
+record that changes class (network) moves two blocks by 1 each: √2, less. The gradient norm
+2·C_max exceeds every threshold DPNorm can pick (C ≤ C_max), so whatever the noisy mode,
+record 0 is clipped to exactly C and contributes
 ±(½, ½, ½, ½) in units of C: the release does not depend on C, and the audit uses the served
 C_max and bins. The DPNorm histogram and its C are released too but carry no evidence here:
 record 0's norm falls in the last bin in D and in D′, so their law is the same for both.

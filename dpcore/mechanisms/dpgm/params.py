@@ -100,8 +100,9 @@ class DPGMParams(BaseModel):
         gt=0,
         le=1000,
         description="σ_C/σ_S: noise of DPNorm's histogram of gradient norms relative to the "
-        "gradients' noise multiplier. The histogram and the gradient of a step are charged as "
-        "one Gaussian of multiplier (1/σ_C² + 1/σ_S²)^(−1/2), so 4 costs ~3 % of the budget",
+        "gradients' noise multiplier. The histogram and the gradient of a step are charged "
+        "together, as one step whose replaced record moves them by √(2/σ_C² + 4/σ_S²) noise "
+        "stds, so 4 adds ~3 % to the step's μ²",
     )
     clip_max: float = Field(
         default=2.0,

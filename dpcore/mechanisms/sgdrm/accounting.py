@@ -27,47 +27,28 @@ the theorem is loose besides: n = T = 60000, ℓ = 128, δ = 1e-5 needs σ ≈ 1
 enters independently with probability q = ℓ/n (Poisson sampling) and contributes the vector
 C·(x_i, y_i) with |C| ≤ c and ‖(x_i, y_i)‖² = ‖x_i‖² + ‖y_i‖² ≤ 2: norm ≤ R = c√2.
 
-1. Reveal to the adversary every clipped coefficient g_{t,i} and the other records'
-   Bernoulli draws. Their law does not depend on the data and the release is a function of
-   this view (marginalisation), so by joint convexity of the hockey-stick divergence and
-   post-processing, any pair that dominates every conditional pair (at every ε) dominates
-   the mixture.
-2. Conditioned on them, mixture t is, for replace-one neighbours (record x replaced by x′),
-   the pair ((1−q)N(s, σ²I) + qN(s + u, σ²I), (1−q)N(s, σ²I) + qN(s + u′, σ²I)) with
-   ‖u‖, ‖u′‖ ≤ R and a common shift s: a Poisson-subsampled Gaussian under replace-one.
-3. dp_accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under
-   ``NeighboringRelation.REPLACE_ONE`` is the PLD of exactly the antipodal pair
-   ((1−q)N(0, z²) + qN(−1, z²), (1−q)N(0, z²) + qN(1, z²)) (``GaussianPrivacyLoss`` with
-   ``AdjacencyType.REPLACE``: μ_upper = (1−q)μ(x) + qμ(x + s), μ_lower = (1−q)μ(x) +
-   qμ(x − s), sensitivity s = 1). So its noise multiplier is relative to the bound on ONE
-   record's contribution (the radius), the two replaced contributions differing by up to
-   twice that; at q = 1 it is the Gaussian with sensitivity 2. Hence z = σ/R = σ/(c√2).
-   That the antipodal pair of radius R dominates every pair with ‖u‖, ‖u′‖ ≤ R (any angle,
-   any norms) is the worst case dp_accounting assumes for Poisson subsampling under
-   substitution. It holds trivially for antipodal pairs of smaller radius (scale down and
-   add noise: post-processing); for non-antipodal pairs no proof is written here — the tests
-   check it numerically (2-D hockey-stick integrals over angles, norms, q and ε; every pair
-   stays below the antipodal one) and check the PLD's ε at T = 1 against direct
-   integration of the antipodal pair.
-4. The T mixtures use independent coefficients and noise, so the T-fold product of the
-   dominating pair dominates the release (Zhu, Dong, Wang 2022, dominating pairs compose):
-   the PLD is self-composed T times (FFT).
-
-The PLD is built with pessimistic rounding (connect-the-dots), so its ε is an upper bound.
-One evaluation uses value_discretization_interval 1e-3, then the finest of 5e-4 … 1e-5 whose
-PLD is predicted to stay within 1e5 points (so one evaluation stays well under a second) and
-reports the smaller of the two valid upper bounds.
-
-Three bounds, the smallest reported (``SGDRMClippedEvent.epsilon``):
-- the PLD above (dp_accounting's antipodal pair; its domination of non-antipodal pairs is the
-  numerically checked assumption of step 3);
-- the PLD of a PROVEN dominating pair (``accounting_pld``: Balle–Barthe–Gaboardi's advanced
-  joint convexity with ‖u − u′‖ ≤ 2c, which non-negative features and one-hot labels give);
-  smaller than the antipodal one where per-mixture losses are small (e.g. n = T = 10⁴,
-  ℓ = 64, ε = 1), larger where they are large;
-- the RDP curve of that proven pair, converted (dp_accounting's conversion).
-All use the inclusion probability q⁺ = ℓ/n + 2⁻⁵² (``accounting_pld.inclusion_probability``).
+Charged: PROVEN dominating pairs (``dpcore.accounting.dpsgd``'s theorem: Balle–Barthe–
+Gaboardi's advanced joint convexity on record i's own Bernoulli, with presence
+‖u‖, ‖u′‖ ≤ a = √2c/σ and replacement ‖u − u′‖ ≤ Δ = 2c/σ, which non-negative features and
+one-hot labels give), by three valid bounds, the smallest reported
+(``SGDRMClippedEvent.epsilon``):
+- the theorem's two-term pair (a and Δ), its PLD composed T times;
+- the simpler pair (P*, Q*) of distance Δ (``accounting_pld``), its pessimistic PLD;
+- the RDP curve of (P*, Q*), converted (dp_accounting's conversion).
+Both use the inclusion probability q⁺ = ℓ/n + 2⁻⁵² (``accounting_pld.inclusion_probability``).
 Cost: (ε, δ) and the proven pair's RDP curve, so the ledger can compose the entry by RDP.
+
+Not charged (``replace_one_epsilon``, kept for comparison): dp_accounting's
+``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under ``REPLACE_ONE``, the PLD of the
+antipodal pair ((1−q)N(0, z²) + qN(−1, z²), (1−q)N(0, z²) + qN(1, z²)) with z = σ/R.
+Revealing every clipped coefficient and the other records' draws reduces one mixture to
+((1−q)N(s, σ²I) + qN(s + u, σ²I), (1−q)N(s, σ²I) + qN(s + u′, σ²I)), ‖u‖, ‖u′‖ ≤ R; that the
+antipodal pair of radius R dominates every such pair is only checked numerically (2-D
+hockey-stick integrals in the tests), not proved, so it bounds nothing here. It is smaller
+than the proven pair where per-mixture losses are large (ℓ = 8, or ε = 10) and larger where
+they are small (n = T = 10⁴, ℓ = 64, ε = 1), since its radius √2c exceeds half the proven
+distance 2c. Its PLD uses value_discretization_interval 1e-3, then the finest of 5e-4 … 1e-5
+whose PLD is predicted to stay within 1e5 points, and reports the smaller of the two.
 """
 
 from __future__ import annotations
@@ -84,6 +65,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import special
 from scipy.optimize import brentq
 
+from dpcore.accounting import dpsgd
 from dpcore.accounting.composition import ApproximateDPEvent, Cost
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms.sgdrm import accounting_pld
@@ -356,11 +338,21 @@ class SGDRMClippedEvent(ApproximateDPEvent):
 def _clipped_epsilon(event: SGDRMClippedEvent, delta: float) -> float:
     # Events are immutable and hashable: calibration, preview and admission ask again.
     _check_delta(delta)
+    # Every bound here is proven (``accounting_pld``, ``dpcore.accounting.dpsgd``);
+    # dp_accounting's antipodal pair (``replace_one_epsilon``) is not charged: its domination
+    # is only checked numerically.
     q, T = event.inclusion_probability, event.n_samples
-    antipodal = replace_one_epsilon(q, event.noise_multiplier, T, delta)
+    two_term = dpsgd.epsilon(
+        sampling_prob=q,
+        present=event.coefficient_bound * RECORD_NORM / event.sigma,
+        replaced=event.proven_sensitivity,
+        steps=T,
+        delta=delta,
+        gaussian_mu=0.0,
+    )
     proven = accounting_pld.pld_epsilon(q, event.proven_sensitivity, T, delta)
     rdp = accounting_pld.rdp_epsilon(q, event.proven_sensitivity, T, delta)
-    return min(antipodal, proven, rdp)
+    return min(two_term, proven, rdp)
 
 
 #: Share of δ the coupling may take when it picks its analysis bound c (the rest stays with

@@ -41,8 +41,9 @@ What this does NOT use: that the two contributions cannot be antipodal beyond st
 ‖u − u′‖ ≤ 2c/σ. Where ‖u‖ (≤ √2c/σ) is much smaller than Δ the bound is loose: step 2
 replaces H_α(N_u‖N_0) (distance ≤ √2c) by δ_G(2c). dp_accounting's antipodal REPLACE_ONE
 pair of radius √2c (``accounting.replace_one_epsilon``) is smaller in the large-loss regime
-but its domination of non-antipodal pairs is not proved (numerical checks only), see the
-``accounting`` module.
+but its domination of non-antipodal pairs is not proved (numerical checks only), so the
+event charges this pair alone (``accounting``). ``dpcore.accounting.dpsgd`` states the same
+theorem for DP-SGD steps (DPGM, DP-KIP).
 
 RDP of (P*, Q*) at integer α ≥ 2 (whitened, M = (1 − q)N_0 + qN_Δ, m(x) = dM/dN_0(x) =
 1 + t(x), t = q(e^{Δx − Δ²/2} − 1) ≥ 0 on x ≥ Δ/2, A = Φ̄(Δ/2)). From ω*'s definition
