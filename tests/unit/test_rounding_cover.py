@@ -9,8 +9,9 @@ step analysed for distances of at least u (one record's contribution, 1, for the
 Poisson-subsampled sums; the smaller row move, 1, for the k-means steps) has true noise
 σ_true = σ'·u/(u + b) in the analysis's units. Its ε — with dp_accounting directly for DPGM
 and DP-KIP, and the step's μ for the k-means — must not exceed the reported ε. The same
-computation with the Δ-relative cover (σ' = σ(1 + b/Δ), the old rule) exceeds it: the test can
-fail.
+computation with the Δ-relative cover (σ' = σ(1 + b/Δ), the old rule) exceeds it, or (DP-KIP,
+whose charged pair is looser than dp_accounting's antipodal one) leaves the rounded sums less
+noise than the accountant was given: the test can fail.
 """
 
 from __future__ import annotations
@@ -209,7 +210,13 @@ def test_dpkip_rounding_keeps_the_reported_epsilon() -> None:
 
     assert true(kip) <= reported * TOLERANCE
     assert true(_coarse(kip)) <= reported * TOLERANCE
-    assert true(_old_plan(kip)) > reported * 1.001
+    # The charged (proven) pair is looser than dp_accounting's antipodal one, and that slack
+    # absorbs the old cover's loss in ε here; the loss itself shows in the noise the rounded
+    # sums see, below the σ the accountant was given (every accountant is monotone in it).
+    charged = event.kip_noise_multiplier
+    assert _true_sigma(kip, CONTRIBUTION) >= charged / TOLERANCE
+    assert _true_sigma(_coarse(kip), CONTRIBUTION) >= charged / TOLERANCE
+    assert _true_sigma(_old_plan(kip), CONTRIBUTION) < charged * (1 - 1e-3)
 
 
 def test_fourier_kmeans_rounding_keeps_each_steps_mu() -> None:
