@@ -41,6 +41,10 @@ class LedgerEntryOut(BaseModel):
         description="reserved, committed or refunded; research: an owner-only research release "
         "(its accountant's ε is not a bound), charged nothing and never held by the filter"
     )
+    neighbour_relation: str = Field(
+        description="The neighbour relation its ε holds for: 'replace-one (n public)', or a "
+        "narrower one the release's parameters opted in to (dpcda's class_sizes 'declared')"
+    )
     research: str | None = Field(
         default=None,
         description="A research entry's statement in words: what its accountant claimed and "

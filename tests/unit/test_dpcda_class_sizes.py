@@ -31,6 +31,7 @@ MNIST = {
     "clip_norm": 1.0,
     "n_classes": 10,
     "min_class_size": 750,
+    "class_sizes": "declared",
 }
 DP = {**MNIST, "class_sizes": "dp", "count_noise": 20.0}
 
@@ -104,8 +105,14 @@ def test_calibration_never_overshoots(target: float) -> None:
 
 
 def test_key_rules() -> None:
-    with pytest.raises(ValueError, match="count_noise"):
-        TIGHT.at_sigma(0.3, {**MNIST, "class_sizes": "dp"})
+    # 'dp' is the default; without count_noise the parameters' rule fills it in from public
+    # keys (m/(4·Φ⁻¹(1 − β/K))), the same value admission stores.
+    undeclared = {k: v for k, v in MNIST.items() if k != "class_sizes"}
+    event = TIGHT.at_sigma(0.3, undeclared)
+    assert isinstance(event, DPCountsMixing)
+    z = -special.ndtri(1e-9 / 10)
+    assert event.count_noise == pytest.approx(750 / (4 * z), rel=1e-9)
+    assert TIGHT.at_sigma(0.3, {**undeclared, "class_sizes": "dp"}) == event
     with pytest.raises(ValueError, match="count_noise"):
         TIGHT.at_sigma(0.3, {**MNIST, "count_noise": 3.0})
     with pytest.raises(ValueError, match="declared"):
@@ -175,8 +182,9 @@ def test_dp_release_replaces_mixtures_by_noise_below_the_floor() -> None:
 
 
 def test_declared_refuses_on_private_counts_and_states_its_restriction() -> None:
+    declared = {"mixture_degree": 4, "n_samples": 30, "class_sizes": "declared"}
     with pytest.raises(InvalidParams, match="min_class_size"):
-        _release([60, 30], {"mixture_degree": 4, "n_samples": 30, "min_class_size": 50})
-    out, _ = _release([60, 30], {"mixture_degree": 4, "n_samples": 30, "min_class_size": 30})
+        _release([60, 30], {**declared, "min_class_size": 50})
+    out, _ = _release([60, 30], {**declared, "min_class_size": 30})
     assert "at least 30 records" in out.preprocessing["class_sizes"]
     assert "both neighbours" in out.preprocessing["class_sizes"]
