@@ -74,12 +74,13 @@ _KEYS = (
     Key.of(
         DPCDAParams,
         "count_noise",
-        help="dp class sizes: noise std of each class count (default: m/(4·Φ⁻¹(1 − β/K)))",
+        help="dp class sizes: noise std of each class count (default: m/(4·Φ⁻¹(1 − 10⁻⁹/K)))",
     ),
     Key.of(
         DPCDAParams,
         "class_size_failure_prob",
-        help="dp class sizes: β, the chance a DP lower bound is wrong (δ grows by (1 + e^ε)β)",
+        help="dp class sizes: β, the chance a DP lower bound is wrong (δ grows by (1 + e^ε)β; "
+        "default: min(1e-9, 10⁻³·δ/(1 + e^ε)) when calibrating, else 1e-9)",
     ),
     Key.of(
         DPCDAParams,
@@ -224,11 +225,7 @@ SPEC = MechanismSpec(
             "count_noise",
             COUNT_NOISE_RULE,
             lambda values, facts: (
-                default_count_noise(
-                    values["min_class_size"],
-                    facts.n_classes,
-                    values.get("class_size_failure_prob") or 1e-9,
-                )
+                default_count_noise(values["min_class_size"], facts.n_classes)
                 if values.get("class_sizes", "dp") == "dp"
                 else None
             ),

@@ -410,11 +410,15 @@ def count_noise_of(keys: Mapping[str, Any]) -> float:
 
     if keys.get("count_noise") is not None:
         return float(keys["count_noise"])
-    return default_count_noise(keys["min_class_size"], keys["n_classes"], failure_prob_of(keys))
+    return default_count_noise(keys["min_class_size"], keys["n_classes"])
 
 
 def failure_prob_of(keys: Mapping[str, Any]) -> float:
-    return float(keys.get("class_size_failure_prob") or 1e-9)
+    """β as given; left out, ``prepare`` chose it for the target, or (at a given σ, no
+    target) the reference 1e-9."""
+    from dpcore.mechanisms.dpcda.params import REFERENCE_FAILURE_PROB
+
+    return float(keys.get("class_size_failure_prob") or REFERENCE_FAILURE_PROB)
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
@@ -451,11 +455,17 @@ def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
 
 
 def prepare(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
-    """Before calibrating a 'dp' release: refuse, with the reason, a target that the noisy
-    class counts (and DP statistics) alone already exceed — no feature noise can meet it.
-    Public keys only."""
+    """Before calibrating a 'dp' release: choose β for the target when none is given
+    (``params.default_failure_prob``; the event's analysis carries it, and admission stores
+    it with the parameters), and refuse, with the reason, a target that the noisy class
+    counts (and DP statistics) alone already exceed — no feature noise can meet it. Public
+    keys only."""
     if class_sizes_of(keys) == "declared":
         return keys
+    if keys.get("class_size_failure_prob") is None:
+        from dpcore.mechanisms.dpcda.params import default_failure_prob
+
+        keys = {**keys, "class_size_failure_prob": default_failure_prob(epsilon, delta)}
     from dpcore.accounting.gdp import delta_of, epsilon_of
     from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY
 

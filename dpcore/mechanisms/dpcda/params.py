@@ -3,6 +3,7 @@ and the worker derive from."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from statistics import NormalDist
 from typing import Annotated, Any, Literal
@@ -98,12 +99,14 @@ class DPCDAParams(ReleaseOnlyParams):
         description="dp class sizes: noise std on each class count (replace-one moves two "
         "counts by 1: μ = √2/count_noise); null with 'declared'",
     )
-    class_size_failure_prob: float = Field(
-        default=1e-9,
+    class_size_failure_prob: float | None = Field(
+        default=None,
         gt=0,
         le=1e-3,
-        description="dp class sizes: probability that some DP lower bound exceeds its class "
-        "size (added to δ, with a factor 1 + e^ε)",
+        description="dp class sizes: β, the probability that some DP lower bound exceeds its "
+        "class size (added to δ, with a factor 1 + e^ε). Default: chosen for the target at "
+        "admission, min(1e-9, 10⁻³·δ/(1 + e^ε)) so that it takes at most about a thousandth "
+        "of δ at any ε; 1e-9 for a release at a given noise",
     )
     standardization: Literal["unit_range", "declared", "dp"] = Field(
         default="unit_range",
@@ -149,21 +152,32 @@ class DPCDAParams(ReleaseOnlyParams):
         return self
 
 
-def default_count_noise(min_class_size: int, n_classes: int, failure_prob: float) -> float:
+#: β of the default count_noise's margin (a reference: a release's own β may be smaller).
+REFERENCE_FAILURE_PROB = 1e-9
+
+
+def default_count_noise(min_class_size: int, n_classes: int) -> float:
     """count_noise when a 'dp' request gives none (public figures only): m / (4·z) with
-    z = Φ⁻¹(1 − β/K), so the DP lower bounds sit m/4 below the noisy counts and a class of
-    ≥ 1.25·m records (plus a few count_noise) mixes. Cheap where m is large (μ = √2/σ_c:
-    0.07 at m = 500, K = 10), costly where m is small (the accountant refuses a target
-    the counts alone exceed)."""
-    z = -NormalDist().inv_cdf(failure_prob / max(1, n_classes))
+    z = Φ⁻¹(1 − 10⁻⁹/K), so the DP lower bounds sit about m/4 below the noisy counts and a
+    class of ≥ 1.25·m records (plus a few count_noise) mixes. Cheap where m is large
+    (μ = √2/σ_c: 0.07 at m = 500, K = 10), costly where m is small (the accountant refuses a
+    target the counts alone exceed)."""
+    z = -NormalDist().inv_cdf(REFERENCE_FAILURE_PROB / max(1, n_classes))
     return min_class_size / (4.0 * z)
+
+
+def default_failure_prob(epsilon: float, delta: float) -> float:
+    """β when a 'dp' request gives none, for its target (ε, δ): (1 + e^ε)·β, the δ it takes,
+    stays at most a thousandth of δ (with 1e-9 fixed, ε could not pass ln(δ/(2β)): 8.5 at
+    δ = 1e-5)."""
+    return min(REFERENCE_FAILURE_PROB, 1e-3 * delta / (1.0 + math.exp(min(epsilon, 700.0))))
 
 
 #: How ``default_count_noise`` reads, for the schema's description.
 COUNT_NOISE_RULE = (
-    "class_sizes dp: min_class_size / (4·Φ⁻¹(1 − class_size_failure_prob / classes)), so the "
-    "DP lower bounds sit a quarter of min_class_size below the noisy counts (classes of "
-    "≥ 1.25·min_class_size plus a few count_noise records mix); null with declared"
+    "class_sizes dp: min_class_size / (4·Φ⁻¹(1 − 10⁻⁹ / classes)), so the DP lower bounds sit "
+    "about a quarter of min_class_size below the noisy counts (classes of ≥ 1.25·min_class_size "
+    "plus a few count_noise records mix); null with declared"
 )
 
 

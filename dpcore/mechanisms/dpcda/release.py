@@ -165,12 +165,12 @@ def _dp_class_sizes(
     the accountant charges β for."""
     # Admission stores the resolved count_noise; parameters that left it out take the same
     # public rule the accountant applies (``params.default_count_noise``).
-    count_noise = params.count_noise or default_count_noise(
-        params.min_class_size, len(counts), params.class_size_failure_prob
-    )
+    count_noise = params.count_noise or default_count_noise(params.min_class_size, len(counts))
+    # β as charged: the accountant's (chosen for the target when the request gave none).
+    beta = float(ctx.noise.analysis["class_size_failure_prob"])
     exact = torch.as_tensor(counts.astype(np.float64))[None, :]
     noisy = ctx.sampler(exact, sigma=ctx.sigma("counts"), sensitivity=COUNT_SENSITIVITY).numpy()[0]
-    bounds = lower_bounds(noisy, count_noise, params.class_size_failure_prob)
+    bounds = lower_bounds(noisy, count_noise, beta)
     mix = bool(bounds.min() >= params.min_class_size) and bool(
         counts.min() >= params.mixture_degree
     )
@@ -178,6 +178,7 @@ def _dp_class_sizes(
         "class_sizes": "dp: noisy per-class counts (charged with the release) give lower "
         "bounds, all correct with probability >= 1 - class_size_failure_prob; mixtures "
         "only when every bound reaches min_class_size, else rows of noise alone",
+        "class_size_failure_prob": beta,
         "dp_class_counts": noisy.tolist(),
         "dp_class_size_lower_bounds": bounds.tolist(),
         "mixed": mix,
