@@ -282,8 +282,8 @@ def preview(
     )
     return PreviewOut(
         noise_guide=guide,
-        # At the ε this release is charged (or, for a given noise, reaches): public.
-        recommended=guidance.recommendations(public, p.cost.epsilon),
+        # At the (ε, δ) this release is charged (or, for a given noise, reaches): public.
+        recommended=guidance.recommendations(public, p.cost.epsilon, p.cost.delta),
         dataset_id=p.dataset.id,
         mechanism=request.mechanism,
         params=p.params,
