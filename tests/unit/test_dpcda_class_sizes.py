@@ -217,7 +217,7 @@ def test_a_target_the_counts_alone_exceed_is_refused_with_the_reason() -> None:
     # breast-cancer's shape: n = 398, K = 2, m = 99 → count_noise 4.05, μ_c = 0.35.
     keys = {"n": 398, "mixture_degree": 12, "n_samples": 398, "clip_norm": 1.0, "n_classes": 2}
     keys["min_class_size"] = 99
-    with pytest.raises(ValueError, match="alone cost ε 1.3"):
+    with pytest.raises(ValueError, match=r"alone cost ε 1\.3"):
         TIGHT.calibrate(1.0, DELTA, keys)
     assert TIGHT.calibrate(4.0, DELTA, keys).epsilon(DELTA) <= 4.0
     # A larger count_noise, or the opt-in declared class sizes, meet ε = 1.
