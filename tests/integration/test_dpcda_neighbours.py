@@ -8,6 +8,8 @@ one record of class 0 moved to class 1 (499). The requested floor m = 500 — th
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 import numpy as np
@@ -95,6 +97,14 @@ def test_default_dpcda_is_admitted_alike_on_neighbours(embedded: Harness) -> Non
     for release in created:
         done = h.wait(owner, release["id"])
         assert done["status"] == "succeeded", done
+        with np.load(io.BytesIO(h.download(owner, done["id"]))) as z:
+            meta = json.loads(str(z["metadata"]))
+        assert meta["accountant"]["neighbouring_relation"] == "replace-one (n public)"
+        assert meta["params"] == params
+        # The job read back the β and count noise admission charged.
+        sizes = meta["preprocessing"]
+        assert sizes["class_size_failure_prob"] == params["class_size_failure_prob"]
+        assert len(sizes["dp_class_counts"]) == 2 and isinstance(sizes["mixed"], bool)
         ledger = h.client.get(f"/budgets/{release['dataset_id']}", headers=h.headers(owner))
         (entry,) = ledger.json()["entries"]
         assert entry["neighbour_relation"] == "replace-one (n public)"

@@ -212,6 +212,11 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "unit_range": "none",
     }[standardization]
     assert meta["preprocessing"]["statistics"] == expected
+    if standardization == "declared":
+        # Declared statistics are public: published verbatim with the parameters.
+        assert meta["params"]["feature_mean"] == [6.0] * 6
+        assert meta["params"]["feature_std"] == [3.0] * 6
+        assert entry["params"]["feature_mean"] == [6.0] * 6
     if standardization == "dp":
         stats = meta["preprocessing"]["dp_statistics"]
         assert len(stats["feature_mean"]) == 6 and min(stats["feature_std"]) > 0
