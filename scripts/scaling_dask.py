@@ -121,6 +121,7 @@ def main() -> None:
             "min_class_size": args.ell,
             "standardization": "unit_range",
             "clip_norm": 1.0,
+            "class_sizes": "declared",  # the Dask job's (DP class sizes run locally)
         }
         declared = noise_for("dpcda", params, facts, sigma=1.0)
         transform = RowTransform.unit_range(np.zeros(d), np.ones(d), 1.0, divide=False)

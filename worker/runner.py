@@ -1069,7 +1069,9 @@ def _release_metadata(
         "accountant": {
             "name": job.accountant,
             "method": registry.accountant(job.mechanism, job.accountant).summary,
-            "neighbouring_relation": "replace-one (n public)",
+            # Replace-one unless the parameters opt in to a narrower relation (DP-CDA's
+            # declared class sizes): the ε above holds for this relation only.
+            "neighbouring_relation": registry.get(job.mechanism).neighbours(job.params),
             "n": parsed.n_rows,
         },
         "preprocessing": preprocessing,

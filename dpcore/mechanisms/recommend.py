@@ -224,14 +224,23 @@ def adapt(spec: MechanismSpec, entry: Measured, facts: PublicFacts) -> dict[str,
 
 
 def admissible(
-    spec: MechanismSpec, params: Mapping[str, Any], facts: PublicFacts
+    spec: MechanismSpec,
+    params: Mapping[str, Any],
+    facts: PublicFacts,
+    target: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """``params`` resolved (shape defaults filled in) if the request model takes them and the
-    mechanism's admission checks pass on ``facts``; InvalidParams (or pydantic's
-    ValidationError, a ValueError) otherwise."""
+    """``params`` resolved (shape defaults filled in) if the request model takes them, the
+    mechanism's admission checks pass on ``facts`` and, given the ``target`` (ε, δ), its
+    default accountant's preparation for that target does too (e.g. dpcda's DP class counts
+    must not cost the whole target on their own); InvalidParams (or pydantic's
+    ValidationError, a ValueError) otherwise. Public keys only, and no calibration."""
     request = spec.request_params.model_validate(dict(params))
     resolved = spec.resolve(request, facts)
     spec.check(resolved, facts)
+    accountant = spec.accountant(spec.default_accountant)
+    if target is not None and accountant.prepare is not None:
+        keys = accountant.parse_keys(spec.accountant_keys(accountant, resolved, facts))
+        accountant.prepare(keys, *target)
     return resolved.model_dump()
 
 
@@ -240,9 +249,11 @@ def recommend(
     facts: PublicFacts,
     epsilon: float,
     entries: Iterable[Measured] | None = None,
+    delta: float | None = None,
 ) -> Recommendation | None:
     """``spec``'s recommendation for a dataset of these public facts at ``epsilon``; None
-    when no candidate (measured, shape defaults, all defaults) passes admission."""
+    when no candidate (measured, shape defaults, all defaults) passes admission (with
+    ``delta``: also the accountant's preparation for the target (ε, δ))."""
     facts = public_only(facts)
     shape = shape_of(facts, epsilon)
     found = nearest(table() if entries is None else entries, spec.name, shape)
@@ -263,7 +274,7 @@ def recommend(
     for candidate in dict.fromkeys(json.dumps(c, sort_keys=True) for c in candidates):
         params = json.loads(candidate)
         try:
-            resolved = admissible(spec, params, facts)
+            resolved = admissible(spec, params, facts, None if delta is None else (epsilon, delta))
         except (InvalidParams, ValueError, ArithmeticError) as exc:  # what admission refuses
             tried.append(f"{candidate} is not admissible here ({_first_line(exc)})")
             continue
@@ -287,9 +298,10 @@ def recommend_all(
     facts: PublicFacts,
     epsilon: float,
     entries: Iterable[Measured] | None = None,
+    delta: float | None = None,
 ) -> list[Recommendation]:
     entries = tuple(table() if entries is None else entries)
-    found = (recommend(spec, facts, epsilon, entries) for spec in specs)
+    found = (recommend(spec, facts, epsilon, entries, delta) for spec in specs)
     return [r for r in found if r is not None]
 
 

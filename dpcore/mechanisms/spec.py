@@ -284,6 +284,14 @@ class ShapeDefault:
 
 Check = Callable[[Any, PublicFacts], None]
 
+#: The neighbour relation every ε the service reports holds for, unless a mechanism's
+#: parameters opt in to a narrower one (``MechanismSpec.relation``).
+REPLACE_ONE = "replace-one (n public)"
+
+# A mechanism's neighbour relation for a release's stored parameters (a JSON object: releases
+# and ledger entries written before a parameter existed lack it), in words; None: replace-one.
+Relation = Callable[[Mapping[str, Any]], str | None]
+
 
 def rows_default(name: str = "n_samples", per_class: bool = False) -> ShapeDefault:
     """``name`` defaults to n rows, lowered to the server's row and byte caps (a multiple of
@@ -417,6 +425,10 @@ class MechanismSpec:
     # Issue 16.3: how a release splits into independently drawn shards run by several workers
     # (``dpcore.mechanisms.sharding``); None: it always runs whole.
     shard: ShardSpec | None = None
+    # Where some parameter values narrow the neighbour relation below replace-one (an
+    # assumption on both neighbours, e.g. DP-CDA's declared class sizes): the relation those
+    # values give, stated on the release, its metadata and its ledger entry.
+    relation: Relation | None = None
 
     @property
     def served(self) -> bool:
@@ -451,6 +463,11 @@ class MechanismSpec:
             **fields,
         )
         return model
+
+    def neighbours(self, params: Mapping[str, Any]) -> str:
+        """The neighbour relation a release of these (stored) parameters is DP for."""
+        narrower = self.relation(params) if self.relation is not None else None
+        return narrower or REPLACE_ONE
 
     def resolve(self, params: BaseModel, facts: PublicFacts) -> BaseModel:
         """``params`` (of ``request_params``) with every shape default filled in from the

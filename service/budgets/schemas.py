@@ -50,6 +50,10 @@ class LedgerEntryOut(BaseModel):
         "cancellations') for a committed entry; before_private_read for a refund; null while "
         "reserved, for a research entry, or for one settled before this was recorded",
     )
+    neighbour_relation: str = Field(
+        description="The neighbour relation its ε holds for: 'replace-one (n public)', or a "
+        "narrower one the release's parameters opted in to (dpcda's class_sizes 'declared')"
+    )
     research: str | None = Field(
         default=None,
         description="A research entry's statement in words: what its accountant claimed and "

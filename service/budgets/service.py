@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session
 
 from dpcore.accounting import Cost
 from dpcore.accounting.filter import Charge, Spend, spend
+from dpcore.mechanisms import registry
+from dpcore.mechanisms.spec import REPLACE_ONE
 from service import owner_only
 from service.access import dataset_for
 from service.budgets import repository
@@ -437,6 +439,7 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
                 consumed_delta=consumed_delta,
                 state=entry.state,
                 settled_because=entry.settled_because,
+                neighbour_relation=_relation(entry),
                 research=_research_statement(entry),
                 created_at=entry.created_at,
                 settled_at=entry.settled_at,
@@ -445,6 +448,17 @@ def ledger(session: Session, *, principal: Principal, dataset_id: str) -> Ledger
             )
         )
     return Ledger(dataset_id=dataset_id, entries=out, **_status(budget, holding).model_dump())
+
+
+def _relation(entry: LedgerEntry) -> str:
+    """As admission stored it; entries written before it was stored: from their parameters."""
+    stored = entry.description.get("neighbour_relation")
+    if isinstance(stored, str):
+        return stored
+    try:
+        return registry.get(entry.mechanism).neighbours(entry.params)
+    except ValueError:  # a mechanism no longer registered
+        return REPLACE_ONE
 
 
 def _research_statement(entry: LedgerEntry) -> str | None:

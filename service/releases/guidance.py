@@ -120,13 +120,14 @@ def noise_guide(
     )
 
 
-def recommendations(facts: PublicFacts, epsilon: float) -> list[Recommendation]:
+def recommendations(facts: PublicFacts, epsilon: float, delta: float) -> list[Recommendation]:
     """Every served mechanism's recommended configuration for a dataset of these public facts
-    at ``epsilon``. The class counts are private: dropped here, before the lookup sees the
-    facts (which puts a balanced stand-in in their place for the admission checks)."""
+    at ``epsilon`` (and ``delta``, for checks that need the target). The class counts are
+    private: dropped here, before the lookup sees the facts (which puts a balanced stand-in
+    in their place for the admission checks)."""
     public = replace(facts, class_counts=None)
     out = []
-    for r in recommend.recommend_all(registry.served(), public, epsilon):
+    for r in recommend.recommend_all(registry.served(), public, epsilon, delta=delta):
         measured = None
         if r.measured is not None:
             fields = asdict(r.measured)

@@ -238,6 +238,11 @@ class ReleaseOut(BaseModel):
         description="What became of the charge (reserved, committed or refunded, and why); "
         "null for a research release, which charges nothing",
     )
+    neighbour_relation: str = Field(
+        description="The neighbour relation its ε holds for: 'replace-one (n public)', or a "
+        "narrower one its parameters opted in to (dpcda's class_sizes 'declared': "
+        "replace-one over datasets whose every class has ≥ min_class_size records)"
+    )
     error: str | None
     attempts: int
     created_at: datetime
@@ -380,8 +385,8 @@ class Recommendation(BaseModel):
     )
     params: dict[str, Any] = Field(
         description="The params to send: admissible on this dataset's public shape (request "
-        "model, shape defaults and admission checks passed; a dpcda min_class_size default "
-        "is still checked against the class counts at admission)"
+        "model, shape defaults and admission checks passed; with dpcda's class_sizes "
+        "'declared' min_class_size is still checked against the class counts at admission)"
     )
     resolved_params: dict[str, Any] = Field(
         description="`params` with every shape default filled in, as admission stores them"
@@ -406,6 +411,11 @@ class PreviewOut(BaseModel):
     accountant: str
     noise: Noise
     charge: Charge
+    neighbour_relation: str = Field(
+        description="The neighbour relation its ε holds for: 'replace-one (n public)', or a "
+        "narrower one its parameters opted in to (dpcda's class_sizes 'declared': "
+        "replace-one over datasets whose every class has ≥ min_class_size records)"
+    )
     budget: BudgetPreview
     warnings: list[PreviewWarning] = Field(
         default_factory=list,

@@ -15,7 +15,7 @@ from dpcore.accounting.composition import Cost
 from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.spec import InvalidParams, MechanismSpec
+from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec
 from dpcore.mechanisms.spec import ReleaseTooLarge as TooLarge
 from service import owner_only
 from service.access import (
@@ -66,6 +66,7 @@ class Plan:
     cost: Cost
     params: dict[str, Any]
     sampler: str
+    mechanism: str
     # A research release's claim (``research.claim``): it charges nothing.
     research: dict[str, Any] | None = None
     # The held-out dataset of the owner-only report (``report_test_dataset_id``), checked.
@@ -74,6 +75,16 @@ class Plan:
     @property
     def noise(self) -> Noise:
         return release_noise.from_description(self.event.noise(), self.sampler)
+
+    @property
+    def neighbour_relation(self) -> str:
+        return registry.get(self.mechanism).neighbours(self.params)
+
+    @property
+    def description(self) -> dict[str, Any]:
+        """The ledger entry's description: the accountant's, and the neighbour relation its
+        ε holds for."""
+        return {**self.event.describe(), "neighbour_relation": self.neighbour_relation}
 
     @property
     def charge(self) -> Charge:
@@ -216,6 +227,7 @@ def plan(
         cost=cost,
         params=stored,
         sampler=request.noise_sampler,
+        mechanism=request.mechanism,
         research=research_releases.claim(spec, accountant, epsilon=cost.epsilon, delta=cost.delta)
         if request.research
         else None,
@@ -272,14 +284,15 @@ def preview(
     )
     return PreviewOut(
         noise_guide=guide,
-        # At the ε this release is charged (or, for a given noise, reaches): public.
-        recommended=guidance.recommendations(public, p.cost.epsilon),
+        # At the (ε, δ) this release is charged (or, for a given noise, reaches): public.
+        recommended=guidance.recommendations(public, p.cost.epsilon, p.cost.delta),
         dataset_id=p.dataset.id,
         mechanism=request.mechanism,
         params=p.params,
         accountant=request.accountant,
         noise=p.noise,
         charge=charge,
+        neighbour_relation=p.neighbour_relation,
         budget=budget,  # type: ignore[arg-type]
         research=research_releases.out(p.research),
         warnings=[PreviewWarning(**w) for w in warnings],  # type: ignore[arg-type]
@@ -331,7 +344,7 @@ def create(
                 release_id=release.id,
                 mechanism=request.mechanism,
                 params=p.params,
-                description={**p.event.describe(), "research": p.research},
+                description={**p.description, "research": p.research},
             )
         else:
             entry = ledger.admit(
@@ -340,7 +353,7 @@ def create(
                 release_id=release.id,
                 mechanism=request.mechanism,
                 params=p.params,
-                description=p.event.describe(),
+                description=p.description,
                 cost=p.cost,
             )
     except BudgetExceeded:
@@ -443,6 +456,16 @@ def is_owner(release: Release, viewer: Principal) -> bool:
 HIDDEN_ERROR = "failed"
 
 
+def neighbour_relation(mechanism: str, params: dict[str, Any]) -> str:
+    """The relation a release's ε holds for, from its stored parameters (replace-one unless
+    they opt in to a narrower one); replace-one for a mechanism no longer registered."""
+    try:
+        spec = registry.get(mechanism)
+    except ValueError:
+        return REPLACE_ONE
+    return spec.neighbours(params)
+
+
 def _charge(release: Release) -> Charge:
     if release.research is not None:
         return RESEARCH_CHARGE
@@ -509,6 +532,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=_charge(release),
         settlement=_settlement(release),
+        neighbour_relation=neighbour_relation(release.mechanism, release.params),
         error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,
         created_at=release.created_at,

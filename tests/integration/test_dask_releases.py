@@ -48,6 +48,7 @@ DPCDA: dict[str, Any] = {
     "min_class_size": 100,
     "standardization": "unit_range",
     "clip_norm": C,
+    "class_sizes": "declared",  # the Dask job implements declared class sizes only
 }
 
 

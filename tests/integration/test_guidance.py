@@ -4,12 +4,15 @@ and which are baselines, and preview states the noise in the columns' raw units.
 
 from __future__ import annotations
 
+import math
+from statistics import NormalDist
 from typing import Any
 
 import pytest
 
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import PublicFacts, mixing_degree
+from service.budgets.service import ROUNDING_SLACK
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 SERVED = [spec.name for spec in registry.served()]
@@ -52,13 +55,21 @@ def test_shape_defaults_are_stored_and_follow_the_rule(harness: Harness) -> None
     assert r.status_code == 202, r.text
     assert r.json()["params"]["mixture_degree"] == mixing_degree(200) == 6
     assert r.json()["params"]["n_samples"] == 200
-    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": {}, "epsilon": 4.0}
+    # ε 20: at n = 200 the default DP class counts alone cost ε 5.3 (dpcda's defaults).
+    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": {}, "epsilon": 20.0}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
     params = r.json()["params"]
     assert params["min_class_size"] == 200 // 6
     assert params["mixture_degree"] == 6
     assert params["n_samples"] == 198
+    # DP class sizes by default: the count noise from its rule, β chosen for the target.
+    assert params["class_sizes"] == "dp"
+    assert params["count_noise"] == pytest.approx(33 / (4 * -NormalDist().inv_cdf(1e-9 / 3)))
+    delta = r.json()["charge"]["delta"]
+    assert params["class_size_failure_prob"] == pytest.approx(
+        min(1e-9, 1e-3 * delta / (1 + math.exp(20.0 / (1 + 2 * ROUNDING_SLACK)))), rel=1e-9
+    )
     # A given value wins over the default.
     body["params"] = {"mixture_degree": 3, "n_samples": 30}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
@@ -197,10 +208,12 @@ def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis()
     assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma * clip)
 
 
-def test_dpcda_default_class_size_is_checked_like_a_declared_one(harness: Harness) -> None:
-    """DP-CDA's default min_class_size (half a balanced class) is checked against the class
-    counts: a dataset with a smaller class is refused with a request to declare one, and a
-    declared one then caps the default ℓ."""
+def test_dpcda_default_class_size_reads_no_class_count(harness: Harness) -> None:
+    """DP-CDA's default min_class_size (half a balanced class) with the default DP class
+    sizes is not checked against the class counts: a dataset with a small class is planned
+    like any other (the job's DP lower bounds decide whether it mixes). With the opt-in
+    declared class sizes it is: refused with a request to declare one, and a declared one
+    then caps the default ℓ."""
     import numpy as np
 
     h = harness
@@ -212,11 +225,19 @@ def test_dpcda_default_class_size_is_checked_like_a_declared_one(harness: Harnes
     r = h.upload(owner, npz_bytes(X, y), budget={"epsilon": 50.0, "delta": 1e-5})
     assert r.status_code == 201, r.text
     ds = r.json()
-    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": {}, "epsilon": 4.0}
+    # ε 20: at n = 200 the default count noise (33/(4·6.2) = 1.3) alone costs ε 5.3.
+    body = {"dataset_id": ds["id"], "mechanism": "dpcda", "params": {}, "epsilon": 20.0}
+    r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+    assert r.status_code == 200, r.text
+    params = r.json()["params"]
+    assert params["min_class_size"] == 33 and params["class_sizes"] == "dp"
+    assert r.json()["neighbour_relation"] == "replace-one (n public)"
+    body["params"] = {"class_sizes": "declared"}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 422, r.text
     assert "min_class_size 33" in r.text and "declare a smaller one" in r.text
-    body["params"] = {"min_class_size": 5}
+    body["params"] = {"class_sizes": "declared", "min_class_size": 5}
     r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert r.status_code == 200, r.text
     assert r.json()["params"]["mixture_degree"] == 5
+    assert "at least 5 records" in r.json()["neighbour_relation"]

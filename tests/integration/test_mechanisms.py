@@ -151,6 +151,9 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "clip_norm": 2.0,
         "min_class_size": int(counts.min()),
         "standardization": standardization,
+        # m is read off the private counts here: the opt-in narrower relation (the default
+        # 'dp' class sizes are test_default_dpcda_is_admitted_alike_on_neighbours').
+        "class_sizes": "declared",
     }
     if standardization == "declared":
         params |= {"feature_mean": [6.0] * 6, "feature_std": [3.0] * 6}
@@ -169,6 +172,7 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
         "n_classes": 3,
         "min_class_size": int(counts.min()),
         "standardization": standardization,
+        "class_sizes": "declared",
     }
     if standardization == "dp":
         # DP statistics are charged with the release: μ = √(2d)/stats_noise, d = 6.
@@ -193,12 +197,26 @@ def test_dpcda_release(harness: Harness, standardization: str) -> None:
     assert set(np.unique(npz["y"])) == {0.0, 1.0} and (npz["y"].sum(axis=1) == 1).all()
     assert (npz["y"].sum(axis=0) == 30).all()  # class-balanced
     meta = json.loads(str(npz["metadata"]))
+    # The narrower relation is stated on the release, its metadata and its ledger entry, and
+    # replace-one is claimed nowhere for it.
+    relation = done["neighbour_relation"]
+    assert relation.startswith("replace-one (n public) over datasets whose every class has at")
+    assert f"at least {int(counts.min())} records" in relation
+    assert meta["accountant"]["neighbouring_relation"] == relation
+    ledger = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
+    (entry,) = [e for e in ledger["entries"] if e["release_id"] == done["id"]]
+    assert entry["neighbour_relation"] == relation
     expected = {
         "declared": "declared public by the owner",
         "dp": "estimated under differential privacy, cost included in the charge",
         "unit_range": "none",
     }[standardization]
     assert meta["preprocessing"]["statistics"] == expected
+    if standardization == "declared":
+        # Declared statistics are public: published verbatim with the parameters.
+        assert meta["params"]["feature_mean"] == [6.0] * 6
+        assert meta["params"]["feature_std"] == [3.0] * 6
+        assert entry["params"]["feature_mean"] == [6.0] * 6
     if standardization == "dp":
         stats = meta["preprocessing"]["dp_statistics"]
         assert len(stats["feature_mean"]) == 6 and min(stats["feature_std"]) > 0
@@ -211,7 +229,10 @@ def test_dpcda_checks_declared_facts(embedded: Harness) -> None:
     counts = np.bincount(toy_dataset()[1], minlength=3)
     base = {"mixture_degree": 4, "n_samples": 30}
     cases = [
-        ({**base, "min_class_size": int(counts.min()) + 1}, "not a lower bound"),
+        (
+            {**base, "min_class_size": int(counts.min()) + 1, "class_sizes": "declared"},
+            "not a lower bound",
+        ),
         ({**base, "mixture_degree": 9, "min_class_size": 8}, "at least mixture_degree"),
         ({**base, "min_class_size": 8, "standardization": "declared"}, "feature_mean"),
         (

@@ -57,6 +57,11 @@ def _ledger(h: Harness, release_id: str) -> list[LedgerEntry]:
         )
 
 
+# Sharding and the Dask engine run DP-CDA with declared class sizes (DP class sizes are drawn
+# once per release, in the build: such a release runs whole and locally).
+DPCDA = {"mixture_degree": 4, "min_class_size": 20, "class_sizes": "declared"}
+
+
 def _release(
     h: Harness, owner: str, dataset_id: str, mechanism: str, params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -74,7 +79,7 @@ def _release(
         # Post-processed: the finaliser fits the denoiser on every shard's rows.
         ("dpmix", {"mixture_degree": 4, "n_samples": 1000, "postprocess": "denoise"}, 1000, 3),
         # ⌈1000/3⌉ = 334 rows per class, as unsharded: shards of whole classes.
-        ("dpcda", {"mixture_degree": 4, "n_samples": 1000, "min_class_size": 20}, 1002, 3),
+        ("dpcda", {**DPCDA, "n_samples": 1000}, 1002, 3),
         ("sgdrm", {"mixture_width": 4, "n_samples": 900}, 900, 3),
     ],
 )
@@ -180,7 +185,7 @@ def test_a_release_the_dask_engine_runs_is_not_sharded(
         owner, npz_bytes(*toy_dataset(n=300, d=4)), budget={"epsilon": 10.0, "delta": 1e-5}
     ).json()
     cases = [
-        ("dpcda", {"mixture_degree": 4, "n_samples": 1000, "min_class_size": 20}, "dask", None),
+        ("dpcda", {**DPCDA, "n_samples": 1000}, "dask", None),
         ("dpmix", {"mixture_degree": 4, "n_samples": 1000}, "local", 3),
     ]
     for mechanism, params, engine, count in cases:

@@ -31,6 +31,7 @@ MNIST = {
     "n_classes": 10,
     "min_class_size": 5000,
     "standardization": "declared",  # z-scored: records up to 2C apart
+    "class_sizes": "declared",  # the restricted relation these tests analyse
 }
 SMALL = {
     "n": 3000,
@@ -40,6 +41,7 @@ SMALL = {
     "n_classes": 3,
     "min_class_size": 400,
     "standardization": "declared",
+    "class_sizes": "declared",
 }
 
 
@@ -299,6 +301,7 @@ def test_dp_statistics_compose_as_gdp() -> None:
         "clip_norm": 1.0,
         "n_classes": 10,
         "min_class_size": 80,
+        "class_sizes": "declared",
     }
     base = TIGHT.at_sigma(0.5, {**keys, "standardization": "declared"})
     assert base == DPCDAEvent(1000, 8, 300, 1.0, 10, 80, 0.5)

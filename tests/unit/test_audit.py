@@ -253,6 +253,8 @@ def _worker_params(mechanism: str, p: dict[str, Any], nb: Neighbours) -> dict[st
     params = {k: v for k, v in p.items() if k in fields}
     if mechanism != "dpcda":
         return params
+    # The audit's claim: one class of n records, declared (its size n is public).
+    params["class_sizes"] = "declared"
     if nb.feature_mean is None:  # unit_range: no statistics
         return {**params, "standardization": "unit_range", "min_class_size": p["n"]}
     assert nb.feature_std is not None

@@ -602,6 +602,7 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         "min_class_size": 10,
         "standardization": "unit_range",
         "clip_norm": 1.0,
+        "class_sizes": "declared",  # the job implements declared class sizes only
     }
     noise = noise_for("dpcda", raw, facts, sigma=0.5)
     job = dpcda.distributed(params_of(dpcda, raw), declared, noise)
@@ -623,6 +624,8 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         dpcda.distributed(
             params_of(dpcda, {**raw, "standardization": "dp", "stats_noise": 1.0}), declared, noise
         )
+    with pytest.raises(Unsupported, match="DP class sizes"):
+        dpcda.distributed(params_of(dpcda, {**raw, "class_sizes": "dp"}), declared, noise)
 
 
 def test_routing_is_the_stable_sort_bijection() -> None:

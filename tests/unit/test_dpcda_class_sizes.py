@@ -31,6 +31,7 @@ MNIST = {
     "clip_norm": 1.0,
     "n_classes": 10,
     "min_class_size": 750,
+    "class_sizes": "declared",
 }
 DP = {**MNIST, "class_sizes": "dp", "count_noise": 20.0}
 
@@ -104,8 +105,14 @@ def test_calibration_never_overshoots(target: float) -> None:
 
 
 def test_key_rules() -> None:
-    with pytest.raises(ValueError, match="count_noise"):
-        TIGHT.at_sigma(0.3, {**MNIST, "class_sizes": "dp"})
+    # 'dp' is the default; without count_noise the parameters' rule fills it in from public
+    # keys (m/(4·Φ⁻¹(1 − β/K))), the same value admission stores.
+    undeclared = {k: v for k, v in MNIST.items() if k != "class_sizes"}
+    event = TIGHT.at_sigma(0.3, undeclared)
+    assert isinstance(event, DPCountsMixing)
+    z = -special.ndtri(1e-9 / 10)
+    assert event.count_noise == pytest.approx(750 / (4 * z), rel=1e-9)
+    assert TIGHT.at_sigma(0.3, {**undeclared, "class_sizes": "dp"}) == event
     with pytest.raises(ValueError, match="count_noise"):
         TIGHT.at_sigma(0.3, {**MNIST, "count_noise": 3.0})
     with pytest.raises(ValueError, match="declared"):
@@ -175,8 +182,74 @@ def test_dp_release_replaces_mixtures_by_noise_below_the_floor() -> None:
 
 
 def test_declared_refuses_on_private_counts_and_states_its_restriction() -> None:
+    declared = {"mixture_degree": 4, "n_samples": 30, "class_sizes": "declared"}
     with pytest.raises(InvalidParams, match="min_class_size"):
-        _release([60, 30], {"mixture_degree": 4, "n_samples": 30, "min_class_size": 50})
-    out, _ = _release([60, 30], {"mixture_degree": 4, "n_samples": 30, "min_class_size": 30})
+        _release([60, 30], {**declared, "min_class_size": 50})
+    out, _ = _release([60, 30], {**declared, "min_class_size": 30})
     assert "at least 30 records" in out.preprocessing["class_sizes"]
     assert "both neighbours" in out.preprocessing["class_sizes"]
+
+
+# --- the defaults (class sizes 'dp' is the default) ----------------------------------------------
+
+
+def test_default_failure_prob_follows_the_target_so_high_epsilon_is_reachable() -> None:
+    """With β fixed at 1e-9, (1 + e^ε)·β ≤ δ/2 caps ε at ln(δ/2β) − … ≈ 8.5 at δ = 1e-5: a
+    request for ε = 10 would be calibrated to 8.5 (more noise than needed). Left out, β is
+    chosen for the target, and the event's analysis carries it (admission stores it)."""
+    undeclared = {k: v for k, v in MNIST.items() if k != "class_sizes"}
+    fixed = TIGHT.calibrate(10.0, DELTA, {**undeclared, "class_size_failure_prob": 1e-9})
+    assert fixed.epsilon(DELTA) < 8.6  # the cap
+    event = TIGHT.calibrate(10.0, DELTA, undeclared)
+    assert isinstance(event, DPCountsMixing)
+    beta = 1e-3 * DELTA / (1 + math.exp(10.0))
+    assert event.failure_prob == pytest.approx(beta, rel=1e-12)
+    assert event.noise().analysis["class_size_failure_prob"] == event.failure_prob
+    assert 9.9 < event.epsilon(DELTA) <= 10.0
+    assert event.sigma < fixed.sigma  # type: ignore[attr-defined]
+    # At small ε the reference 1e-9 is already below the rule's bound.
+    assert TIGHT.calibrate(1.0, DELTA, undeclared).failure_prob == 1e-9  # type: ignore[attr-defined]
+    # At a given σ (no target) the reference.
+    assert TIGHT.at_sigma(0.3, undeclared).failure_prob == 1e-9  # type: ignore[attr-defined]
+
+
+def test_a_target_the_counts_alone_exceed_is_refused_with_the_reason() -> None:
+    # breast-cancer's shape: n = 398, K = 2, m = 99 → count_noise 4.05, μ_c = 0.35.
+    keys = {"n": 398, "mixture_degree": 12, "n_samples": 398, "clip_norm": 1.0, "n_classes": 2}
+    keys["min_class_size"] = 99
+    with pytest.raises(ValueError, match=r"alone cost ε 1\.3"):
+        TIGHT.calibrate(1.0, DELTA, keys)
+    assert TIGHT.calibrate(4.0, DELTA, keys).epsilon(DELTA) <= 4.0
+    # A larger count_noise, or the opt-in declared class sizes, meet ε = 1.
+    assert TIGHT.calibrate(1.0, DELTA, {**keys, "count_noise": 40.0}).epsilon(DELTA) <= 1.0
+    assert TIGHT.calibrate(1.0, DELTA, {**keys, "class_sizes": "declared"}).epsilon(DELTA) <= 1
+
+
+def test_the_request_schema_states_the_defaults_and_the_relation() -> None:
+    spec = registry.get("dpcda")
+    schema = spec.request_params.model_json_schema()
+    props = schema["properties"]
+    assert props["class_sizes"]["default"] == "dp"
+    assert "narrower neighbour" in props["class_sizes"]["description"]
+    assert "Default: class_sizes dp: min_class_size / (4·Φ⁻¹" in props["count_noise"]["description"]
+    # Declared statistics are published verbatim: said where they are declared.
+    for name in ("feature_mean", "feature_std"):
+        assert "published verbatim" in props[name]["description"]
+        assert "uncharged statistic" in props[name]["description"]
+    # The schema's rules take a 'dp' request without count_noise (filled in at admission)
+    # and refuse count_noise with 'declared'.
+    import jsonschema
+
+    jsonschema.validate({"mixture_degree": 4, "n_samples": 8}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"mixture_degree": 4, "n_samples": 8, "class_sizes": "declared", "count_noise": 1.0},
+            schema,
+        )
+    # The relation: replace-one unless declared; stored parameters without class_sizes
+    # predate 'dp' and were declared.
+    assert spec.neighbours({"class_sizes": "dp", "min_class_size": 40}) == "replace-one (n public)"
+    declared = spec.neighbours({"class_sizes": "declared", "min_class_size": 40})
+    assert "every class has at least 40 records" in declared
+    assert spec.neighbours({"min_class_size": 40}) == declared
+    assert registry.get("dpmix").neighbours({}) == "replace-one (n public)"

@@ -42,6 +42,7 @@ MNIST = {
     "clip_norm": 1.0,
     "n_classes": 10,
     "min_class_size": 892,
+    "class_sizes": "declared",  # the two-case analysis these tests check
 }
 
 

@@ -272,3 +272,14 @@ def test_builder_reads_the_extended_tabular_columns(tmp_path: Path) -> None:
     assert big["params"] == {"mixture_degree": 16, "n_samples": 5000}
     assert big["metrics"]["logistic_auc"] == 0.8
     assert (small["n"], small["d"], small["classes"]) == (500, 8, 2)
+
+
+def test_a_target_the_defaults_cannot_meet_drops_the_mechanism() -> None:
+    """dpcda's default DP class counts (count noise m/(4·6.1)) cost ε 1.3 on their own at
+    n = 398, K = 2 (m = 99): with the target (ε, δ) known no candidate is admissible there, so
+    none is recommended; at ε = 4, or without the target (admission checks only), it is."""
+    dpcda = registry.get("dpcda")
+    facts = PublicFacts(n=398, n_features=30, n_classes=2)
+    assert recommend(dpcda, facts, 1.0, delta=1e-5) is None
+    assert recommend(dpcda, facts, 4.0, delta=1e-5) is not None
+    assert recommend(dpcda, facts, 1.0) is not None

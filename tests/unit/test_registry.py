@@ -206,5 +206,21 @@ def test_admission_names_the_servers_row_limit(tmp_path: Path) -> None:
     dpcda.check(dpcda.params(mixture_degree=2, n_samples=99, min_class_size=20), known)
     with pytest.raises(InvalidParams, match="n_samples 102 exceeds"):
         dpcda.check(dpcda.params(mixture_degree=2, n_samples=101, min_class_size=20), known)
+    # The opt-in 'declared' class sizes check m against the private counts; the default
+    # 'dp' reads none (m above a class is admitted: the DP lower bounds decide in the job).
+    unbalanced = dataclasses.replace(known, class_counts=(20, 30))
     with pytest.raises(InvalidParams, match="not a lower bound"):
-        dpcda.check(dpcda.params(mixture_degree=2, n_samples=10, min_class_size=26), known)
+        dpcda.check(
+            dpcda.params(mixture_degree=2, n_samples=10, min_class_size=21, class_sizes="declared"),
+            unbalanced,
+        )
+    dpcda.check(
+        dpcda.params(mixture_degree=2, n_samples=10, min_class_size=21, count_noise=1.0),
+        unbalanced,
+    )
+    # Public figures: K·m > n holds on no dataset, whatever the mode.
+    with pytest.raises(InvalidParams, match="no class split reaches it"):
+        dpcda.check(
+            dpcda.params(mixture_degree=2, n_samples=10, min_class_size=26, count_noise=1.0),
+            known,
+        )

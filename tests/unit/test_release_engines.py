@@ -19,8 +19,16 @@ from worker import dask_release, engines
 
 N, D, K = 300, 4, 3
 RECORD = {"mixture_degree": 4, "n_samples": 120, "assignment": "record", "clip_norm": 2.0}
-CLASSES = {"mixture_degree": 4, "n_samples": 120, "min_class_size": 20, "clip_norm": 2.0}
+# The Dask job implements declared class sizes (DP class sizes are drawn at build time).
+CLASSES = {
+    "mixture_degree": 4,
+    "n_samples": 120,
+    "min_class_size": 20,
+    "clip_norm": 2.0,
+    "class_sizes": "declared",
+}
 DP_STATS = {**CLASSES, "standardization": "dp", "stats_noise": 1.0}
+DP_SIZES = {**CLASSES, "class_sizes": "dp"}  # the default, count_noise by its rule
 
 
 def _parsed() -> ParsedDataset:
@@ -118,6 +126,7 @@ def test_supported_releases_take_the_dask_rows_and_close_the_build(
     [
         ("dpmix", {**RECORD, "assignment": "mixture"}),
         ("dpcda", DP_STATS),
+        ("dpcda", DP_SIZES),
         ("dpcda", {**CLASSES, "postprocess": "denoise"}),
     ],
 )
@@ -133,6 +142,8 @@ def test_dp_statistics_are_drawn_by_the_build() -> None:
     """Why the Dask path refuses them: the single machine draws them at build time (the guard
     in ``engines`` would also refuse a build that drew anything)."""
     _, _, generator, _, _ = _built("dpcda", DP_STATS)
+    assert generator.position > 0
+    _, _, generator, _, _ = _built("dpcda", DP_SIZES)
     assert generator.position > 0
     _, _, generator, _, _ = _built("dpcda", CLASSES)
     assert generator.position == 0

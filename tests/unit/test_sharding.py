@@ -32,9 +32,11 @@ def _data(n: int = 300, d: int = 5, k: int = 3, seed: int = 0) -> ParsedDataset:
     return unit_dataset(X / 3.0, labels, k)  # in [0, 1], as declared
 
 
+# DP-CDA shards with declared class sizes only (DP class sizes are drawn once per release).
+DECLARED = {"min_class_size": 20, "class_sizes": "declared"}
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("dpmix", {"mixture_degree": 4, "n_samples": 3000}),
-    ("dpcda", {"mixture_degree": 4, "n_samples": 3000, "min_class_size": 20}),
+    ("dpcda", {"mixture_degree": 4, "n_samples": 3000, **DECLARED}),
     ("sgdrm", {"mixture_width": 4, "n_samples": 3000}),
 ]
 
@@ -116,10 +118,10 @@ def test_plan_splits_units_evenly_and_its_key_names_it() -> None:
 
 def test_dpcda_shards_whole_classes_and_makes_the_unsharded_row_count() -> None:
     # ⌈1000/3⌉ = 334 rows per class, 1002 rows: every shard asks for a multiple of 3.
-    plan = _plan("dpcda", {"mixture_degree": 4, "n_samples": 1000, "min_class_size": 20}, 300)
+    plan = _plan("dpcda", {"mixture_degree": 4, "n_samples": 1000, **DECLARED}, 300)
     assert plan.unit == 3 and plan.rows == 1002 and plan.count == 4
     spec = registry.get("dpcda")
-    params = params_of(spec, {"mixture_degree": 4, "n_samples": 1000, "min_class_size": 20})
+    params = params_of(spec, {"mixture_degree": 4, "n_samples": 1000, **DECLARED})
     asked = [plan.params_of(params, j)["n_samples"] for j in range(plan.count)]
     assert all(a % 3 == 0 for a in asked) and sum(asked) == 1002
 

@@ -157,8 +157,8 @@ CASES = [
     ),
     pytest.param(
         "dpcda",
-        {"mixture_degree": 4, "n_samples": 300, "min_class_size": 4},
-        id="dpcda",
+        {"mixture_degree": 4, "n_samples": 300, "min_class_size": 4, "class_sizes": "declared"},
+        id="dpcda-declared",
     ),
     pytest.param(
         "dpcda",
@@ -170,6 +170,11 @@ CASES = [
             "count_noise": 0.5,
         },
         id="dpcda-dp-class-sizes",
+    ),
+    pytest.param(
+        "dpcda",
+        {"mixture_degree": 4, "n_samples": 300, "min_class_size": 4},
+        id="dpcda-default",
     ),
     # Two clusters per class: the split, the assignment and the noisy statistics. (The trace
     # sampler adds no noise, so which clusters survive follows the exact counts here; every

@@ -386,24 +386,51 @@ def _after_statistics_epsilon(event: DPCDAAfterStatistics, delta: float) -> floa
     return min(pld, epsilon_from_rdp(event.rdp(), delta=delta))
 
 
+#: The class-size mode of keys that name none: the parameters' default.
+CLASS_SIZES_DEFAULT = "dp"
+
+
+def class_sizes_of(keys: Mapping[str, Any]) -> str:
+    return str(keys.get("class_sizes") or CLASS_SIZES_DEFAULT)
+
+
 def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
-    if (keys.get("class_sizes") or "declared") != "declared":
-        raise ValueError("the paper accountant analyses class_sizes 'declared' only")
+    if class_sizes_of(keys) != "declared":
+        raise ValueError(
+            "the paper accountant analyses class_sizes 'declared' only (set class_sizes: "
+            "'declared'; the default is 'dp')"
+        )
     return _with_statistics(DPCDAPaperEvent(*_args(sigma, keys)), keys)
+
+
+def count_noise_of(keys: Mapping[str, Any]) -> float:
+    """The request's count_noise, or the parameters' default rule on the same public keys
+    (``params.default_count_noise``), so the CLI and the service cost the same release."""
+    from dpcore.mechanisms.dpcda.params import default_count_noise
+
+    if keys.get("count_noise") is not None:
+        return float(keys["count_noise"])
+    return default_count_noise(keys["min_class_size"], keys["n_classes"])
+
+
+def failure_prob_of(keys: Mapping[str, Any]) -> float:
+    """β as given; left out, ``prepare`` chose it for the target, or (at a given σ, no
+    target) the reference 1e-9."""
+    from dpcore.mechanisms.dpcda.params import REFERENCE_FAILURE_PROB
+
+    return float(keys.get("class_size_failure_prob") or REFERENCE_FAILURE_PROB)
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
     event = DPCDAEvent(*_args(sigma, keys))
-    if (keys.get("class_sizes") or "declared") == "declared":
+    if class_sizes_of(keys) == "declared":
         if keys.get("count_noise") is not None:
-            raise ValueError("count_noise goes with class_sizes 'dp' (and is required there)")
+            raise ValueError("count_noise goes with class_sizes 'dp' only")
         return _with_statistics(event, keys)
     # DP class sizes: one event composes the statistics, the counts and the mixing
     # (``accounting_counts``).
     from dpcore.mechanisms.dpcda.accounting_counts import DPCountsMixing
 
-    if keys.get("count_noise") is None:
-        raise ValueError("class_sizes 'dp' needs count_noise")
     stats = _with_statistics(event, keys)
     stats_noise = stats_sensitivity = None
     if isinstance(stats, ComposedEvent):
@@ -420,8 +447,42 @@ def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
         m,
         noise,
         nonnegative,
-        count_noise=float(keys["count_noise"]),
-        failure_prob=float(keys.get("class_size_failure_prob") or 1e-9),
+        count_noise=count_noise_of(keys),
+        failure_prob=failure_prob_of(keys),
         stats_noise=stats_noise,
         stats_sensitivity=stats_sensitivity,
     )
+
+
+def prepare(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
+    """Before calibrating a 'dp' release: choose β for the target when none is given
+    (``params.default_failure_prob``; the event's analysis carries it, and admission stores
+    it with the parameters), and refuse, with the reason, a target that the noisy class
+    counts (and DP statistics) alone already exceed — no feature noise can meet it. Public
+    keys only."""
+    if class_sizes_of(keys) == "declared":
+        return keys
+    if keys.get("class_size_failure_prob") is None:
+        from dpcore.mechanisms.dpcda.params import default_failure_prob
+
+        keys = {**keys, "class_size_failure_prob": default_failure_prob(epsilon, delta)}
+    from dpcore.accounting.gdp import delta_of, epsilon_of
+    from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY
+
+    sigma_c = count_noise_of(keys)
+    mu2 = (COUNT_SENSITIVITY / sigma_c) ** 2
+    if keys.get("stats_noise") is not None and keys.get("d_x") is not None:
+        mu2 += 2 * keys["d_x"] / float(keys["stats_noise"]) ** 2
+    # The counts are a marginal of the release: at the target ε they alone need δ(ε) of
+    # μ-GDP, so a larger one than δ leaves nothing for the mixing.
+    if delta_of(math.sqrt(mu2), epsilon) > delta:
+        floor = epsilon_of(math.sqrt(mu2), delta)
+        raise ValueError(
+            f"class_sizes 'dp': the noisy class counts (count_noise {sigma_c:.4g}"
+            + (", and the DP statistics" if keys.get("stats_noise") is not None else "")
+            + f") alone cost ε {floor:.3g} at δ {delta:g}, not below the target {epsilon:g}: "
+            "raise count_noise (the lower bounds then sit further below the counts: lower "
+            "min_class_size with it), raise ε, or opt in to class_sizes 'declared' (a "
+            "narrower neighbour relation)"
+        )
+    return keys

@@ -111,6 +111,10 @@ def case() -> AuditCase:
             "n_classes": 1,
             "min_class_size": p["n"],
             "standardization": "unit_range" if _unit_range(p) else "declared",
+            # One class of the public n records: its size is public, so declared class sizes
+            # (m = n, the mixing alone) are replace-one here; the default 'dp' adds noisy
+            # counts and β to the same mixing, a larger claim.
+            "class_sizes": "declared",
         },
         exact_labels=True,
     )

@@ -3,6 +3,9 @@ and the worker derive from."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from statistics import NormalDist
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -17,7 +20,9 @@ def _null_or_empty() -> dict[str, Any]:
 
 
 # The model validator below, for clients and for schema-driven tests: declared statistics go
-# with (and only with) 'declared', stats_noise with (and only with) 'dp'.
+# with (and only with) 'declared', stats_noise with (and only with) 'dp', count_noise never
+# with class sizes 'declared' (with 'dp', the default, it may be left out: filled in from the
+# public shape at admission, ``default_count_noise``).
 _DPCDA_RULES: dict[str, Any] = {
     "allOf": [
         BASIS_RULE,
@@ -36,14 +41,10 @@ _DPCDA_RULES: dict[str, Any] = {
         },
         {
             "if": {
-                "properties": {"class_sizes": {"const": "dp"}},
+                "properties": {"class_sizes": {"const": "declared"}},
                 "required": ["class_sizes"],
             },
-            "then": {
-                "required": ["count_noise"],
-                "properties": {"count_noise": {"type": "number"}},
-            },
-            "else": {"properties": {"count_noise": {"type": "null"}}},
+            "then": {"properties": {"count_noise": {"type": "null"}}},
         },
         {
             "if": {
@@ -74,36 +75,44 @@ class DPCDAParams(ReleaseOnlyParams):
     )
     min_class_size: int = Field(
         ge=1,
-        description="m: a public lower bound on every class's size, declared by the owner; "
-        "the accountant's sampling ratio is ℓ/m. With class_sizes 'declared' it is checked "
-        "against the private counts and the guarantee covers only datasets whose classes all "
-        "have ≥ m records; with 'dp' the job checks it against DP lower bounds instead",
+        description="m: a public floor on every class's size, chosen by the owner without "
+        "looking at the class counts; the accountant's sampling ratio is ℓ/m. With "
+        "class_sizes 'dp' (the default) the job mixes only when every DP lower bound on a "
+        "class's size reaches m (else it releases rows of noise alone); with 'declared' it is "
+        "checked against the private counts and the guarantee covers only datasets whose "
+        "classes all have ≥ m records",
     )
     class_sizes: Literal["declared", "dp"] = Field(
-        default="declared",
-        description="declared: min_class_size is assumed of both neighbours (a restriction "
-        "of the neighbour relation) and checked against the private counts; dp: noisy "
+        default="dp",
+        description="dp (the default; valid for every pair of replace-one neighbours): noisy "
         "per-class counts (noise count_noise, charged) give lower bounds that hold with "
         "probability ≥ 1 − class_size_failure_prob (added to δ); if one falls below "
-        "min_class_size the mixtures are replaced by noise alone. Valid for all datasets",
+        "min_class_size the mixtures are replaced by noise alone; the noisy counts and bounds "
+        "are published in the release metadata. declared (opt-in): min_class_size is assumed "
+        "of both neighbours and checked against the private counts — a narrower neighbour "
+        "relation (replace-one over datasets whose every class has ≥ min_class_size records), "
+        "stated on the release, its metadata and its ledger entry",
     )
     count_noise: float | None = Field(
         default=None,
         gt=0,
         description="dp class sizes: noise std on each class count (replace-one moves two "
-        "counts by 1: μ = √2/count_noise)",
+        "counts by 1: μ = √2/count_noise); null with 'declared'",
     )
-    class_size_failure_prob: float = Field(
-        default=1e-9,
+    class_size_failure_prob: float | None = Field(
+        default=None,
         gt=0,
         le=1e-3,
-        description="dp class sizes: probability that some DP lower bound exceeds its class "
-        "size (added to δ, with a factor 1 + e^ε)",
+        description="dp class sizes: β, the probability that some DP lower bound exceeds its "
+        "class size (added to δ, with a factor 1 + e^ε). Default: chosen for the target at "
+        "admission, min(1e-9, 10⁻³·δ/(1 + e^ε)) so that it takes at most about a thousandth "
+        "of δ at any ε; 1e-9 for a release at a given noise",
     )
     standardization: Literal["unit_range", "declared", "dp"] = Field(
         default="unit_range",
         description="unit_range: scale by the declared feature_range to [0, 1]; declared: "
-        "z-score with the owner's public feature_mean/feature_std; dp: z-score with means and "
+        "z-score with the owner's feature_mean/feature_std (public: published verbatim, so "
+        "never computed from this dataset); dp: z-score with means and "
         "stds estimated under DP (noise stats_noise), charged with the release",
     )
     stats_noise: float | None = Field(
@@ -112,9 +121,19 @@ class DPCDAParams(ReleaseOnlyParams):
         description="dp: noise std on the per-feature sums and sums of squares of the "
         "[0, 1]-scaled features (μ = √(2d)/stats_noise)",
     )
-    feature_mean: list[float] | None = Field(default=None, description="Public, per feature")
+    feature_mean: list[float] | None = Field(
+        default=None,
+        description="standardization declared: the per-feature means, declared public and "
+        "published verbatim in the release's parameters and metadata. Computed from this "
+        "dataset they are an uncharged statistic of it: give values from public knowledge or "
+        "another dataset, or use standardization 'dp'",
+    )
     feature_std: list[Annotated[float, Field(gt=0)]] | None = Field(
-        default=None, description="Public, per feature"
+        default=None,
+        description="standardization declared: the per-feature standard deviations, "
+        "declared public and published verbatim in the release's parameters and metadata. "
+        "Computed from this dataset they are an uncharged statistic of it: give values from "
+        "public knowledge or another dataset, or use standardization 'dp'",
     )
 
     @model_validator(mode="after")
@@ -128,6 +147,48 @@ class DPCDAParams(ReleaseOnlyParams):
             raise ValueError("feature_std must be positive numbers")
         if (self.standardization == "dp") != (self.stats_noise is not None):
             raise ValueError("stats_noise goes with standardization 'dp' (and is required there)")
-        if (self.class_sizes == "dp") != (self.count_noise is not None):
-            raise ValueError("count_noise goes with class_sizes 'dp' (and is required there)")
+        if self.class_sizes == "declared" and self.count_noise is not None:
+            raise ValueError("count_noise goes with class_sizes 'dp' only")
         return self
+
+
+#: β of the default count_noise's margin (a reference: a release's own β may be smaller).
+REFERENCE_FAILURE_PROB = 1e-9
+
+
+def default_count_noise(min_class_size: int, n_classes: int) -> float:
+    """count_noise when a 'dp' request gives none (public figures only): m / (4·z) with
+    z = Φ⁻¹(1 − 10⁻⁹/K), so the DP lower bounds sit about m/4 below the noisy counts and a
+    class of ≥ 1.25·m records (plus a few count_noise) mixes. Cheap where m is large
+    (μ = √2/σ_c: 0.07 at m = 500, K = 10), costly where m is small (the accountant refuses a
+    target the counts alone exceed)."""
+    z = -NormalDist().inv_cdf(REFERENCE_FAILURE_PROB / max(1, n_classes))
+    return min_class_size / (4.0 * z)
+
+
+def default_failure_prob(epsilon: float, delta: float) -> float:
+    """β when a 'dp' request gives none, for its target (ε, δ): (1 + e^ε)·β, the δ it takes,
+    stays at most a thousandth of δ (with 1e-9 fixed, ε could not pass ln(δ/(2β)): 8.5 at
+    δ = 1e-5)."""
+    return min(REFERENCE_FAILURE_PROB, 1e-3 * delta / (1.0 + math.exp(min(epsilon, 700.0))))
+
+
+#: How ``default_count_noise`` reads, for the schema's description.
+COUNT_NOISE_RULE = (
+    "class_sizes dp: min_class_size / (4·Φ⁻¹(1 − 10⁻⁹ / classes)), so the DP lower bounds sit "
+    "about a quarter of min_class_size below the noisy counts (classes of ≥ 1.25·min_class_size "
+    "plus a few count_noise records mix); null with declared"
+)
+
+
+def neighbour_relation(params: Mapping[str, Any]) -> str | None:
+    """The narrower relation of class sizes 'declared' (None: replace-one). Stored parameters
+    without ``class_sizes`` predate 'dp' and were declared."""
+    if params.get("class_sizes", "declared") != "declared":
+        return None
+    return (
+        "replace-one (n public) over datasets whose every class has at least "
+        f"{params.get('min_class_size')} records (class_sizes 'declared': min_class_size "
+        "assumed of both neighbours and checked against the private counts); a neighbour "
+        "with a smaller class is outside the guarantee"
+    )

@@ -19,7 +19,7 @@ from dpcore.mechanisms.dpcda.accounting import (
 )
 from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
 from dpcore.mechanisms.dpcda.generate import generate, per_class
-from dpcore.mechanisms.dpcda.params import DPCDAParams
+from dpcore.mechanisms.dpcda.params import DPCDAParams, default_count_noise
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
@@ -171,10 +171,14 @@ def _dp_class_sizes(
     bound reaches min_class_size. The decision reads the noisy counts only — except that a
     class too small to hold a mixture never mixes, which can differ only in the failure event
     the accountant charges β for."""
-    assert params.count_noise is not None
+    # Admission stores the resolved count_noise; parameters that left it out take the same
+    # public rule the accountant applies (``params.default_count_noise``).
+    count_noise = params.count_noise or default_count_noise(params.min_class_size, len(counts))
+    # β as charged: the accountant's (chosen for the target when the request gave none).
+    beta = float(ctx.noise.analysis["class_size_failure_prob"])
     exact = torch.as_tensor(counts.astype(np.float64))[None, :]
     noisy = ctx.sampler(exact, sigma=ctx.sigma("counts"), sensitivity=COUNT_SENSITIVITY).numpy()[0]
-    bounds = lower_bounds(noisy, params.count_noise, params.class_size_failure_prob)
+    bounds = lower_bounds(noisy, count_noise, beta)
     mix = bool(bounds.min() >= params.min_class_size) and bool(
         counts.min() >= params.mixture_degree
     )
@@ -182,6 +186,7 @@ def _dp_class_sizes(
         "class_sizes": "dp: noisy per-class counts (charged with the release) give lower "
         "bounds, all correct with probability >= 1 - class_size_failure_prob; mixtures "
         "only when every bound reaches min_class_size, else rows of noise alone",
+        "class_size_failure_prob": beta,
         "dp_class_counts": noisy.tolist(),
         "dp_class_size_lower_bounds": bounds.tolist(),
         "mixed": mix,
