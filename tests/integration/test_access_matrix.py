@@ -222,8 +222,13 @@ def _shape(r: Any) -> tuple[int, str, str]:
     return r.status_code, error.get("code", ""), _UUID.sub("<id>", error.get("message", ""))
 
 
-def test_every_id_operation_against_every_caller(toy_harness: Harness) -> None:
+def test_every_id_operation_against_every_caller(
+    toy_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     h = toy_harness
+    # Hundreds of calls with one key, as fast as the machine goes: the per-key rate limit
+    # (tested in test_request_limits.py) would answer some of them 429 on a fast machine.
+    monkeypatch.setattr(h.runtime.settings, "rate_limit", "")
     schema = h.client.app.openapi()  # type: ignore[attr-defined]
     operations = id_operations(schema)
     op_ids = [op["operationId"] for _, _, op in operations]
@@ -304,9 +309,10 @@ def test_every_id_operation_against_every_caller(toy_harness: Harness) -> None:
 
 
 @pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
-def test_ids_in_bodies_and_queries(toy_harness: Harness) -> None:
+def test_ids_in_bodies_and_queries(toy_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids outside the path are checked alike: another tenant's is a missing one."""
     h = toy_harness
+    monkeypatch.setattr(h.runtime.settings, "rate_limit", "")  # as above
     w = build_world(h)
     owner, theirs = w.keys[OWNER], w.foreign["dataset_id"]
     ds, nothing = w.ids["dataset_id"], str(uuid.uuid4())

@@ -99,7 +99,9 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     from selenium.webdriver.support.ui import Select
 
     owner = live.new_key("owner", "Ada")
-    dataset_id = live.upload(owner, "clinic-visits")
+    # 2 000 rows: every mechanism's defaults are admissible at the ε the test previews (DP-CDA's
+    # default DP class counts alone would cost more than ε = 2 on a few hundred rows).
+    dataset_id = live.upload(owner, "clinic-visits", rows=2000)
     page = f"{live.url}/console/datasets/{dataset_id}/new-release"
     mechanisms = live.http.get("/mechanisms", headers=live.headers(owner)).json()["items"]
     by_name = {m["name"]: m for m in mechanisms}
