@@ -105,6 +105,7 @@ def test_image_release_page_grid_and_download(live: Live, browser: Any, artifact
     assert float(charge["σ_x"]) == pytest.approx(release["noise"]["sigma_x"], abs=1e-4)
     assert charge["Noise sampler"] == release["noise"]["sampler"]
     assert charge["Charged as"] == release["charge"]["charged_as"]
+    assert charge["Holds for"] == release["neighbour_relation"] == "replace-one (n public)"
     assert charge["Charge"] == release["settlement"]["state"] == "committed"
     noise_rows = browser.find_elements(By.CSS_SELECTOR, "#noise-body tr")
     assert len(noise_rows) == len(release["noise"]["scales"])

@@ -192,6 +192,7 @@
       ["ε charged", fmt(c.epsilon, 4)],
       ["δ", fmtDelta(c.delta)],
       ["Charged as", c.charged_as || "–"],
+      ["Holds for", release.neighbour_relation],
       ["Consumed ε", fmt(c.consumed_epsilon, 4)],
       ["Consumed δ", fmtDelta(c.consumed_delta)],
       ["Charge", release.settlement ? release.settlement.state : null],
