@@ -674,7 +674,7 @@ def _write_release(
     randomness that refuses every draw."""
     classes = published_classes(parsed)  # before anything is drawn
     # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
-    generator, noise = randomness(job.noise_sampler) if plan is None else sharding.sealed()
+    generator, sampler = randomness(job.noise_sampler) if plan is None else sharding.sealed()
     # Sharded: the shards filled the bar's first SHARDS_SHARE; assembling fills the rest.
     start, share = (0.0, 1.0) if plan is None else (SHARDS_SHARE, 1 - SHARDS_SHARE)
     progress = Progress(
@@ -689,7 +689,7 @@ def _write_release(
         job.params,
         parsed,
         noise=job.noise,
-        sampler=noise,
+        sampler=sampler,
         generator=generator,
         device=device,
         report=progress.report,
@@ -713,7 +713,7 @@ def _write_release(
             parsed,
             output,
             noise=job.noise,
-            sampler=noise,
+            sampler=sampler,
             generator=generator,
             scratch=path.parent / "dask",
         )
@@ -815,9 +815,9 @@ def _write_release(
             raise RuntimeError(f"the mechanism did not write its artifact {artifact.name}")
         record = lifecycle.ArtifactRecord(artifact.name, artifact.media_type, artifact.description)
         extras.append(ExtraFile(record, extra_path))
-    if isinstance(noise, SecureNoise):
+    if isinstance(sampler, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
-        meta = {**meta, "noise_lattices": noise.describe()}
+        meta = {**meta, "noise_lattices": sampler.describe()}
     elif parts is not None and parts.lattices:
         meta = {**meta, "noise_lattices": parts.lattices}
     return Written(meta, tuple(extras), raw_path)

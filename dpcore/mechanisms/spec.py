@@ -45,7 +45,7 @@ class InvalidParams(ValueError):
     """A request's parameters do not fit the dataset's public facts or the server's limits."""
 
 
-class ReleaseTooLarge(InvalidParams):
+class ReleaseOverSizeCap(InvalidParams):
     """The release file would pass the server's size cap (``PublicFacts.max_release_bytes``).
     Its figures are public: rows from the parameters (or n), width from the declared schema."""
 
@@ -99,7 +99,7 @@ class PublicFacts:
         estimate = self.release_bytes(rows)
         if self.max_release_bytes is not None and estimate > self.max_release_bytes:
             limit = self.bytes_hint or f"the limit of {self.max_release_bytes} bytes"
-            raise ReleaseTooLarge(
+            raise ReleaseOverSizeCap(
                 f"{what} {rows} makes a release file of about {estimate} bytes ({rows} rows × "
                 f"({self.n_features} features + {self.n_classes} classes) × {self.value_bytes} "
                 f"bytes per value), more than {limit}: ask for fewer rows",

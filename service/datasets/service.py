@@ -15,7 +15,7 @@ from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.audit_trail import service as audit
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
-from service.budgets import service as ledger
+from service.budgets import service as budget_service
 from service.config import Settings
 from service.datasets import repository
 from service.datasets.parsing import ParsedDataset, detect_format, parse_dataset
@@ -195,7 +195,7 @@ def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetO
         size_bytes=dataset.size_bytes if owner else None,
         clipped_values=dataset.clipped_values if owner else None,
         columns=declared_columns(dataset.feature_range),
-        budget=ledger.status_of(session, budget=budget),
+        budget=budget_service.status_of(session, budget=budget),
         created_at=dataset.created_at,
         status="deleted" if dataset.deleted_at is not None else "active",
         deleted_at=dataset.deleted_at,
