@@ -753,15 +753,15 @@ def _write_release(
     blocks = parsed.categorical_blocks if same_space else ()
 
     def raw_units(x: np.ndarray) -> np.ndarray:
-        # The public transform's inverse (issue 15 item 2): post-processing of the release.
+        # The public transform's inverse: post-processing of the release.
         return transform.to_raw(x) if transform is not None else x
 
     def decode(x: np.ndarray) -> np.ndarray:
-        # Declared categorical columns (issue 15 item 1): proportions, post-processing.
+        # Declared categorical columns: proportions, post-processing.
         x = raw_units(x)
         return category_proportions(x, blocks) if blocks else x
 
-    # The table's columns (issue 15.2): the dataset's names, the label as its kind allows.
+    # The table's columns: the dataset's names, the label as its kind allows.
     layout = release_layout(job, output.feature_names, classes)
     meta["layout"] = layout.describe()
     writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
@@ -904,9 +904,9 @@ def published_classes(parsed: ParsedDataset) -> list[Any]:
     return list(parsed.classes)
 
 
-# What a table format cannot hold travels beside it as further artifacts (issue 15): CSV has
-# no place for metadata, and neither CSV nor Parquet for a mechanism's arrays (a projection
-# matrix), which an NPZ carries inside. The names are reserved for that.
+# What a table format cannot hold travels beside it as further artifacts: CSV has no place
+# for metadata, and neither CSV nor Parquet for a mechanism's arrays (a projection matrix),
+# which an NPZ carries inside. The names are reserved for that.
 METADATA_ARTIFACT = "metadata.json"
 
 

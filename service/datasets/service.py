@@ -69,7 +69,7 @@ def check(
     """Validate and parse an upload: a pure function of the request (no session, no store),
     so the endpoint runs it, off the event loop, before it takes a database connection or an
     Idempotency-Key row lock. Sizes are bounded from the file's metadata before decoding
-    (``parsing.parse_dataset``, issue 14 item 2a)."""
+    (``parsing.parse_dataset``)."""
     metadata = parse_metadata(metadata_json)
     fmt = detect_format(filename)
     parsed = parse_dataset(
@@ -161,7 +161,7 @@ def create(
 
 def _jsonable_range(metadata: DatasetMetadata) -> object:
     """The declared bounds as stored in ``datasets.feature_range`` (JSON): ``[lo, hi]``, an
-    object of per-column ranges, or (issue 15 item 1, no migration) the declared ``columns``
+    object of per-column ranges, or (in the same column, no migration) the declared ``columns``
     as a list of column objects, told apart from ``[lo, hi]`` by its items being objects."""
     if metadata.columns is not None:
         return [column.model_dump(mode="json") for column in metadata.columns]

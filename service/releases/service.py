@@ -171,7 +171,7 @@ def plan(
     spec = registry.get(request.mechanism)
     try:
         public = facts(dataset, settings, request.format)
-        # Parameters left out take their defaults from the public shape (issue 15.3).
+        # Parameters left out take their defaults from the public shape.
         params = spec.resolve(request.params, public)
         spec.check(params, public)
         accountant = spec.accountant(request.accountant)
