@@ -1,4 +1,4 @@
-"""Decoding declared categorical columns in a release (issue 15, item 1).
+"""Decoding declared categorical columns in a release.
 
 An upload's categorical column is one-hot encoded into one feature per declared category; a
 released row holds a noisy mixture of such blocks. Reading each block as the mixture's

@@ -327,7 +327,7 @@ def preprocess_test(release: Release, X_raw: np.ndarray) -> np.ndarray:
         )
     transform = meta.get("transform")
     if transform is not None and transform.get("output", "raw") != "mechanism":
-        # Released in the data's units (issue 15 item 2): a real record as the release
+        # Released in the data's units: a real record as the release
         # represents it — clipped to the declared bounds and to the row-norm bound, nothing
         # else (records inside both are used as they are).
         return RowTransform.from_metadata(transform).real_rows(X)

@@ -1,12 +1,12 @@
 """Preprocessing that uses only public, owner-declared facts (bounds and the label set).
 
-``RowTransform`` is the one map between a dataset's raw units and the rows a mechanism reads
-(issue 15, item 2): clip every value to its declared [lo, hi], shift and scale per feature
-(the declared bounds, or public standardisation statistics), then clip each row to L2 norm C —
-rows inside C are kept exact — and, for the mechanisms whose accountants assume records of
-norm ≤ 1, divide by C. Every step is a public function of the record alone, so the
-accountants' premises (norm bounds, signs) hold whatever C is, and mapping the released rows
-back to raw units (``to_raw``) is post-processing.
+``RowTransform`` is the one map between a dataset's raw units and the rows a mechanism reads:
+clip every value to its declared [lo, hi], shift and scale per feature (the declared bounds, or
+public standardisation statistics), then clip each row to L2 norm C — rows inside C are kept
+exact — and, for the mechanisms whose accountants assume records of norm ≤ 1, divide by C.
+Every step is a public function of the record alone, so the accountants' premises (norm bounds,
+signs) hold whatever C is, and mapping the released rows back to raw units (``to_raw``) is
+post-processing.
 """
 
 from __future__ import annotations

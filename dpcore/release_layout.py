@@ -1,4 +1,4 @@
-"""The columns of a release table (issue 15, item 2): the dataset's own names.
+"""The columns of a release table: the dataset's own names.
 
 A CSV or Parquet release has one column per feature, named exactly as the dataset's feature
 (declared categorical columns are already one-hot features ``<column>=<category>``), then its

@@ -1,5 +1,11 @@
 """The CLI's API client: :mod:`dprelease_client` (a light package of its own, so a script can
-use it without the CLI or the server), re-exported under the names the CLI has always used."""
+use it without the CLI or the server), re-exported for the CLI.
+
+``ApiClient`` is a deprecated name of :class:`Client`: it still works, with a
+``DeprecationWarning``; use ``Client``."""
+
+import warnings
+from typing import Any
 
 from dprelease_client.client import (
     DEFAULT_TIMEOUT,
@@ -15,14 +21,23 @@ from dprelease_client.client import (
     WaitTimeout,
 )
 
-ApiClient = Client
+
+def __getattr__(name: str) -> Any:
+    if name == "ApiClient":
+        warnings.warn(
+            "dprelease_cli.client.ApiClient is deprecated; use dprelease_client.Client",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Client
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_RETRY_WAIT_S",
     "RATE_LIMIT_RETRIES",
     "TERMINAL_STATUSES",
-    "ApiClient",
     "ApiConnectionError",
     "ApiError",
     "ChecksumMismatch",

@@ -28,7 +28,7 @@ from typing import IO, Any, TypeVar
 import click
 import httpx
 
-from dprelease_cli.client import TERMINAL_STATUSES, ApiClient, ApiError, WaitTimeout
+from dprelease_cli.client import TERMINAL_STATUSES, ApiError, Client, WaitTimeout
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 NO_KEY_MESSAGE = "no API key: pass --key or set DPRELEASE_KEY"
@@ -66,15 +66,15 @@ class CliState:
     url: str = DEFAULT_URL
     key: str | None = None
     http: httpx.Client | None = None
-    _api: ApiClient | None = None
+    _api: Client | None = None
 
-    def api(self) -> ApiClient:
+    def api(self) -> Client:
         """The API client; resolving the key only here keeps offline subcommands key-free."""
         if self._api is None:
             key = self.key or _key_from_home()
             if not key:
                 raise CliError(NO_KEY_MESSAGE)
-            self._api = ApiClient(base_url=self.url, api_key=key, http=self.http)
+            self._api = Client(base_url=self.url, api_key=key, http=self.http)
         return self._api
 
     def close(self) -> None:
@@ -691,7 +691,7 @@ def _describe_error(error: Any) -> str:
 
 
 def _wait_for(
-    api: ApiClient, release: Mapping[str, Any], *, poll_interval: float, timeout: float | None
+    api: Client, release: Mapping[str, Any], *, poll_interval: float, timeout: float | None
 ) -> dict[str, Any]:
     """Wait with :meth:`dprelease_client.Client.wait` (its progress bar on stderr): the first
     polls come sooner (from 0.1 s, doubling), then every ``poll_interval`` seconds (no
@@ -722,7 +722,7 @@ def _wait_for(
 
 
 def _download(
-    api: ApiClient, release: Mapping[str, Any], output: Path, name: str | None = None
+    api: Client, release: Mapping[str, Any], output: Path, name: str | None = None
 ) -> dict[str, Any]:
     release_id = str(release.get("id"))
     artifact = release.get("artifact")

@@ -101,7 +101,7 @@ class Settings(BaseSettings):
         description="How long a sweeper's lease (table sweeper_leases) keeps the other API "
         "processes from sweeping; renewed at each pass, so keep it above sweep_interval_s",
     )
-    # Item 6 of issue 14: health, readiness and metrics.
+    # Health, readiness and metrics.
     ready_timeout_s: float = Field(
         default=2.0,
         gt=0,
@@ -116,7 +116,7 @@ class Settings(BaseSettings):
         description="Port on which a Celery worker serves its Prometheus metrics (job "
         "durations); 0: none",
     )
-    # Issue 14, item 5 (downloads): how an S3-stored file reaches its downloader. A presigned
+    # Downloads: how an S3-stored file reaches its downloader. A presigned
     # URL is checked by the object store alone, so it outlives a grant's revocation by at
     # most its lifetime; hence a short one, or streaming through the API (grant checked when
     # the bytes are sent). The local store of embedded mode is always served by the API.
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         description="Largest release file GET /releases/{id}/summary reads (it holds the "
         "file's values in memory); larger ones answer 409 summary_too_large",
     )
-    # -- Issue 14, item 3 (δ handled as a budget) ------------------------------------------
+    # δ handled as a budget.
     delta_warning_ratio: float = Field(
         default=0.1,
         gt=0,
@@ -153,9 +153,8 @@ class Settings(BaseSettings):
         "of the budget's δ, is below this times the fraction of ε that would remain: δ spent "
         "much faster than ε leaves later releases a small δ (more noise)",
     )
-    # -- end of item 3 ---------------------------------------------------------------------
-    # Issue 14, item 2b (bounded release jobs): the size cap, the scratch space and its disk
-    # check, and the embedded job pool.
+    # Bounded release jobs: the size cap, the scratch space and its disk check, and the
+    # embedded job pool.
     max_release_bytes: int = Field(
         default=2 * 1024**3,
         gt=0,
@@ -182,7 +181,7 @@ class Settings(BaseSettings):
         description="Embedded mode: release jobs run at once, taken from per-owner queues in "
         "turn (so one owner's backlog does not hold up another's release)",
     )
-    # --- Issue 14, item 2a: bounded uploads (service/upload_slots.py, datasets/parsing.py). ---
+    # Bounded uploads (service/upload_slots.py, datasets/parsing.py).
     # With the defaults one upload's parse peaks near max_upload_bytes + 2 x decoded + 10 B x
     # cells (about 3.2 GiB at most), and at most max_concurrent_uploads run per API process
     # (README, "Bounded uploads").
@@ -209,7 +208,7 @@ class Settings(BaseSettings):
         "columns' Arrow widths; NPZ: the arrays the headers declare; CSV: the frame read so "
         "far): 413 dataset_too_large above, before decoding",
     )
-    # --- Issue 15, item 3 (guidance before spending: service/releases/guidance.py). ---
+    # Guidance before spending (service/releases/guidance.py).
     preview_noise_columns: int = Field(
         default=100,
         ge=0,
@@ -218,7 +217,7 @@ class Settings(BaseSettings):
         "columns) for datasets of at most this many features; wider ones get the summary "
         "(min, median, max) only",
     )
-    # --- Issue 16, item 4 (beyond one machine: worker/dask_release.py, docs/scaling.md). ---
+    # Releases beyond one machine (worker/dask_release.py, docs/scaling.md).
     dask_scheduler: str | None = Field(
         default=None,
         description="Address of the dask.distributed scheduler that runs distributed releases "
@@ -228,7 +227,7 @@ class Settings(BaseSettings):
     dask_local_workers: int = Field(
         default=2, ge=1, le=64, description="Workers of the LocalCluster used without a scheduler"
     )
-    # --- Issue 16, item 3 (sharded releases: worker/shards.py). ---
+    # Sharded releases (worker/shards.py).
     shard_rows: int = Field(
         default=1_000_000,
         ge=0,

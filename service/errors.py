@@ -35,7 +35,7 @@ class ReleaseTooLarge(InvalidInput):
 
 class LabelColumnClash(InvalidInput):
     """A release table of the dataset would repeat a column name (422): its label column,
-    or a '<label>=<class>' column, is also a feature's name (issue 15.2)."""
+    or a '<label>=<class>' column, is also a feature's name."""
 
     code = "label_column_clash"
 
@@ -128,7 +128,7 @@ class RateLimited(ServiceError):
 
 class UploadsBusy(ServiceError):
     """This API process already parses its maximum of uploads at once (503); retry after
-    ``retry_after`` seconds (issue 14, item 2a)."""
+    ``retry_after`` seconds."""
 
     status_code = 503
     code = "uploads_busy"

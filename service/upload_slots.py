@@ -1,5 +1,4 @@
-"""A cap on the uploads (``POST /datasets``) one API process reads and parses at once (issue
-14, item 2a).
+"""A cap on the uploads (``POST /datasets``) one API process reads and parses at once.
 
 Parsing an upload takes memory in proportion to its values (bounded per upload by
 ``datasets/parsing.py``) and CPU for seconds; without a cap, a handful of large uploads at once

@@ -1,5 +1,5 @@
 """DPMix's record assignment and DP-CDA's per-class mixing on ``dask.distributed``, over a
-dataset stored as Parquet partitions (issue 16, item 4; docs/scaling.md).
+dataset stored as Parquet partitions (docs/scaling.md).
 
 The numerics are ``dpcore.distributed`` (pure map and reduce functions); this module only
 schedules them: it finds the partitions (one per Parquet row group, from the footers alone),

@@ -1,5 +1,4 @@
-"""Which engine draws a release's rows (issue 16, item 4; docs/scaling.md, "Running releases
-on Dask").
+"""Which engine draws a release's rows (docs/scaling.md, "Running releases on Dask").
 
 ``DPRELEASE_RELEASE_ENGINE=local`` (the default): the rows come from the single-machine
 generator ``build`` returned. ``dask``: when the mechanism's ``MechanismSpec.distributed``

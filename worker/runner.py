@@ -674,7 +674,7 @@ def _write_release(
     randomness that refuses every draw."""
     classes = published_classes(parsed)  # before anything is drawn
     # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
-    generator, noise = randomness(job.noise_sampler) if plan is None else sharding.sealed()
+    generator, sampler = randomness(job.noise_sampler) if plan is None else sharding.sealed()
     # Sharded: the shards filled the bar's first SHARDS_SHARE; assembling fills the rest.
     start, share = (0.0, 1.0) if plan is None else (SHARDS_SHARE, 1 - SHARDS_SHARE)
     progress = Progress(
@@ -689,7 +689,7 @@ def _write_release(
         job.params,
         parsed,
         noise=job.noise,
-        sampler=noise,
+        sampler=sampler,
         generator=generator,
         device=device,
         report=progress.report,
@@ -713,7 +713,7 @@ def _write_release(
             parsed,
             output,
             noise=job.noise,
-            sampler=noise,
+            sampler=sampler,
             generator=generator,
             scratch=path.parent / "dask",
         )
@@ -753,15 +753,15 @@ def _write_release(
     blocks = parsed.categorical_blocks if same_space else ()
 
     def raw_units(x: np.ndarray) -> np.ndarray:
-        # The public transform's inverse (issue 15 item 2): post-processing of the release.
+        # The public transform's inverse: post-processing of the release.
         return transform.to_raw(x) if transform is not None else x
 
     def decode(x: np.ndarray) -> np.ndarray:
-        # Declared categorical columns (issue 15 item 1): proportions, post-processing.
+        # Declared categorical columns: proportions, post-processing.
         x = raw_units(x)
         return category_proportions(x, blocks) if blocks else x
 
-    # The table's columns (issue 15.2): the dataset's names, the label as its kind allows.
+    # The table's columns: the dataset's names, the label as its kind allows.
     layout = release_layout(job, output.feature_names, classes)
     meta["layout"] = layout.describe()
     writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
@@ -815,9 +815,9 @@ def _write_release(
             raise RuntimeError(f"the mechanism did not write its artifact {artifact.name}")
         record = lifecycle.ArtifactRecord(artifact.name, artifact.media_type, artifact.description)
         extras.append(ExtraFile(record, extra_path))
-    if isinstance(noise, SecureNoise):
+    if isinstance(sampler, SecureNoise):
         # Lattice and raised σ per noised vector: functions of public parameters only.
-        meta = {**meta, "noise_lattices": noise.describe()}
+        meta = {**meta, "noise_lattices": sampler.describe()}
     elif parts is not None and parts.lattices:
         meta = {**meta, "noise_lattices": parts.lattices}
     return Written(meta, tuple(extras), raw_path)
@@ -904,9 +904,9 @@ def published_classes(parsed: ParsedDataset) -> list[Any]:
     return list(parsed.classes)
 
 
-# What a table format cannot hold travels beside it as further artifacts (issue 15): CSV has
-# no place for metadata, and neither CSV nor Parquet for a mechanism's arrays (a projection
-# matrix), which an NPZ carries inside. The names are reserved for that.
+# What a table format cannot hold travels beside it as further artifacts: CSV has no place
+# for metadata, and neither CSV nor Parquet for a mechanism's arrays (a projection matrix),
+# which an NPZ carries inside. The names are reserved for that.
 METADATA_ARTIFACT = "metadata.json"
 
 

@@ -1,5 +1,5 @@
-"""Sharded releases (issue 16, item 3; ``dpcore.mechanisms.sharding`` says when a release may
-be split and why the split has the unsplit release's law).
+"""Sharded releases (``dpcore.mechanisms.sharding`` says when a release may be split and why
+the split has the unsplit release's law).
 
 A release of more than ``shard_rows`` rows by a shardable mechanism runs as:
 

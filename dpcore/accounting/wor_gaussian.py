@@ -17,11 +17,11 @@ term and keeps only the cap 2 e^{cgf(i−1)}; a fractional α linearly interpola
 and ⌈α⌉ (WBK Corollary 10). The RDP is log A_α / (α − 1).
 
 Why re-implement: dp_accounting recomputes all forward differences for every order in scalar
-Python (O(α²) per order, ~0.14 s per curve on ``ORDERS``). The differences do not depend on α,
-so they are computed once, up to the largest order needed, and each pass of dp_accounting's
-in-place difference loop is one vector operation (entry j is only written after entries j and
-j + 1 of the previous pass were read). The per-order sums are one log-sum-exp over an
-(orders × i) matrix.
+Python (O(α²) per order; its timing: docs/results/implementation.md). The differences do not
+depend on α, so they are computed once, up to the largest order needed, and each pass of
+dp_accounting's in-place difference loop is one vector operation (entry j is only written after
+entries j and j + 1 of the previous pass were read). The per-order sums are one log-sum-exp
+over an (orders × i) matrix.
 
 Why it is bit-faithful where it matters: for large σ the high-order differences are pure
 rounding noise in dp_accounting (differences of nearly equal numbers, amplified pass after

@@ -139,8 +139,8 @@ def _canary(
 
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
-    # The audit's tensors are tiny: intra-op threads only add contention (100x slower on a
-    # loaded 2-core machine).
+    # The audit's tensors are tiny: intra-op threads only add contention, much slower on a
+    # loaded machine (docs/results/implementation.md).
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

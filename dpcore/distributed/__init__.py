@@ -1,4 +1,4 @@
-"""Mechanisms as map–reduce jobs over partitions of a dataset (issue 16, item 4).
+"""Mechanisms as map–reduce jobs over partitions of a dataset (docs/scaling.md).
 
 Framework-free: pure per-partition *map* functions and per-bucket *reduce* functions over
 numpy/torch arrays, with the randomness each task draws made explicit. Any scheduler can run

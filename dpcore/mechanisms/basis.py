@@ -1,5 +1,5 @@
-"""A public, data-independent feature basis for mixing mechanisms (issue 11, "spend the budget
-where the signal is").
+"""A public, data-independent feature basis for mixing mechanisms: spend the budget where the
+signal is.
 
 Rows are preprocessed as the mechanism's accountant assumes (norm ≤ R, and for unit-range
 features every entry ≥ 0, so two rows are ≤ √2·R apart), then mapped to k coordinates by

@@ -1,11 +1,11 @@
-"""The row-norm bound C every row-clipping mechanism takes (issue 15, item 2).
+"""The row-norm bound C every row-clipping mechanism takes.
 
 Rows are scaled to [0, 1] by the declared bounds and clipped to L2 norm C
 (``dpcore.preprocessing.RowTransform``): records inside C are released exactly (in raw units,
 after the mechanism's noise), longer ones are scaled down to C. For the mechanisms whose
 accountants assume ‖row‖ ≤ 1 the rows are then divided by C, so their accounting does not
-change with C — only the noise in raw units does (σ · C · (hi − lo)). C = 1 is the per-row
-normalisation the service used before: almost every row of a wide dataset is scaled down.
+change with C — only the noise in raw units does (σ · C · (hi − lo)). C = 1 is per-row
+normalisation: almost every row of a wide dataset is scaled down.
 
 The default depends on the data's kind (public: the declared feature shape), by measurement
 (``DEFAULT_RULE``).
@@ -28,13 +28,9 @@ CLIP_HELP = (
     "wide dataset scaled down); C = √d clips nothing"
 )
 
-# Measured at ε = 1 (docs/results/clip_norm.md: bench/clip_norm.py, and the sweet-spot study
-# with --param clip_norm). Tables: ⌈√d⌉/2 keeps 64–98 % of rows exact and cost little against
-# C = 1 where the tables are large enough to tell (make_classification, DP-CDA logistic 0.881 vs
-# 0.872, HGB 0.823 vs 0.845), while C = √d lost up to 0.1 (DPMix logistic 0.858 → 0.763). On
-# MNIST (median scaled row norm 9.3 of √d = 28) per-row normalisation (C = 1) did not measurably
-# help: DP-CDA logistic 0.811 at C = 1, 0.807 at 7, 0.803 at ⌈28⌉/3, 0.790 at 14; DPMix 0.598,
-# 0.628, 0.593, 0.504. Image-shaped data takes ⌈√d⌉/3 (MNIST 9.33: 51 % of rows exact).
+# Chosen by measurement (docs/results/clip_norm.md, "Choice"): tables keep most rows exact at
+# ⌈√d⌉/2 at little cost against C = 1, while C = √d loses much; on image-shaped data per-row
+# normalisation does not measurably help, and ⌈√d⌉/3 keeps about half the rows exact.
 DEFAULT_RULE = "⌈√d⌉/3 for image-shaped data, ⌈√d⌉/2 otherwise, at least 1 (measured)"
 
 
@@ -53,9 +49,9 @@ CLIP_DEFAULT = ShapeDefault(
 
 
 class ClipNormParams(BaseModel):
-    # 1.0 (per-row normalisation, the geometry before issue 15) only where the params model is
-    # built directly (tests, accounting); a request through the API, and the benches, get the
-    # shape default (``CLIP_DEFAULT``) when they leave it out.
+    # 1.0 (per-row normalisation) only where the params model is built directly (tests,
+    # accounting); a request through the API, and the benches, get the shape default
+    # (``CLIP_DEFAULT``) when they leave it out.
     clip_norm: float = Field(default=1.0, gt=0, allow_inf_nan=False, description=CLIP_HELP)
 
 

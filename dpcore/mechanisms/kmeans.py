@@ -1,7 +1,7 @@
 """DP k-means: Lloyd steps whose only reads of the data are noisy per-cluster sums and counts.
 
 One implementation for every mechanism that clusters privately (ClustMix's ``dp`` variant; DPGM's
-kernel k-means runs it on random Fourier features, issue 13).
+kernel k-means runs it on random Fourier features).
 
 Privacy, per step (docs/privacy.md, "ClustMix"): records are rows of L2 norm ≤ 1 with
 non-negative entries before any public basis (so two records are ≤ √2 apart, and a

@@ -46,7 +46,7 @@ from dpcore.mechanisms.secure_random import SecureRandom
 # only while it stays within TABLE_BUDGET entries (2 MiB with its 3 MiB guide; more entries put
 # more draws on the guide's slower path). Past TABLE_LIMIT the table-free draw, whose memory
 # and speed do not depend on the scale (several times slower than a table), takes the finest
-# lattice: it used to coarsen the lattice instead, up to 43 % more noise.
+# lattice (a coarser one would add noise).
 MIN_SLACK = 2.0**-12
 MAX_SLACK = 2.0**-6
 TABLE_BUDGET = 1 << 17

@@ -1,4 +1,4 @@
-"""Free post-processing of a release (issue 11): denoising from the release's own rows and
+"""Free post-processing of a release: denoising from the release's own rows and
 public facts, then projection back to the public feature domain.
 
 Everything here reads the noisy released rows and public facts only (the noise scale σ, the
@@ -15,9 +15,8 @@ all rows otherwise). Two gains, each for the case it was measured best in:
 - ``wiener``: (λ_i − σ²)₊/λ_i, λ_i the group's sample variance along axis i — the linear
   minimum-mean-square estimate with the signal covariance estimated as Σ̂ − σ²I. Directions
   near the noise level keep a small gain, so a model that aggregates many rows still sees
-  their weak signal (DPMix at ε = 1, ℓ = 16: ridge 0.652 with it, 0.591 raw;
-  docs/results/sweet_spot.md — though logistic regression, trees and CNNs lose much, which is
-  why post-processing is opt-in).
+  their weak signal (it helps ridge on DPMix's releases, docs/results/sweet_spot.md — though
+  logistic regression, trees and CNNs lose much, which is why post-processing is opt-in).
 - ``optimal``: A group's n centred rows (p coordinates) are signal plus independent
 N(0, σ²) noise; with β = min(n, p)/max(n, p) and each singular value s_i of the centred group
 normalised as y_i = s_i/(σ·√max(n, p)), Gavish & Donoho ("Optimal shrinkage of singular

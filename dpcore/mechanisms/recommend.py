@@ -1,4 +1,4 @@
-"""Recommended configurations (issue 15.3): per mechanism, the configuration measured best on
+"""Recommended configurations: per mechanism, the configuration measured best on
 the public dataset nearest to a request's public shape, adapted to that shape and checked
 admissible.
 

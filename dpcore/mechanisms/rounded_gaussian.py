@@ -38,7 +38,7 @@ vectorised in float64 for the entries up to the next anchor; the error of each e
 bounded rigorously (Arb radius, float64 rounding of coefficients, Horner's rounding by
 Higham's bound, and the series remainder by Cauchy's estimate) and the build refuses a table
 whose bound reaches E; tables of s < 45 (one entry per span) take one Arb erf per entry
-(within 2). This is 20–40× cheaper than one Arb erf per entry (measured at 117 000 entries).
+(within 2). This is much cheaper than one Arb erf per entry (docs/results/implementation.md).
 
 Written here rather than taken from a library: the libraries that offer a secure discrete
 Gaussian (e.g. the Canonne–Kamath–Steinke sampler) sample exp(−k²/2s²) weights, whose

@@ -15,8 +15,8 @@ from dpcore.mechanisms.secure_random import SecureRandom
 # ``gather_sum``): bounds memory at a few hundred MB.
 GATHER_BUDGET = 1 << 25
 # ``gather_sum`` on float32 rows sums blocks of this many rows in float32, then the block sums
-# in float64: float32 speed (half the bytes of a float64 copy; blocks of 16 measured up to 2×
-# slower at ℓ = 256), a rounding bound that stops growing with ℓ at γ_64 in float32
+# in float64: float32 speed (half the bytes of a float64 copy; smaller blocks measured slower,
+# docs/results/implementation.md), a rounding bound that stops growing with ℓ at γ_64 in float32
 # (``float_error.blocked_sum``).
 SUM_BLOCK = 64
 
@@ -26,7 +26,7 @@ def subset_path(n: int, size: int) -> str:
     while 8ℓ ≤ n (a fresh draw collides with probability ≤ 1/8: few, cheap rounds),
     ``complement`` (distinct draws of the n − ℓ excluded) while 8(n − ℓ) ≤ n, else ``keys``
     (n sort keys per subset, O(n) = O(ℓ) there: distinct draws near ℓ = n/2 need about
-    log₂ ℓ rounds of sorting and measured 4× slower than the keys)."""
+    log₂ ℓ rounds of sorting and measured several times slower than the keys)."""
     if 8 * size <= n:
         return "distinct"
     if 8 * (n - size) <= n:

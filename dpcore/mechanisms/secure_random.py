@@ -93,7 +93,8 @@ class SecureRandom:
                     self._encryptor = self._next_segment()
                 take = min(self._left, view.nbytes - start, _CHUNK_BYTES)
                 # Encrypting zeros yields the keystream itself; in chunks from one shared
-                # zero buffer (a fresh bytes(n) a call made 376 MB fills 2.5–6× slower).
+                # zero buffer (a fresh bytes(n) per call fills several times slower:
+                # docs/results/implementation.md).
                 self._encryptor.update_into(_ZEROS[:take], view[start : start + take])
                 self._left -= take
                 start += take

@@ -1,4 +1,4 @@
-"""Sharded releases (issue 16, item 3): one release's rows drawn as several independent parts.
+"""Sharded releases: one release's rows drawn as several independent parts.
 
 A mechanism can be sharded when its release is a sequence of rows drawn independently and
 identically given the data — every mixture of DPMix's mixture assignment picks its own uniform

@@ -45,7 +45,7 @@ class InvalidParams(ValueError):
     """A request's parameters do not fit the dataset's public facts or the server's limits."""
 
 
-class ReleaseTooLarge(InvalidParams):
+class ReleaseOverSizeCap(InvalidParams):
     """The release file would pass the server's size cap (``PublicFacts.max_release_bytes``).
     Its figures are public: rows from the parameters (or n), width from the declared schema."""
 
@@ -99,7 +99,7 @@ class PublicFacts:
         estimate = self.release_bytes(rows)
         if self.max_release_bytes is not None and estimate > self.max_release_bytes:
             limit = self.bytes_hint or f"the limit of {self.max_release_bytes} bytes"
-            raise ReleaseTooLarge(
+            raise ReleaseOverSizeCap(
                 f"{what} {rows} makes a release file of about {estimate} bytes ({rows} rows × "
                 f"({self.n_features} features + {self.n_classes} classes) × {self.value_bytes} "
                 f"bytes per value), more than {limit}: ask for fewer rows",
@@ -213,8 +213,8 @@ class ReleaseOutput:
     rows); the rows as drawn are kept as the owner's raw release.
 
     ``transform``: the public map from raw records to the rows the mechanism read; the runner
-    writes released features through ``transform.to_raw`` (raw units, issue 15 item 2) and the
-    metadata describes it. None: values are written as the mechanism made them."""
+    writes released features through ``transform.to_raw`` (raw units) and the metadata
+    describes it. None: values are written as the mechanism made them."""
 
     rows: int
     feature_names: list[str]
@@ -229,10 +229,10 @@ class ReleaseOutput:
 
 Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]
 
-# Issue 15.3: what a mechanism is for, beside what it does.
+# What a mechanism is for, beside what it does (``MechanismSpec.kind``).
 MechanismKind = Literal["mechanism", "baseline"]
 
-# Issue 15.2: what a released row's label is, which fixes how a release table names and fills
+# What a released row's label is, which fixes how a release table names and fills
 # its label column(s) (``dpcore.release_layout``): "exact" — each row has one true class (a
 # mixture within one class, a cluster's mean, a class-conditional sample), released as the
 # class itself; "proportions" — a noisy class vector (mixed or perturbed one-hot labels),
@@ -245,8 +245,8 @@ LABEL_KINDS: tuple[LabelKind, ...] = get_args(LabelKind)
 
 @dataclass(frozen=True)
 class FeatureNoise:
-    """The noise a released feature value carries, read per column (preview's signal-to-noise,
-    issue 15.3), from public figures only: ``unit_std`` per feature position, on the unit
+    """The noise a released feature value carries, read per column (preview's signal-to-noise),
+    from public figures only: ``unit_std`` per feature position, on the unit
     scale (the column's declared range [lo, hi] mapped to [0, 1]), or None where the released
     values carry no per-value noise that public figures fix (``meaning`` says why);
     ``max_shrink``: the largest factor by which the preprocessing's row-norm bound may have
@@ -307,15 +307,9 @@ def rows_default(name: str = "n_samples", per_class: bool = False) -> ShapeDefau
     )
 
 
-# The mixing degree ℓ of dpmix, dpcda and sgdrm when none is given (issue 15.3), from the
-# measured studies: on MNIST-10k ℓ = 16 gave the best accuracy of most model families at
-# ε = 1, 4 and 10 for dpmix and at ε = 4 and 10 for dpcda (docs/results/sweet_spot.md, e.g.
-# dpmix ε = 1, n_samples 2000: ridge 0.606 at ℓ = 16 vs 0.475 at ℓ = 4 and 0.607 at ℓ = 64,
-# whose CNN fell to 0.148); SGDRM at ε = 10 (sweet_spot_before.csv) 0.656 at ℓ = 16, 0.377 at
-# ℓ = 4, 0.653 at ℓ = 128. On small tables the larger ℓ stops paying (docs/results/
-# tabular.md, ε = 1: wine, n = 124, dpmix logistic 0.463 at ℓ = 4 vs 0.370 at ℓ = 16;
-# breast-cancer, n = 398, and digits, n = 1257, equal within the spread; make_classification,
-# n = 35000, 0.859 at ℓ = 16 vs 0.804 at ℓ = 4): ℓ = clamp(⌊n/32⌋, 4, 16), at most n.
+# The mixing degree ℓ of dpmix, dpcda and sgdrm when none is given: ℓ = 16 where n is large
+# enough, down to 4 on small tables, where a larger ℓ stops paying (the measurements behind
+# it: docs/results/defaults.md).
 MIXING_DEGREE_RULE = (
     "clamp(⌊n/32⌋, 4, 16), at most n (measured: docs/results/sweet_spot.md, tabular.md)"
 )
@@ -407,7 +401,7 @@ class MechanismSpec:
     # (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE); CPU-only deployments simply run a worker on
     # both queues. Embedded mode runs every job in-process and ignores it.
     queue: WorkerQueue = "cpu"
-    # Guidance for choosing (GET /mechanisms; issue 15.3): a baseline is a comparison point
+    # Guidance for choosing (GET /mechanisms): a baseline is a comparison point
     # (published beside the mechanisms to measure them against), not a recommended choice.
     kind: MechanismKind = "mechanism"
     good_for: str = ""  # one sentence: the data and uses it suits, from the measured results
@@ -417,12 +411,12 @@ class MechanismSpec:
     # The noise on released feature values, per column (preview; ``FeatureNoise``); None: the
     # mechanism declares none.
     feature_noise: FeatureNoiseOf | None = None
-    # Issue 16.4 (docs/scaling.md): how the mechanism runs as a map–reduce job, a builder
-    # (params, the dataset's public declarations, the declared noise) → a
-    # ``dpcore.distributed.jobs`` job, raising ``Unsupported`` for options it lacks; None: the
-    # mechanism runs on one machine only. Loaded lazily like ``release``.
+    # How the mechanism runs as a map–reduce job (docs/scaling.md): a builder (params, the
+    # dataset's public declarations, the declared noise) → a ``dpcore.distributed.jobs`` job,
+    # raising ``Unsupported`` for options it lacks; None: the mechanism runs on one machine
+    # only. Loaded lazily like ``release``.
     distributed: Callable[[Any, Any, NoiseDescription], Any] | None = None
-    # Issue 16.3: how a release splits into independently drawn shards run by several workers
+    # How a release splits into independently drawn shards run by several workers
     # (``dpcore.mechanisms.sharding``); None: it always runs whole.
     shard: ShardSpec | None = None
     # Where some parameter values narrow the neighbour relation below replace-one (an

@@ -56,7 +56,7 @@ class ParsedDataset:
     lo: np.ndarray  # float64 (d,)
     hi: np.ndarray  # float64 (d,)
     clipped_values: int
-    # Issue 15 item 1: the feature indices of each declared categorical column's one-hot
+    # The feature indices of each declared categorical column's one-hot
     # block, in declaration order (empty without `columns`): a release decodes them.
     categorical_blocks: tuple[tuple[int, ...], ...] = ()
 
@@ -81,7 +81,7 @@ def detect_format(filename: str) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one upload may take (issue 14, item 2a). ``max_cells`` bounds the values (rows x
+    """What one upload may take. ``max_cells`` bounds the values (rows x
     columns) and ``max_decoded_bytes`` what decoding them may allocate; both are checked from
     the file's metadata (Parquet footer, .npy headers) or while a CSV is read in chunks, before
     the whole file is decoded. ``None`` (the worker re-reading a stored, admitted file): no
@@ -285,7 +285,7 @@ def _read_table(
     return X, names, _table_labels(df[label], label), _row_position
 
 
-# --- declared columns (issue 15, item 1) --------------------------------------------------
+# --- declared columns ------------------------------------------------------------------------
 
 
 def _read_declared(

@@ -30,7 +30,7 @@ class Budget(StrictBody):
 # [lo, hi]: a JSON array (a tuple read from it), of JSON numbers only.
 Range = Annotated[tuple[float, float], FROM_JSON]
 
-# --- declared column schema (issue 15, item 1: schema-aware uploads) -------------------------
+# --- declared column schema (schema-aware uploads) -------------------------------------------
 # Every fact below is the owner's public declaration; nothing is read from the data to build it.
 
 Category = Annotated[JsonInt | str, Field(description="A category as it appears in the file")]

@@ -15,7 +15,7 @@ from service.access import dataset_for, grant_for, granted_dataset_ids
 from service.audit_trail import service as audit
 from service.auth.schemas import Role
 from service.budgets import repository as budget_repository
-from service.budgets import service as ledger
+from service.budgets import service as budget_service
 from service.config import Settings
 from service.datasets import repository
 from service.datasets.parsing import ParsedDataset, detect_format, parse_dataset
@@ -69,7 +69,7 @@ def check(
     """Validate and parse an upload: a pure function of the request (no session, no store),
     so the endpoint runs it, off the event loop, before it takes a database connection or an
     Idempotency-Key row lock. Sizes are bounded from the file's metadata before decoding
-    (``parsing.parse_dataset``, issue 14 item 2a)."""
+    (``parsing.parse_dataset``)."""
     metadata = parse_metadata(metadata_json)
     fmt = detect_format(filename)
     parsed = parse_dataset(
@@ -161,7 +161,7 @@ def create(
 
 def _jsonable_range(metadata: DatasetMetadata) -> object:
     """The declared bounds as stored in ``datasets.feature_range`` (JSON): ``[lo, hi]``, an
-    object of per-column ranges, or (issue 15 item 1, no migration) the declared ``columns``
+    object of per-column ranges, or (in the same column, no migration) the declared ``columns``
     as a list of column objects, told apart from ``[lo, hi]`` by its items being objects."""
     if metadata.columns is not None:
         return [column.model_dump(mode="json") for column in metadata.columns]
@@ -195,7 +195,7 @@ def to_out(session: Session, dataset: Dataset, *, viewer: Principal) -> DatasetO
         size_bytes=dataset.size_bytes if owner else None,
         clipped_values=dataset.clipped_values if owner else None,
         columns=declared_columns(dataset.feature_range),
-        budget=ledger.status_of(session, budget=budget),
+        budget=budget_service.status_of(session, budget=budget),
         created_at=dataset.created_at,
         status="deleted" if dataset.deleted_at is not None else "active",
         deleted_at=dataset.deleted_at,

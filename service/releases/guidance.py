@@ -1,4 +1,4 @@
-"""The preview's guidance (issue 15.3): the signal-to-noise in raw units — the noise a release
+"""The preview's guidance: the signal-to-noise in raw units — the noise a release
 puts on each released feature value, mapped back through the public preprocessing to the
 column's declared range — and the recommended configuration of every served mechanism
 (``recommended``, from ``dpcore.mechanisms.recommend``'s measured table).
@@ -41,7 +41,7 @@ def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
     declared: Any = dataset.feature_range
     columns = declared_columns(declared)
     if columns is not None:
-        # Declared columns (issue 15, item 1): features in declaration order, so every
+        # Declared columns: features in declaration order, so every
         # position is known; one-hot and indicator features live in [0, 1].
         encoded: list[tuple[str, float, float]] = []
         for column in columns:

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.audit_trail import service as audit
-from service.budgets import service as ledger
+from service.budgets import service as budget_service
 from service.errors import NotFound, ReleaseFinished
 from service.meta import metrics
 from service.models import Dataset, Release, utcnow
@@ -216,7 +216,7 @@ def succeed(
     release.artifact_bytes = size
     release.artifact_sha256 = sha256
     release.artifacts = [a.to_json() for a in artifacts] or None
-    entry = ledger.settle(session, release_id=release.id, because=ledger.SUCCEEDED)
+    entry = budget_service.settle(session, release_id=release.id, because=budget_service.SUCCEEDED)
     _job_ended(release)
     detail: dict[str, Any] = {"artifacts": [a.name for a in artifacts]} if artifacts else {}
     _audit(
@@ -384,14 +384,14 @@ def private_data_read(release: Release) -> bool:
 
 def unfinished_settlement(release: Release) -> str:
     """Why a release that ends now without succeeding is charged or refunded (a
-    ``ledger.SETTLED_BECAUSE`` rule): committed when output may exist, or when a job had begun
-    reading the private data (the failure, or the moment of a cancel, may depend on it);
-    refunded only when it ends before any read (nothing of the data escaped)."""
+    ``budget_service.SETTLED_BECAUSE`` rule): committed when output may exist, or when a job
+    had begun reading the private data (the failure, or the moment of a cancel, may depend on
+    it); refunded only when it ends before any read (nothing of the data escaped)."""
     if output_may_exist(release):
-        return ledger.UPLOAD_CLAIMED
+        return budget_service.UPLOAD_CLAIMED
     if private_data_read(release):
-        return ledger.PRIVATE_DATA_READ
-    return ledger.BEFORE_PRIVATE_READ
+        return budget_service.PRIVATE_DATA_READ
+    return budget_service.BEFORE_PRIVATE_READ
 
 
 def _settle_unfinished(session: Session, release: Release) -> tuple[str, str | None]:
@@ -399,8 +399,10 @@ def _settle_unfinished(session: Session, release: Release) -> tuple[str, str | N
     settlement``). Returns the entry's state and the rule that settled it (a research
     release's entry stays ``research``, with no rule: it holds nothing to settle)."""
     if release.research is not None:
-        return ledger.RESEARCH, None
-    entry = ledger.settle(session, release_id=release.id, because=unfinished_settlement(release))
+        return budget_service.RESEARCH, None
+    entry = budget_service.settle(
+        session, release_id=release.id, because=unfinished_settlement(release)
+    )
     return entry.state, entry.settled_because
 
 

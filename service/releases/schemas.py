@@ -327,7 +327,7 @@ class NoiseSpread(BaseModel):
 
 class NoiseGuide(BaseModel):
     """How loud the release's noise is against each column's declared range (public figures
-    only: σ, the declared bounds, shape and basis). Issue 15.3."""
+    only: σ, the declared bounds, shape and basis)."""
 
     applies: bool = Field(
         description="False where the released values carry no per-value noise that public "
@@ -374,7 +374,7 @@ class MeasuredOn(BaseModel):
 
 
 class Recommendation(BaseModel):
-    """A configuration for this dataset's public shape (issue 15.3), from the project's
+    """A configuration for this dataset's public shape, from the project's
     measured table (dpcore/mechanisms/recommendations.json). Only public facts are read: n,
     the declared features, classes and feature shape, the request's ε and the server's caps —
     never the class counts."""

@@ -15,8 +15,7 @@ from dpcore.accounting.composition import Cost
 from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec
-from dpcore.mechanisms.spec import ReleaseTooLarge as TooLarge
+from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec, ReleaseOverSizeCap
 from service import owner_only
 from service.access import (
     dataset_for,
@@ -27,7 +26,7 @@ from service.access import (
 )
 from service.audit_trail import service as audit
 from service.budgets import repository as budget_repository
-from service.budgets import service as ledger
+from service.budgets import service as budget_service
 from service.config import Settings
 from service.deps import after_commit
 from service.errors import (
@@ -168,11 +167,11 @@ def plan(
         raise InvalidInput(
             f"delta {request.delta:g} is larger than the dataset's budget delta {budget.delta:g}"
         )
-    spent = ledger.spend_of(session, budget=budget)
+    spent = budget_service.spend_of(session, budget=budget)
     spec = registry.get(request.mechanism)
     try:
         public = facts(dataset, settings, request.format)
-        # Parameters left out take their defaults from the public shape (issue 15.3).
+        # Parameters left out take their defaults from the public shape.
         params = spec.resolve(request.params, public)
         spec.check(params, public)
         accountant = spec.accountant(request.accountant)
@@ -180,7 +179,7 @@ def plan(
         keys = accountant_keys(spec, request.accountant, dataset, request, settings, params)
         if request.epsilon is not None:
             # Aim just under the target so the charge, rounded up, still meets it.
-            target = request.epsilon / (1 + 2 * ledger.ROUNDING_SLACK)
+            target = request.epsilon / (1 + 2 * budget_service.ROUNDING_SLACK)
             delta = request.delta or default_delta(budget, spent, request.epsilon)
             event = accountant.calibrate(target, delta, keys)
         else:
@@ -192,7 +191,7 @@ def plan(
                 budget, spent, event.epsilon(spent.delta_left or budget.delta)
             )
         cost = event.cost(delta)
-    except TooLarge as exc:
+    except ReleaseOverSizeCap as exc:
         raise ReleaseTooLarge(
             str(exc), detail={"estimated_bytes": exc.estimate, "limit_bytes": exc.limit}
         ) from exc
@@ -206,10 +205,10 @@ def plan(
         ) from exc
     if not math.isfinite(cost.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
-    cost = replace(cost, epsilon=ledger.round_up(cost.epsilon))
+    cost = replace(cost, epsilon=budget_service.round_up(cost.epsilon))
     if not request.research:
         # The ledger's own guard (``admit`` runs it again under the lock).
-        ledger.check_amount(cost, budget)
+        budget_service.check_amount(cost, budget)
     report_dataset = None
     if request.report_test_dataset_id is not None:
         report_dataset = _report_dataset(
@@ -256,12 +255,12 @@ def preview(
     p = plan(session, principal=principal, request=request, settings=settings)
     if p.research is not None:
         # Charged nothing: the budget as it is, and the claim instead of a charge.
-        budget = ledger.preview_free(session, dataset_id=p.dataset.id)
+        budget = budget_service.preview_free(session, dataset_id=p.dataset.id)
         charge = p.charge
         warnings: list[dict[str, str]] = []  # charged nothing: the budget's δ is untouched
     else:
-        budget = ledger.preview(session, dataset_id=p.dataset.id, cost=p.cost)
-        warnings = ledger.delta_warnings(
+        budget = budget_service.preview(session, dataset_id=p.dataset.id, cost=p.cost)
+        warnings = budget_service.delta_warnings(
             budget["epsilon"], budget["delta"], budget, ratio=settings.delta_warning_ratio
         )
         charge = p.charge.model_copy(
@@ -338,7 +337,7 @@ def create(
     charge = {"epsilon": p.charge.epsilon, "delta": p.charge.delta}
     try:
         if p.research is not None:
-            entry = ledger.record_research(
+            entry = budget_service.record_research(
                 session,
                 dataset_id=p.dataset.id,
                 release_id=release.id,
@@ -347,7 +346,7 @@ def create(
                 description={**p.description, "research": p.research},
             )
         else:
-            entry = ledger.admit(
+            entry = budget_service.admit(
                 session,
                 dataset_id=p.dataset.id,
                 release_id=release.id,
@@ -472,7 +471,7 @@ def _charge(release: Release) -> Charge:
     entry = release.ledger_entry
     if entry is None:
         return Charge(epsilon=release.epsilon, delta=release.delta)
-    consumed_epsilon, consumed_delta = ledger.consumed_of(entry)
+    consumed_epsilon, consumed_delta = budget_service.consumed_of(entry)
     return Charge(
         epsilon=release.epsilon,
         delta=release.delta,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-from dprelease_cli.client import ApiClient, ApiError
+from dprelease_cli.client import ApiError, Client
 from dprelease_cli.main import CliState, cli, parse_params, parse_value
 
 KEY = "test-key-0123456789"
@@ -742,7 +742,7 @@ def test_client_download_409_raises_api_error(api: FakeApi, tmp_path: Path) -> N
         409, "not_ready", "release rel-1 is running", {"status": "running"}
     )
     http = httpx.Client(transport=httpx.MockTransport(api.handle))
-    client = ApiClient(base_url=BASE, api_key=KEY, http=http)
+    client = Client(base_url=BASE, api_key=KEY, http=http)
     with pytest.raises(ApiError) as caught:
         client.download_release("rel-1", tmp_path / "r.npz")
     assert (caught.value.status, caught.value.code) == (409, "not_ready")

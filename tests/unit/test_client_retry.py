@@ -7,18 +7,18 @@ import io
 import httpx
 import pytest
 
-from dprelease_cli.client import RATE_LIMIT_RETRIES, ApiClient, ApiError
+from dprelease_cli.client import RATE_LIMIT_RETRIES, ApiError, Client
 
 waits: list[float] = []
 
 
-def _client(answers: list[httpx.Response], seen: list[httpx.Request]) -> ApiClient:
+def _client(answers: list[httpx.Response], seen: list[httpx.Request]) -> Client:
     def handle(request: httpx.Request) -> httpx.Response:
         request.read()
         seen.append(request)
         return answers.pop(0)
 
-    client = ApiClient(
+    client = Client(
         base_url="http://api", api_key="k", http=httpx.Client(transport=httpx.MockTransport(handle))
     )
     client.sleep = waits.append  # type: ignore[method-assign]
@@ -56,3 +56,10 @@ def test_an_upload_is_resent_from_the_start_of_its_file() -> None:
     assert client.upload_dataset(file, filename="x.npz", metadata={}) == {"id": "d"}
     assert len(seen) == 2
     assert b"payload-bytes" in seen[0].content and b"payload-bytes" in seen[1].content
+
+
+def test_api_client_is_a_deprecated_name_of_client() -> None:
+    import dprelease_cli.client as cli_client
+
+    with pytest.warns(DeprecationWarning, match="use dprelease_client.Client"):
+        assert cli_client.ApiClient is Client

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpcore.mechanisms.spec import InvalidParams, PublicFacts, ReleaseTooLarge
+from dpcore.mechanisms.spec import InvalidParams, PublicFacts, ReleaseOverSizeCap
 from worker.runner import disk_need
 
 MNIST = PublicFacts(n=10_000, n_features=784, n_classes=10, max_release_bytes=2 * 1024**3)
@@ -12,7 +12,7 @@ MNIST = PublicFacts(n=10_000, n_features=784, n_classes=10, max_release_bytes=2 
 
 def test_the_cap_counts_the_row_width() -> None:
     MNIST.check_rows(10_000)  # ~32 MB
-    with pytest.raises(ReleaseTooLarge) as refused:
+    with pytest.raises(ReleaseOverSizeCap) as refused:
         MNIST.check_rows(10**7)
     assert isinstance(refused.value, InvalidParams)  # refused like any admission check
     assert refused.value.estimate == 10**7 * 794 * 4 == MNIST.release_bytes(10**7)
@@ -23,7 +23,7 @@ def test_the_cap_counts_the_row_width() -> None:
 def test_csv_takes_more_bytes_per_value() -> None:
     rows = 300_000
     MNIST.check_rows(rows)
-    with pytest.raises(ReleaseTooLarge):
+    with pytest.raises(ReleaseOverSizeCap):
         PublicFacts(**{**MNIST.__dict__, "value_bytes": 16}).check_rows(rows)
 
 

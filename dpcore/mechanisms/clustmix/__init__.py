@@ -172,7 +172,7 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
 
 
 # Measured: on the small tables (≤ 240 rows per class at δ = 1/n²) K = 16 read chance while
-# K = 1 gave 0.77–0.83 (docs/results/tabular.md); on MNIST-10k (1000 rows a class) K = 16 is
+# K = 1 did well (docs/results/tabular.md); on MNIST-10k (1000 rows a class) K = 16 is
 # the sweet spot (docs/results/sweet_spot.md). Variant paper keeps the field's default (it does
 # not read K; a value away from it would be refused as foreign).
 CLUSTERS_RULE = "1 below 1000 rows per class (n / classes), else 16; variant paper: 16"

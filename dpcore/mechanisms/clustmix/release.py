@@ -32,12 +32,10 @@ from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import scale_to_unit, unit_features
 
-# k of the default basis on image-shaped data (clustering and noise in 128 DCT coefficients).
-# Measured on MNIST-10k, n_samples 2000, sklearn MLP/ridge accuracy (bench.sweet_spot.run_one,
-# one release each): ε = 1, K = 8: k = 32 0.683/0.671, 64 (kmeans_refine 0) 0.766/0.741,
-# 128 0.775/0.751, 256 0.768/0.744; ε = 10, K = 32: 128 0.853/0.820, 256 0.848/0.811.
-# Cluster means are smooth: 128 coefficients keep their strokes, and more only spread the
-# noise over detail the means do not have.
+# k of the default basis on image-shaped data (clustering and noise in 128 DCT coefficients),
+# the best measured on MNIST (docs/results/defaults.md). Cluster means are smooth: 128
+# coefficients keep their strokes, and more only spread the noise over detail the means do not
+# have.
 BASIS_DIM = 128
 # Records per chunk of the assignment (memory ≈ chunk × clusters distances).
 ASSIGN_CHUNK = 4096

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
-from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import DEFAULT_RULE, check_clip_norm, default_clip_norm
 from dpcore.mechanisms.dpcda.params import (
@@ -267,6 +266,8 @@ SPEC = MechanismSpec(
     ),
     distributed=lazy(f"{__name__}.distributed", "job"),
     audit=AuditSpec(
+        # Its own ``n`` rather than the shared ``dpcore.audit.keys.N``: the audit runs one
+        # class, whose size is n.
         keys=(
             Key(
                 "n", int, "records, all of one class (= min_class_size)", required=False, default=2
@@ -328,5 +329,3 @@ SPEC = MechanismSpec(
         ),
     ),
 )
-
-_ = audit_keys  # the shared audit keys do not apply: one class, its size is n

@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Learning rates when ``learning_rate`` is not given: Adam for the VAE (the paper's optimiser;
-# on MNIST-10k at ε = 1, batch 2000, 20 epochs, 5e-3 gave ridge accuracy 0.70 where 1e-3 at
-# batch 500 gave 0.36), plain SGD for the RBM (the paper's 0.01).
+# Learning rates when ``learning_rate`` is not given: Adam for the VAE (the paper's optimiser,
+# at the rate measured best: docs/results/defaults.md), plain SGD for the RBM (the paper's
+# 0.01).
 DEFAULT_BATCH = 2000
 DEFAULT_LR = {"vae": 5e-3, "rbm": 0.01}
 

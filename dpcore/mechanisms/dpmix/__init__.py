@@ -164,7 +164,7 @@ SPEC = MechanismSpec(
         calibration=(
             # The README walkthrough: MNIST test split, ℓ = 64, T = 10000, ε = 10.
             BenchCase("tight", 10.0, 1e-5, _MNIST),
-            # The accounting issue's speed target: n = T = 10^6.
+            # The accountant's speed target at scale: n = T = 10^6.
             BenchCase("tight", 1.0, 1e-6, {"n": 10**6, "mixture_degree": 64, "n_samples": 10**6}),
             BenchCase("tight", 1.0, 1e-5, {**_MNIST, "assignment": "record"}),
             BenchCase("paper", 10.0, 1e-5, _MNIST),

@@ -113,7 +113,8 @@ def _rdp_curve(event: DPMixEvent) -> tuple[float, ...]:
     # Events are immutable and hashable; calibration, preview and admission ask again for the
     # curve of the same event.
     # The same bound dp_accounting's RdpAccountant computes for ``event.dp_event()`` (tests
-    # pin the two against each other), evaluated ~50x faster: calibration calls this often.
+    # pin the two against each other), evaluated much faster (docs/results/implementation.md):
+    # calibration calls this often.
     per_mixture = rdp_wor_gaussian(event.mixture_degree / event.n, event.noise_multiplier, ORDERS)
     return tuple(float(v) for v in event.n_samples * per_mixture)
 
