@@ -5,7 +5,7 @@ Every page on the way passes the axe-core check, sends no request off the API's 
 puts no key in a URL. The harness (server, browser, helpers) is
 tests/integration/console_browser.py.
 
-The data is the MNIST test split shipped in shared/ (10 000 digits; 2 000 synthetic images of
+The data is the MNIST test split shipped in shared/ (10 000 digits; 10 000 synthetic images of
 the same shape when it is absent), released by DP-CDA at ε = 1 with the free ``denoise``
 post-processing chosen in the generated params form, so the release page's screenshot, which
 the README shows, is a grid of released digits like Fig. 1 of the DPMix paper
@@ -38,7 +38,7 @@ from tests.integration.console_browser import (
     wait_until,
 )
 
-N_SYNTHETIC = 2000
+N_SYNTHETIC = 10_000  # MNIST-10k's shape: DP-CDA's default DP class counts fit ε = 1 at this n
 BUDGET_EPSILON = 3.0
 RELEASE_EPSILON = 1.0
 # DP-CDA: class-centric mixtures, exact labels; its samples look like digits at ε = 1.
