@@ -21,6 +21,11 @@ TYPED_PACKAGES = service worker dpcore dprelease_cli dprelease_client
 # and `integration` come from the folder (tests/conftest.py); `slow` marks property-based, fuzz,
 # schemathesis, crash and concurrency tests and any test over ~10 s.
 PYTEST_ARGS ?=
+# pytest-xdist workers for `test` and `test-integration`: one per core, at most 4 (each worker's
+# session has its own scratch database, S3 server, bucket and Celery queues; tests/conftest.py).
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4)
 # 1: pytest's exit status 5 ("no tests collected") counts as success (used by .ci/run).
 ALLOW_NO_TESTS ?= 0
 
@@ -64,7 +69,7 @@ services: ## Start Postgres and Redis if needed (DPRELEASE_SKIP_SERVICES=1 skips
 	bash scripts/ensure_services.sh
 
 test: $(STAMP) services lint typecheck ## services, lint, imports, typecheck, every test
-	rc=0; $(BIN)/pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	rc=0; $(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = 1 ]; then \
 		echo "pytest collected no tests (ALLOW_NO_TESTS=1: not a failure)"; rc=0; \
 	fi; \
@@ -74,7 +79,7 @@ test-fast: $(STAMP) ## The unit tier without the slow tests (no services; under 
 	$(BIN)/pytest -q tests/unit -m "unit and not slow" $(PYTEST_ARGS)
 
 test-integration: $(STAMP) services ## The integration tier, slow tests included (needs services)
-	$(BIN)/pytest -q tests/integration -m integration $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/integration -m integration $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 openapi: $(STAMP) ## Write openapi/openapi.json
 	$(PY) -m service.openapi_export openapi/openapi.json

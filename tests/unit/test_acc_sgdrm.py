@@ -326,6 +326,7 @@ def test_tight_cost_and_description() -> None:
     assert (event.noise().sigma_x, event.noise().sigma_y) == (1.5, 1.5)
 
 
+@pytest.mark.slow  # a wall-time assertion: kept out of make test-fast
 def test_one_evaluation_is_fast() -> None:
     sgdrm._pld.cache_clear()
     start = time.perf_counter()

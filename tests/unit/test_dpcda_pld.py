@@ -252,6 +252,7 @@ def test_single_class_has_only_the_stay_case() -> None:
     assert eps_b == 0.0 and eps_a > 0
 
 
+@pytest.mark.slow  # a wall-time assertion: kept out of make test-fast
 @pytest.mark.parametrize("target", [1.0, 10.0])
 def test_calibration_never_overshoots_and_is_fast(target: float) -> None:
     TIGHT.at_sigma(1.0, MNIST).epsilon(DELTA)  # imports and caches out of the timing

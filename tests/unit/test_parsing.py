@@ -522,6 +522,7 @@ def test_parse_leaves_the_input_alone_and_result_is_frozen() -> None:
 # --- real data -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a wall-time assertion: kept out of make test-fast
 @pytest.mark.skipif(not mnist.available(), reason="MNIST t10k files are not present")
 def test_mnist_t10k_as_npz() -> None:
     images, labels = mnist.load_mnist_t10k()
