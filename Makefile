@@ -14,6 +14,8 @@ VENV ?= .venv
 PY = $(VENV)/bin/python
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
+# What `make run` needs: the package and its runtime dependencies, without the dev extras.
+RUN_STAMP = $(VENV)/.installed-run
 
 # Packages that mypy checks.
 TYPED_PACKAGES = service worker dpcore dprelease_cli dprelease_client
@@ -47,11 +49,17 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install -c constraints.txt -e '.[dev]'
+	touch $@ $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install -c constraints.txt -e .
 	touch $@
 
 install: $(STAMP) ## Create the venv (VENV=.venv) and install the package with its dev extras
 
-run: $(STAMP) ## Run the API (embedded mode unless configured; PORT=8000, DPRELEASE_HOME=./var)
+run: $(RUN_STAMP) ## Run the API (embedded mode unless configured; PORT=8000, DPRELEASE_HOME=./var)
 	DPRELEASE_HOME=$${DPRELEASE_HOME:-./var} DPRELEASE_PORT=$${PORT:-8000} \
 		$(BIN)/dprelease-server
 
@@ -75,7 +83,7 @@ test: $(STAMP) services lint typecheck ## services, lint, imports, typecheck, ev
 	fi; \
 	exit $$rc
 
-test-fast: $(STAMP) ## The unit tier without the slow tests (no services; under 2 min on 2 cores)
+test-fast: $(STAMP) ## The unit tier without the slow tests (no services; about 3 min on 2 cores)
 	$(BIN)/pytest -q tests/unit -m "unit and not slow" $(PYTEST_ARGS)
 
 test-integration: $(STAMP) services ## The integration tier, slow tests included (needs services)
