@@ -159,12 +159,13 @@ def test_patients_table_every_mechanism_every_format_raw_units_and_auc(
             if transform["output"] == "raw" and mechanism != "local_perturbation":
                 # Raw units: the age column's median sits near the real one (a [0, 1]-scaled
                 # release would put it near 0.5, 55 away), within its noise: the median's
-                # standard error is about 1.25·std/√rows, and 5 of them plus 10 of bias (a
-                # class-balanced or clipped release) is far below 55 whenever the values are
-                # on the [0, 1] scale (std of a few units at most).
+                # standard error is about 1.25·std/√rows, and 5 of them plus 20 of bias (a
+                # class-balanced or clipped release, or a generative model's: DPGM's VAE at
+                # ε = 4 put it 11 below) is far below 55 whenever the values are on the [0, 1]
+                # scale (std of a few units at most).
                 age = frame["age"].to_numpy(dtype=float)
                 assert not np.isnan(age).any()
-                slack = 10 + 5 * 1.2533 * age.std() / math.sqrt(len(age))
+                slack = 20 + 5 * 1.2533 * age.std() / math.sqrt(len(age))
                 assert abs(np.median(age) - real_age) < slack, (mechanism, fmt, slack)
             if labels == ["outcome"] and fmt != "npz":
                 assert set(frame["outcome"].unique()) <= {0, 1}
