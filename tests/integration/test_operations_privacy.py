@@ -20,6 +20,7 @@ from celery import Celery
 
 from service.meta.metrics import DeploymentCollector, release_of_message
 from tests.conftest import TEST_REDIS_URL, Harness, embedded_harness, npz_bytes, toy_dataset
+from tests.integration.test_research_privacy import _body
 from worker.broker import RUN_RELEASE
 
 
@@ -120,14 +121,7 @@ def _when(text: str) -> datetime:
 
 
 def _release(h: Harness, owner: str, dataset_id: str, *, research: bool) -> str:
-    body: dict[str, Any] = {
-        "dataset_id": dataset_id,
-        "mechanism": "local_perturbation",
-        "params": {},
-        "epsilon": 8.0,
-        "accountant": "paper" if research else "tight",
-        "research": research,
-    }
+    body = _body(dataset_id, research=research)
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text
     return str(r.json()["id"])

@@ -12,6 +12,7 @@ import pytest
 from scipy import special
 
 from dpcore.accounting import dpsgd, gdp, pld
+from tests.unit.test_acc_sgdrm import _grid_delta
 
 DELTA = 1e-5
 # (q, a, Δ): DPGM-like (histogram and gradient), DP-KIP-like (Δ = 2a), SGDRM-like (Δ = √2a).
@@ -50,19 +51,6 @@ def _antipodal_delta(q: float, r: float, eps: float) -> float:
     p = (1 - q) * special.ndtr(x) + q * special.ndtr(x + r)
     s = (1 - q) * special.ndtr(x) + q * special.ndtr(x - r)
     return float(max(p - math.exp(eps) * s, 0.0))
-
-
-def _grid_delta(q: float, u: tuple[float, float], v: tuple[float, float], eps: float) -> float:
-    h, L = 0.02, 8.0
-    g = np.arange(-L, L, h) + h / 2
-    X, Y = np.meshgrid(g, g, indexing="ij")
-
-    def phi(mx: float, my: float) -> np.ndarray:
-        return np.exp(-((X - mx) ** 2 + (Y - my) ** 2) / 2) / (2 * np.pi)  # type: ignore[no-any-return]
-
-    base = (1 - q) * phi(0.0, 0.0)
-    p, r = base + q * phi(*u), base + q * phi(*v)
-    return float(np.sum(np.maximum(p - math.exp(eps) * r, 0.0)) * h * h)
 
 
 @pytest.mark.parametrize(("q", "a", "d"), CASES)
