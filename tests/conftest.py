@@ -5,6 +5,20 @@
   behind a SigV4-verifying front (tests/sigv4_s3.py: every request, presigned URLs included,
   must be signed with the configured credentials) on a free port reached over HTTP, and a
   Celery worker consuming from Redis (``DPRELEASE_TEST_REDIS_URL``).
+
+Which mode a test runs in. ``harness`` and ``toy_harness`` run a test once per mode; that is
+for tests whose subject the mode changes: the object store (S3 or local files, presigned
+redirects or streamed downloads), the job path (Celery worker or in-process threads, retries,
+shutdown, sharding), the database dialect (row locks, constraints and triggers, timestamps),
+concurrency, the outbox and sweeper, idempotency, failure and crash handling, and settings
+that differ by mode (rate-limit storage, readiness checks, metrics exporters). A test whose
+subject does not depend on the mode (request validation, schemas, error mapping, permission
+matrices, accounting shown through the API, guidance texts, mechanism outputs) runs once,
+marked ``@pytest.mark.modes("real")`` (the production setup) or
+``@pytest.mark.modes("embedded")`` where embedded behaviour is what it shows; the marker
+applies to ``harness`` or ``toy_harness`` however the test reaches it (through another
+fixture included). A test that needs one mode's own objects (its S3 server, its worker) asks
+for the ``real`` or ``embedded`` fixture directly.
 """
 
 from __future__ import annotations
@@ -44,6 +58,36 @@ S3_SECRET_KEY = "dpr-test-s3-secret-" + "s" * 21
 TESTS = Path(__file__).resolve().parent
 # The tier of a test is its folder: marker `unit` (no services) or `integration`.
 TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
+MODES = ("embedded", "real")
+HARNESSES = ("harness", "toy_harness")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "modes(*names): run the test's harness or toy_harness in these modes only "
+        "(embedded, real); without it, in both",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest reads the parametrize markers
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``@pytest.mark.modes(...)``: the harness the test reaches, in those modes only (an
+    indirect parametrize marker, which takes the place of the fixture's own params)."""
+    marker = metafunc.definition.get_closest_marker("modes")
+    if marker is None:
+        return
+    modes = list(marker.args)
+    if not modes or not set(modes) <= set(MODES) or len(set(modes)) != len(modes):
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: modes{tuple(modes)}: name modes of {MODES}"
+        )
+    used = [name for name in HARNESSES if name in metafunc.fixturenames]
+    if len(used) != 1:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: modes() needs exactly one of {HARNESSES}"
+        )
+    metafunc.definition.add_marker(pytest.mark.parametrize(used[0], modes, indirect=True))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -307,14 +351,15 @@ def real(real_services: dict[str, Any]) -> Iterator[Harness]:
     runtime.engine.dispose()
 
 
-@pytest.fixture(params=["embedded", "real"])
+@pytest.fixture(params=MODES)
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """Each test using this runs once per mode, through the same code path."""
+    """Each test using this runs once per mode, through the same code path (once, in the
+    modes a ``modes`` marker names: see the module's docstring)."""
     h: Harness = request.getfixturevalue(request.param)
     return h
 
 
-@pytest.fixture(params=["embedded", "real"])
+@pytest.fixture(params=MODES)
 def toy_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """``harness`` with the test-only mechanism (tests/toy_mechanism.py) registered before the
     app is built, so the API serves it. Its gate is open when the test starts and opened again

@@ -222,6 +222,7 @@ def _shape(r: Any) -> tuple[int, str, str]:
     return r.status_code, error.get("code", ""), _UUID.sub("<id>", error.get("message", ""))
 
 
+@pytest.mark.modes("real")
 def test_every_id_operation_against_every_caller(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,7 +309,7 @@ def test_every_id_operation_against_every_caller(
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
+@pytest.mark.modes("embedded")
 def test_ids_in_bodies_and_queries(toy_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids outside the path are checked alike: another tenant's is a missing one."""
     h = toy_harness

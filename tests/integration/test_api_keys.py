@@ -41,6 +41,7 @@ def _refused(h: Harness, key: str) -> dict[str, object]:
     return error
 
 
+@pytest.mark.modes("real")
 def test_listing_never_shows_secrets(harness: Harness) -> None:
     h = harness
     owner, owner_id = h.new_key("owner", name="alice")
@@ -81,6 +82,7 @@ def test_listing_never_shows_secrets(harness: Harness) -> None:
     assert analyst not in theirs.text
 
 
+@pytest.mark.modes("real")
 def test_revoked_key_is_refused_on_its_next_request(harness: Harness) -> None:
     h = harness
     owner, owner_id = h.new_key("owner")
@@ -110,6 +112,7 @@ def test_revoked_key_is_refused_on_its_next_request(harness: Harness) -> None:
     assert owner not in json.dumps(events[0].detail)
 
 
+@pytest.mark.modes("real")
 def test_owner_revokes_own_key_only(harness: Harness) -> None:
     h = harness
     owner, owner_id = h.new_key("owner")

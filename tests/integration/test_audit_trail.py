@@ -101,6 +101,7 @@ def test_every_state_change_is_recorded_with_its_actor(harness: Harness) -> None
     assert all(datetime.fromisoformat(e["at"]) >= start for e in recent)
 
 
+@pytest.mark.modes("real")
 def test_revocation_and_deletion_are_recorded(harness: Harness) -> None:
     h = harness
     owner, owner_id = h.new_key("owner")

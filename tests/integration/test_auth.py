@@ -57,6 +57,7 @@ def test_key_creation_is_admin_only_and_keys_are_hashed(embedded: Harness) -> No
     assert owner not in stored and all(len(s) == 64 for s in stored)
 
 
+@pytest.mark.modes("real")
 def test_tenants_and_grants(harness: Harness) -> None:
     h = harness
     s = _setup(h)

@@ -288,7 +288,7 @@ def test_shutdown_stops_the_job_between_chunks_and_requeues(
             toy.GATE.set()
 
 
-@pytest.mark.parametrize("toy_harness", ["real"], indirect=True)  # embedded: the test above
+@pytest.mark.modes("real")  # embedded: the test above
 def test_celery_warm_shutdown_requeues_the_running_job(
     toy_harness: Harness, request: pytest.FixtureRequest, scratch_root: Path
 ) -> None:
@@ -383,6 +383,7 @@ def test_one_owners_backlog_does_not_hold_up_anothers_release(
             runtime.engine.dispose()
 
 
+@pytest.mark.slow  # a wall-time assertion: kept out of make test-fast
 def test_a_retry_backoff_ends_at_shutdown() -> None:
     """A job waiting to retry (up to 30 s) does not hold a shutdown up: it returns, its
     release still unfinished, resumed at the next start."""

@@ -53,6 +53,7 @@ def _budget(h: Harness, owner: str, ds: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("coefficients", ["clipped", "gaussian"])
 def test_an_sgdrm_release_at_the_default_delta_leaves_delta_for_later(
     harness: Harness, coefficients: str
@@ -75,6 +76,7 @@ def test_an_sgdrm_release_at_the_default_delta_leaves_delta_for_later(
     _create(h, owner, later)
 
 
+@pytest.mark.modes("real")
 def test_a_default_delta_never_takes_the_whole_delta_left(harness: Harness) -> None:
     """After a release that asked for most of δ explicitly, the old default (the budget's δ
     share, capped at the δ left) took every δ left, so the next request was refused while
@@ -94,6 +96,7 @@ def test_a_default_delta_never_takes_the_whole_delta_left(harness: Harness) -> N
     assert _budget(h, owner, ds)["delta_remaining"] > 0
 
 
+@pytest.mark.modes("real")
 def test_a_renyi_group_keeps_delta_for_releases_without_a_curve(harness: Harness) -> None:
     """A release charged `renyi` opens the Rényi group, whose δ_R used to be every δ left: an
     (ε, δ)-only release was then refused although ε remained. The group now reserves a share,
@@ -139,6 +142,7 @@ def _cli(h: Harness, key: str, *args: str) -> tuple[Any, str]:
     return json.loads(result.stdout), result.stderr
 
 
+@pytest.mark.modes("real")
 def test_cli_shows_the_delta_left_and_preview_warnings(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -160,6 +164,7 @@ def test_cli_shows_the_delta_left_and_preview_warnings(harness: Harness) -> None
     assert "warning (delta_exhausted): admitting this release leaves no δ" in err
 
 
+@pytest.mark.modes("real")
 def test_a_huge_given_noise_gets_a_valid_default_delta(harness: Harness) -> None:
     """σ ≥ 1e4 costs ε ≈ 0 at the budget's δ: its default δ share came out 0 and the request
     was refused (422 "delta must be in (0, 1), got 0.0"). A default δ is never 0."""
@@ -179,6 +184,7 @@ def test_a_huge_given_noise_gets_a_valid_default_delta(harness: Harness) -> None
     assert h.wait(owner, created["id"])["status"] == "succeeded"
 
 
+@pytest.mark.modes("real")
 def test_preview_warns_when_delta_would_be_left_unusable(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")

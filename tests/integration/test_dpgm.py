@@ -1,6 +1,7 @@
-"""DPGM through the service, in both modes: a release trains the networks on the worker
-(the gpu queue in real mode), ships the samples and the weights, and is charged one ledger entry
-for the whole pipeline — the tight accountant's ε of the stored parameters."""
+"""DPGM through the service: a release trains the networks on the worker (real mode: the gpu
+queue), ships the samples and the weights, and is charged one ledger entry for the whole
+pipeline — the tight accountant's ε of the stored parameters; the CLI runs one in embedded
+mode, where it downloads the files itself."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.numpy import load
 
 from dpcore.mechanisms import registry
@@ -25,6 +27,7 @@ PARAMS = {
 }
 
 
+@pytest.mark.modes("real")
 def test_dpgm_release_samples_weights_and_one_charge(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -69,16 +72,16 @@ def test_dpgm_release_samples_weights_and_one_charge(harness: Harness) -> None:
     assert len(entries) == 1 and entries[0]["epsilon"] == created["charge"]["epsilon"]
 
 
+@pytest.mark.modes("embedded")
 def test_dpgm_with_the_cli(harness: Harness, tmp_path: Path) -> None:
     h = harness
     owner, _ = h.new_key("owner")
     ds = h.upload(owner, npz_bytes(*toy_dataset()), budget={"epsilon": 20.0, "delta": 1e-5})
     assert ds.status_code == 201, ds.text
     params = [f"{k}={str(v).lower()}" for k, v in PARAMS.items()]
-    # Real mode redirects downloads to the store, which the test client cannot follow: the
-    # CLI waits for the release there, and the files are fetched through the harness.
+    # Embedded mode: the CLI downloads the files itself (real mode redirects downloads to the
+    # store, which the test client cannot follow).
     out = tmp_path / "samples.npz"
-    download = ["--output", str(out)] if h.mode == "embedded" else []
     rel = h.cli(
         owner,
         "release",
@@ -88,23 +91,15 @@ def test_dpgm_with_the_cli(harness: Harness, tmp_path: Path) -> None:
         *(arg for p in params for arg in ("-p", p)),
         "--epsilon",
         "5",
-        *download,
+        "--output",
+        str(out),
         "--poll-interval",
         "0.05",
     )
     assert rel["status"] == "succeeded", rel
-    if h.mode != "embedded":
-        out.write_bytes(h.download(owner, rel["id"]))
     assert np.load(out)["X"].shape == (120, 6)
-    if h.mode == "embedded":
-        weights = tmp_path / "weights.safetensors"
-        h.cli(
-            owner,
-            "download",
-            rel["id"],
-            "--artifact",
-            "weights.safetensors",
-            "--output",
-            str(weights),
-        )
-        assert "cluster_class" in load(weights.read_bytes())
+    weights = tmp_path / "weights.safetensors"
+    h.cli(
+        owner, "download", rel["id"], "--artifact", "weights.safetensors", "--output", str(weights)
+    )
+    assert "cluster_class" in load(weights.read_bytes())

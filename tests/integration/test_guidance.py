@@ -24,6 +24,7 @@ def _dataset(h: Harness, owner: str, **meta: Any) -> dict[str, Any]:
     return r.json()  # type: ignore[no-any-return]
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("mechanism", SERVED)
 def test_empty_params_are_admitted_for_every_mechanism(harness: Harness, mechanism: str) -> None:
     """`params: {}` (and no params at all) is admitted for every served mechanism on a
@@ -44,6 +45,7 @@ def test_empty_params_are_admitted_for_every_mechanism(harness: Harness, mechani
             assert params[default.name] is not None, default.name
 
 
+@pytest.mark.modes("real")
 def test_shape_defaults_are_stored_and_follow_the_rule(harness: Harness) -> None:
     """A release created with `params: {}` stores the resolved values: dpmix's ℓ from the
     measured rule and n_samples = n; dpcda's m half a balanced class, T a multiple of K."""
@@ -122,6 +124,7 @@ def _preview(h: Harness, owner: str, ds: dict[str, Any], **body: Any) -> dict[st
     return r.json()  # type: ignore[no-any-return]
 
 
+@pytest.mark.modes("real")
 def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Harness) -> None:
     """Local perturbation adds N(0, σ²) to every value of its rows (scaled to [0, 1], clipped
     to norm C and divided by C): in raw units σ·C·(hi − lo), per column — C the table default
@@ -155,6 +158,7 @@ def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Ha
     assert one["1"] == pytest.approx(2 * one["0"])
 
 
+@pytest.mark.modes("real")
 def test_preview_noise_of_calibrated_mixing_and_where_it_does_not_apply(
     harness: Harness,
 ) -> None:
@@ -208,6 +212,7 @@ def test_noise_guide_is_compact_for_wide_data_and_exact_per_pixel_with_a_basis()
     assert identity.noise_to_range.min == identity.noise_to_range.max == pytest.approx(sigma * clip)
 
 
+@pytest.mark.modes("real")
 def test_dpcda_default_class_size_reads_no_class_count(harness: Harness) -> None:
     """DP-CDA's default min_class_size (half a balanced class) with the default DP class
     sizes is not checked against the class counts: a dataset with a small class is planned

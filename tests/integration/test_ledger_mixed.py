@@ -30,6 +30,7 @@ def _release_row(session, dataset_id: str, owner_id: str) -> str:  # type: ignor
     return release.id
 
 
+@pytest.mark.modes("real")
 def test_mixed_entries_compose_like_dpcore(harness: Harness) -> None:
     h = harness
     owner, owner_id = h.new_key("owner")

@@ -32,6 +32,7 @@ def test_catalogue_lists_mechanisms_params_and_accountants(embedded: Harness) ->
     assert h.client.get("/mechanisms").status_code == 401
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize(
     ("mechanism", "params", "width"),
     [
@@ -139,6 +140,7 @@ def test_sgdrm_has_one_noise_level(embedded: Harness) -> None:
     ]
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("standardization", ["unit_range", "declared", "dp"])
 def test_dpcda_release(harness: Harness, standardization: str) -> None:
     h = harness
@@ -253,6 +255,7 @@ def test_dpcda_checks_declared_facts(embedded: Harness) -> None:
         assert phrase in r.json()["error"]["message"], r.text
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("fmt", ["npz", "parquet"])
 def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
     harness: Harness, fmt: str

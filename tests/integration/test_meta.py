@@ -108,6 +108,7 @@ def test_ready_names_the_dependency_that_is_down(
     assert port not in r.text and "127.0.0.1" not in r.text
 
 
+@pytest.mark.slow  # a wall-time assertion: kept out of make test-fast
 def test_ready_times_out_a_hanging_dependency(
     real: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,6 +137,7 @@ def test_ready_embedded_store_directory_gone(embedded: Harness) -> None:
     assert {n for n, c in r.json()["checks"].items() if not c["ok"]} == {"store"}
 
 
+@pytest.mark.modes("real")
 def test_metrics_are_for_admins_only(harness: Harness) -> None:
     owner, _ = harness.new_key("owner")
     assert harness.client.get("/metrics").status_code == 401

@@ -40,6 +40,7 @@ def _series(text: str, method: str, route: str) -> list[str]:
     ]
 
 
+@pytest.mark.modes("real")
 def test_metrics_time_no_upload_nor_release_request(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")

@@ -1,5 +1,6 @@
-"""The README's notebook example with dprelease_client, against the real app in both modes:
-every typed method, wait() and to_pandas()."""
+"""The README's notebook example with dprelease_client, against the real app in both modes
+(downloads: a presigned redirect or the bytes): every typed method, wait() and to_pandas();
+the README's CSV example in real mode."""
 
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ def test_notebook_example_end_to_end(harness: Harness, http: httpx.Client, tmp_p
     assert caught.value.status == 401
 
 
+@pytest.mark.modes("real")
 def test_readme_example_csv_to_parquet_dataframe(
     harness: Harness, http: httpx.Client, tmp_path: Path
 ) -> None:

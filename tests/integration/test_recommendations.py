@@ -102,9 +102,10 @@ def _analysis(out: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in analysis.items() if k in out["params"]}
 
 
+@pytest.mark.modes("real")
 def test_recommendations_follow_epsilon_and_are_created(harness: Harness) -> None:
-    """Both modes: create admits a recommended configuration, and the recommendation is
-    looked up at the request's ε."""
+    """Create admits a recommended configuration, and the recommendation is looked up at the
+    request's ε."""
     h = harness
     owner, _ = h.new_key("owner")
     X, y, hi = _shape("breast_cancer_like")

@@ -144,7 +144,7 @@ def _ledger_states(h: Harness, owner: str, dataset_id: str) -> list[str]:
     return [e["state"] for e in ledger["entries"]]
 
 
-@pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
+@pytest.mark.modes("embedded")
 def test_redelivery_finishes_from_the_stored_files(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,7 +161,7 @@ def test_redelivery_finishes_from_the_stored_files(
     assert _ledger_states(h, owner, ds) == ["committed"]
 
 
-@pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
+@pytest.mark.modes("embedded")
 def test_redelivery_missing_a_declared_file_fails_charged(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,7 +179,7 @@ def test_redelivery_missing_a_declared_file_fails_charged(
     assert _ledger_states(h, owner, ds) == ["committed"]  # its artifact exists
 
 
-@pytest.mark.parametrize("toy_harness", ["embedded"], indirect=True)
+@pytest.mark.modes("embedded")
 @pytest.mark.parametrize("other", ["died", "finished"])
 def test_a_draw_is_never_published_over_another_attempts(
     toy_harness: Harness, monkeypatch: pytest.MonkeyPatch, other: str
@@ -222,6 +222,7 @@ def test_a_draw_is_never_published_over_another_attempts(
     assert _ledger_states(h, owner, ds) == ["committed"]
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_table_formats_carry_the_metadata_and_arrays_beside_them(
     harness: Harness, fmt: str

@@ -1,4 +1,5 @@
-"""Upload → preview → release → download → ledger, in embedded and real modes."""
+"""Upload → preview → release → download → ledger: the whole path and a failing job in
+embedded and real modes, the admission and accounting checks in real mode."""
 
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ def test_release_end_to_end(harness: Harness) -> None:
     assert ledger["entries"][0]["running_total"] == ledger["spent"]
 
 
+@pytest.mark.modes("real")
 def test_budget_refusal_leaves_ledger_unchanged(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -120,6 +122,7 @@ def test_budget_refusal_leaves_ledger_unchanged(harness: Harness) -> None:
     assert len(releases["items"]) == 1
 
 
+@pytest.mark.modes("real")
 def test_the_filter_adds_up_releases_and_refuses_what_would_pass(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -156,6 +159,7 @@ def test_the_filter_adds_up_releases_and_refuses_what_would_pass(harness: Harnes
     assert 0 < mine["delta_remaining"] <= 1e-5 - mine["delta_spent"]
 
 
+@pytest.mark.modes("real")
 def test_noise_mode_reports_epsilon(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -175,6 +179,7 @@ def test_noise_mode_reports_epsilon(harness: Harness) -> None:
     }
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_tabular_formats(harness: Harness, fmt: str) -> None:
     h = harness
@@ -230,6 +235,7 @@ def test_failed_job_before_output_is_refunded(harness: Harness) -> None:
     assert seen["status"] == "failed" and seen["error"] == "failed"
 
 
+@pytest.mark.modes("real")
 def test_release_validation(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -253,6 +259,7 @@ def test_release_validation(harness: Harness) -> None:
     assert h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()["entries"] == []
 
 
+@pytest.mark.modes("real")
 def test_paper_accountant_through_the_service(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -279,6 +286,7 @@ def test_paper_accountant_through_the_service(harness: Harness) -> None:
     assert p["charge"]["epsilon"] <= ledger["spent"] <= p["charge"]["epsilon"] * (1 + 2e-9)
 
 
+@pytest.mark.modes("real")
 def test_record_assignment_release(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")

@@ -4,10 +4,12 @@ else."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
 
+@pytest.mark.modes("real")
 def test_owner_report(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")

@@ -24,6 +24,7 @@ def _rows(h: Harness) -> int:
         return session.query(Dataset).count()
 
 
+@pytest.mark.modes("real")
 def test_a_body_over_the_limit_is_413(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -50,6 +51,7 @@ def test_a_body_over_the_limit_is_413(harness: Harness, monkeypatch: pytest.Monk
     assert small.status_code == 404
 
 
+@pytest.mark.modes("real")
 def test_uploads_have_their_own_larger_limit(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

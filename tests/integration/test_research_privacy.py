@@ -85,6 +85,7 @@ def _missing(h: Harness, key: str, path: str) -> tuple[int, str]:
     return r.status_code, r.json()["error"]["code"]
 
 
+@pytest.mark.modes("real")
 def test_releases_endpoints_show_no_research_release(harness: Harness) -> None:
     h = harness
     scene = _scene(h)
@@ -122,6 +123,7 @@ def _budget_item(h: Harness, dataset_id: str) -> dict[str, Any]:
     return item  # type: ignore[no-any-return]
 
 
+@pytest.mark.modes("real")
 def test_ledger_views_omit_research_entries_for_admins(harness: Harness) -> None:
     h = harness
     scene = _scene(h)
@@ -149,6 +151,7 @@ def test_ledger_views_omit_research_entries_for_admins(harness: Harness) -> None
     assert r.status_code == 403
 
 
+@pytest.mark.modes("real")
 def test_the_audit_trail_records_nothing_of_a_research_release(harness: Harness) -> None:
     h = harness
     scene = _scene(h)

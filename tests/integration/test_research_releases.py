@@ -84,6 +84,7 @@ def test_research_needs_its_opt_in_and_only_where_the_bound_is_invalid(
     assert h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()["entries"] == []
 
 
+@pytest.mark.modes("real")
 def test_a_research_release_is_owner_only_free_and_says_so(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -163,6 +164,7 @@ def test_a_research_release_is_owner_only_free_and_says_so(harness: Harness) -> 
     assert [x["id"] for x in listed] == [normal.json()["id"]]
 
 
+@pytest.mark.modes("real")
 def test_clustmix_both_variants_through_the_cli(harness: Harness) -> None:
     # The CLI waits for each release; files come through the harness, which follows real
     # mode's presigned redirect to the object store (the test client cannot).

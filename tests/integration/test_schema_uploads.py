@@ -1,5 +1,5 @@
 """Schema-aware uploads (issue 15, item 1): declared categorical and numeric columns and
-missing-value policies, through the API in both modes.
+missing-value policies, through the API in one mode (parsing and validation do not depend on it).
 
 - a patients-style CSV (sex and ward categorical, age numeric with gaps, a 5 % outcome) uploads
   and a dpmix release of it carries one column per one-hot feature, in [0, 1], and the
@@ -67,6 +67,7 @@ def _refused(h: Harness, owner: str, content: bytes, filename: str, meta: dict[s
     return message
 
 
+@pytest.mark.modes("real")
 def test_patients_csv_uploads_and_releases_one_hot_proportions(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -114,6 +115,7 @@ def test_a_projection_of_declared_columns_is_not_decoded(embedded: Harness) -> N
         assert npz["projection"].shape == (3, len(FEATURES))
 
 
+@pytest.mark.modes("real")
 def test_preview_noise_guide_names_the_declared_features(harness: Harness) -> None:
     """The noise guide reads the declaration: one entry per encoded feature, in its order,
     numeric columns in their own units and one-hot or indicator features on [0, 1]."""
@@ -134,6 +136,7 @@ def test_preview_noise_guide_names_the_declared_features(harness: Harness) -> No
     assert age["noise_std_raw"] == pytest.approx(sex["noise_std_raw"] * (hi - lo), rel=1e-6)
 
 
+@pytest.mark.modes("real")
 def test_parquet_with_nulls_and_a_constant_policy(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -171,6 +174,7 @@ def test_parquet_with_nulls_and_a_constant_policy(harness: Harness) -> None:
     assert r.json()["n_features"] == 5  # ward=1..3, age, age_missing
 
 
+@pytest.mark.modes("real")
 def test_undeclared_category_names_the_column_not_the_value(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -181,6 +185,7 @@ def test_undeclared_category_names_the_column_not_the_value(harness: Harness) ->
     assert "Zebra" not in message and "row 8" not in message, message
 
 
+@pytest.mark.modes("real")
 def test_missing_value_without_a_policy_is_refused(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -190,6 +195,7 @@ def test_missing_value_without_a_policy_is_refused(harness: Harness) -> None:
     assert "'sex'" in message and "missing" in message and "policy" in message, message
 
 
+@pytest.mark.modes("real")
 def test_missing_numeric_without_a_policy_is_refused(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -198,6 +204,7 @@ def test_missing_numeric_without_a_policy_is_refused(harness: Harness) -> None:
     assert "'age'" in message and "missing-value policy" in message, message
 
 
+@pytest.mark.modes("real")
 def test_npz_with_categorical_columns_is_refused(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -247,6 +254,7 @@ BAD_DECLARATIONS: list[tuple[dict[str, Any], str]] = [
 ]
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("case", range(len(BAD_DECLARATIONS)))
 def test_invalid_declarations_are_refused(harness: Harness, case: int) -> None:
     h = harness
@@ -256,6 +264,7 @@ def test_invalid_declarations_are_refused(harness: Harness, case: int) -> None:
     assert "invalid metadata" in message and phrase in message, message
 
 
+@pytest.mark.modes("real")
 def test_file_columns_must_match_the_declaration(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")

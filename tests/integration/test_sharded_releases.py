@@ -115,6 +115,7 @@ def test_a_sharded_release_is_one_file_one_charge(
     assert "release.npz" in stored
 
 
+@pytest.mark.modes("real")
 def test_record_assignment_runs_whole(sharding: Harness) -> None:
     """A configuration whose rows are not independent draws is never split."""
     h = sharding

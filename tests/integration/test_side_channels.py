@@ -69,6 +69,7 @@ def _views(h: Harness, key: str, dataset_id: str) -> list[dict[str, Any]]:
     return [one.json(), *[d for d in listed if d["id"] == dataset_id]]
 
 
+@pytest.mark.modes("real")
 def test_size_bytes_is_the_owners_only(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -85,6 +86,7 @@ def test_size_bytes_is_the_owners_only(harness: Harness) -> None:
                 assert str(len(content)) not in json.dumps(view)
 
 
+@pytest.mark.modes("real")
 def test_undeclared_classes_are_the_owners_only_and_take_no_release(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -117,6 +119,7 @@ def test_undeclared_classes_are_the_owners_only_and_take_no_release(harness: Har
     assert audit.status_code == 200 and SECRET not in audit.text
 
 
+@pytest.mark.modes("real")
 def test_release_files_name_the_declared_classes_only(harness: Harness) -> None:
     """Labels come from the declaration, absent classes included, whatever the file holds."""
     h = harness

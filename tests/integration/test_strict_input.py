@@ -164,6 +164,7 @@ def test_duplicate_keys_in_upload_metadata_are_refused(embedded: Harness) -> Non
     assert "more than once" in r.json()["error"]["message"]
 
 
+@pytest.mark.modes("real")
 def test_upload_metadata_numbers_are_strict(harness: Harness) -> None:
     """Upload metadata is read like any JSON body: a bool or a string for a number is refused
     (422 naming the field), where it was read as 1 or 1.0 and the upload stored; nothing is
@@ -202,6 +203,7 @@ def test_upload_metadata_numbers_are_strict(harness: Harness) -> None:
     assert ok.json()["budget"]["epsilon"] == 5.0
 
 
+@pytest.mark.modes("real")
 def test_every_json_body_is_strict(harness: Harness) -> None:
     """Every JSON request body model derives from StrictBody (a body added later cannot be
     lax by default), and the API-key and grant bodies refuse a bool or a string for a

@@ -1,4 +1,4 @@
-"""Issue 15's "Done when", end to end in both modes: a patients-style table (categorical
+"""Issue 15's "Done when", end to end (real mode): a patients-style table (categorical
 columns, gaps, a rare outcome) uploads with declared columns, releases with every served
 mechanism in CSV, Parquet and NPZ, downloads in raw units under the original column names (the
 label under its own), and ``dprelease evaluate`` reports ROC AUC on real held-out rows.
@@ -109,6 +109,7 @@ def _expected_columns(mechanism: str, meta: dict[str, Any]) -> tuple[list[str], 
     return FEATURES, labels
 
 
+@pytest.mark.modes("real")
 @pytest.mark.slow
 def test_patients_table_every_mechanism_every_format_raw_units_and_auc(
     harness: Harness, tmp_path: Path

@@ -73,6 +73,7 @@ def _refused_too_large(r: httpx.Response, limit_name: str) -> dict[str, Any]:
     return error
 
 
+@pytest.mark.modes("real")
 def test_parquet_bomb_is_refused_from_its_footer(
     harness: Harness, parquet_bomb: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,6 +92,7 @@ def test_parquet_bomb_is_refused_from_its_footer(
     assert (_stored_objects(h), _dataset_rows(h)) == (objects, rows)
 
 
+@pytest.mark.modes("real")
 def test_npz_bomb_is_refused_from_its_headers(
     harness: Harness, npz_bomb: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,6 +112,7 @@ def test_npz_bomb_is_refused_from_its_headers(
     assert decoded == []  # refused from the .npy headers: no array was read
 
 
+@pytest.mark.modes("real")
 def test_decoded_bytes_cap(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -120,6 +123,7 @@ def test_decoded_bytes_cap(harness: Harness, monkeypatch: pytest.MonkeyPatch) ->
     assert error["detail"] == {"decoded_bytes": 200 * 7 * 8, "limit_decoded_bytes": 200 * 6 * 8}
 
 
+@pytest.mark.modes("real")
 def test_csv_over_the_cell_cap_is_refused_before_the_rest_is_read(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,6 +178,7 @@ def _in_thread(call: Callable[[], httpx.Response]) -> tuple[threading.Thread, li
     return thread, out
 
 
+@pytest.mark.modes("real")
 def test_health_answers_while_an_upload_is_parsed(harness: Harness, blocker: Blocker) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -189,6 +194,7 @@ def test_health_answers_while_an_upload_is_parsed(harness: Harness, blocker: Blo
     assert uploaded and uploaded[0].status_code == 201, uploaded
 
 
+@pytest.mark.modes("real")
 def test_concurrent_uploads_over_the_cap_answer_503(
     harness: Harness, blocker: Blocker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

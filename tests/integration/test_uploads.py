@@ -58,6 +58,7 @@ def _cases() -> list[tuple[str, bytes, dict[str, object], str]]:
     ]
 
 
+@pytest.mark.modes("real")
 @pytest.mark.parametrize("case", range(len(_cases())))
 def test_invalid_uploads_store_nothing(harness: Harness, case: int) -> None:
     h = harness
@@ -89,6 +90,7 @@ def test_size_limit(embedded: Harness) -> None:
     assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
 
 
+@pytest.mark.modes("real")
 def test_csv_and_parquet_with_clipping_and_declared_classes(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
@@ -130,6 +132,7 @@ def test_csv_and_parquet_with_clipping_and_declared_classes(harness: Harness) ->
     assert got["classes"] == ["a", "b", "c"]
 
 
+@pytest.mark.modes("real")
 def test_list_and_get_datasets(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
