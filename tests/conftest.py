@@ -17,8 +17,8 @@ matrices, accounting shown through the API, guidance texts, mechanism outputs) r
 marked ``@pytest.mark.modes("real")`` (the production setup) or
 ``@pytest.mark.modes("embedded")`` where embedded behaviour is what it shows; the marker
 applies to ``harness`` or ``toy_harness`` however the test reaches it (through another
-fixture included). A test that needs one mode's own objects (its S3 server, its worker) asks
-for the ``real`` or ``embedded`` fixture directly.
+fixture included); a test without it runs in both. A test that needs one mode's own objects
+(its S3 server, its worker) asks for the ``real`` or ``embedded`` fixture directly.
 """
 
 from __future__ import annotations
@@ -353,8 +353,8 @@ def real(real_services: dict[str, Any]) -> Iterator[Harness]:
 
 @pytest.fixture(params=MODES)
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """Each test using this runs once per mode, through the same code path (once, in the
-    modes a ``modes`` marker names: see the module's docstring)."""
+    """Each test using this runs once per mode, through the same code path; with a ``modes``
+    marker, in the modes it names only (the module's docstring says when)."""
     h: Harness = request.getfixturevalue(request.param)
     return h
 
