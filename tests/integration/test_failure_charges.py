@@ -24,7 +24,7 @@ from service.models import Release
 from service.releases import keys, lifecycle
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from worker import attempts, publishing, runner, writing
+from worker import publishing, runner, writing
 
 BUDGET = 5.0  # the harness's default upload budget
 # What a mechanism raises after its noise was drawn (DP-CDA's wording, say).
@@ -196,7 +196,7 @@ def test_a_transient_error_after_the_read(
         return claim_upload(runtime, job, *args)
 
     monkeypatch.setattr(publishing, "claim_upload", flaky)
-    monkeypatch.setattr(attempts.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)
     runner.run_release(h.runtime, rid)
     done = h.wait(owner, rid)
     attempts = h.runtime.settings.task_max_attempts

@@ -19,7 +19,7 @@ from service.releases.status import ReleaseStatus
 from service.storage import sha256_hex
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from worker import attempts, publishing, runner, writing
+from worker import publishing, runner, writing
 
 BODY = {"mechanism": toy.NAME, "epsilon": 1.0}
 PARAMS = {"rows": 40, "totals_noise": 20.0, "with_weights": True}
@@ -203,7 +203,7 @@ def test_a_draw_is_never_published_over_another_attempts(
         return claimed
 
     monkeypatch.setattr(publishing, "claim_upload", other_attempt_first)
-    monkeypatch.setattr(attempts.time, "sleep", lambda _s: None)  # the retries' backoff
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)  # the retries' backoff
     drawn = _draws(monkeypatch)
     rid = _release(h, owner, ds)
     final = h.wait(owner, rid)
