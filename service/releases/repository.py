@@ -18,7 +18,7 @@ def add(session: Session, release: Release) -> Release:
 
 
 def get(session: Session, release_id: str) -> Release | None:
-    """The release row as committed, unlocked (a read that decides nothing by itself)."""
+    """The release row, unlocked: a read that decides nothing by itself."""
     return session.get(Release, release_id)
 
 
