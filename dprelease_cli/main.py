@@ -450,8 +450,8 @@ def whoami(state: CliState) -> None:
     "columns_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="CSV/Parquet: a JSON file declaring every feature column (numeric with bounds, or "
-    "categorical with its categories, each with an optional missing-value policy): README, "
-    "upload metadata. Instead of --feature-range.",
+    "categorical with its categories, each with an optional missing-value policy): "
+    "docs/guide.md, Datasets. Instead of --feature-range.",
 )
 @click.option(
     "--classes",
