@@ -544,7 +544,7 @@ def datasets(state: CliState, dataset_id: str | None) -> None:
 @click.argument("principal_id")
 @pass_state
 def grant(state: CliState, dataset_id: str, principal_id: str) -> None:
-    """Let PRINCIPAL_ID (an analyst) request releases of DATASET_ID."""
+    """Let PRINCIPAL_ID (an analyst) read and download the releases of DATASET_ID."""
     emit(state.api().grant(dataset_id, principal_id))
 
 
