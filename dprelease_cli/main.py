@@ -450,8 +450,8 @@ def whoami(state: CliState) -> None:
     "columns_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="CSV/Parquet: a JSON file declaring every feature column (numeric with bounds, or "
-    "categorical with its categories, each with an optional missing-value policy): README, "
-    "upload metadata. Instead of --feature-range.",
+    "categorical with its categories, each with an optional missing-value policy): "
+    "docs/guide.md, Datasets. Instead of --feature-range.",
 )
 @click.option(
     "--classes",
@@ -544,7 +544,7 @@ def datasets(state: CliState, dataset_id: str | None) -> None:
 @click.argument("principal_id")
 @pass_state
 def grant(state: CliState, dataset_id: str, principal_id: str) -> None:
-    """Let PRINCIPAL_ID (an analyst) request releases of DATASET_ID."""
+    """Let PRINCIPAL_ID (an analyst) read and download the releases of DATASET_ID."""
     emit(state.api().grant(dataset_id, principal_id))
 
 

@@ -1,6 +1,6 @@
 """A light Python client for the dprelease API: httpx only at import (no numpy, pandas or
 torch), typed methods for every operation, :meth:`Client.wait` with progress and
-:meth:`Client.to_pandas` for releases. See README "Python client"."""
+:meth:`Client.to_pandas` for releases. See docs/guide.md, "Python client"."""
 
 from dprelease_client.client import (
     TERMINAL_STATUSES,
