@@ -21,7 +21,7 @@ import grimp
 import pytest
 
 # The packages whose circles fail this test.
-PACKAGES = ("dpcore", "dprelease_cli", "dprelease_client")
+PACKAGES = ("service", "worker", "dpcore", "dprelease_cli", "dprelease_client")
 MECHANISMS = "dpcore.mechanisms"
 
 
