@@ -1,7 +1,7 @@
 """Which engine draws a release's rows (docs/scaling.md, "Running releases on Dask").
 
 ``DPRELEASE_RELEASE_ENGINE=local`` (the default): the rows come from the single-machine
-generator ``build`` returned. ``dask``: when the mechanism's ``MechanismSpec.distributed``
+generator ``build`` returned. ``dask``: when the mechanism's ``Execution.distributed``
 builds a job for the release's params (no ``Unsupported``), the rows come from that job on
 ``dask.distributed`` (``worker/dask_release.py``) instead; everything else of the release
 (metadata, the transform back to raw units, formats, upload claim, ledger) stays the runner's.
@@ -124,9 +124,9 @@ def _job(
     mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
 ) -> RecordJob | ClassJob | None:
     """The mechanism's job for these params, or None where it has none (dispatch through
-    ``spec.distributed`` only)."""
+    ``spec.execution.distributed`` only)."""
     spec = registry.get(mechanism)
-    if spec.distributed is None:
+    if spec.execution.distributed is None:
         return None
     declared = Declared(
         lo=np.asarray(parsed.lo, dtype=np.float64),
@@ -135,7 +135,7 @@ def _job(
         n_classes=len(parsed.classes),
     )
     try:
-        job = spec.distributed(params_of(spec, params), declared, noise)
+        job = spec.execution.distributed(params_of(spec, params), declared, noise)
     except Unsupported:
         return None
     assert isinstance(job, RecordJob | ClassJob)

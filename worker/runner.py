@@ -306,7 +306,7 @@ def _discard_parts(runtime: Runtime, release_id: str) -> None:
 
 
 def _queue(job: Job) -> Any:
-    return registry.get(job.mechanism).queue
+    return registry.get(job.mechanism).execution.queue
 
 
 def _enqueue(send: Callable[[shards.ShardDispatcher], None], runtime: Runtime) -> None:
@@ -1075,7 +1075,7 @@ def _release_metadata(
             "n": parsed.n_rows,
         },
         "preprocessing": preprocessing,
-        "columns": registry.get(job.mechanism).output,
+        "columns": registry.get(job.mechanism).guidance.output,
         "feature_shape": list(parsed.feature_shape),
         "feature_names": list(parsed.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.

@@ -566,7 +566,7 @@ def test_reducers_refuse_undeclared_noise(client: Any, tmp_path: Any) -> None:
 
 
 def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> None:
-    """``MechanismSpec.distributed`` builds the job from public declarations with the
+    """``Execution.distributed`` builds the job from public declarations with the
     transform the single-machine release uses, refuses what the engine lacks, and the job
     runs on the cluster with the declared noise."""
     from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
