@@ -538,6 +538,7 @@ def main() -> None:
             writer.writeheader()
         for epsilon in args.epsilons:
             for mechanism in args.mechanisms:
+                max_sweep = hints.of(mechanism).max_sweep
                 ells: list[int | None] = list(args.ells) if swept(mechanism) else [None]
                 min_class = int(min(np.bincount(parsed.labels)))
                 for ell in ells:
@@ -546,8 +547,8 @@ def main() -> None:
                         continue
                     if (
                         ell is not None
-                        and hints.max_sweep is not None
-                        and ell > hints.max_sweep(parsed.n_rows, min_class)
+                        and max_sweep is not None
+                        and ell > max_sweep(parsed.n_rows, min_class)
                     ):
                         continue
                     row = run_one(
