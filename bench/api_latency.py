@@ -13,7 +13,7 @@ Two stacks, each a fresh one of its own:
 
 ``e2e`` cases (one server, or one worker in real mode, per case, so its ``VmHWM`` is the
 case's peak RSS): upload → ``POST /releases`` → polled (every 0.1 s) until succeeded →
-downloaded with its sha256 checked. ``walkthrough`` is the README's (MNIST t10k when
+downloaded with its sha256 checked. ``walkthrough`` is the guide's (MNIST t10k when
 ``shared/datasets/mnist-t10k`` is there, else random images of its shape; dpmix ℓ = 64,
 T = 10 000, ε = 10, δ = 1e-5, NPZ); ``million`` is T = 10^6 rows of a 16-feature, 2-class
 table (dpmix ℓ = 16, ε = 1): 10^6 × 18 × 4 B = 72 MB, under the default

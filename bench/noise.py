@@ -2,7 +2,7 @@
 
 Usage: OMP_NUM_THREADS=1 python bench/noise.py [--mechanism NAME] [--rows 60000] [--repeat 3]
 
-The release of the README walkthrough by default: the registry's first mechanism with its
+The release of the guide's "MNIST at full size" by default: the registry's first mechanism with its
 sweet-spot parameters at ℓ = 64 on 10 000 rows of 784 features and 10 one-hot labels,
 calibrated to ε = 10 at δ = 1e-5 with its tight accountant. Every noise scale the accountant
 declares is drawn on random rows of its width, in chunks of 4096 rows as the worker does.

@@ -42,7 +42,7 @@ What each figure is:
   generator whose 512-row pilot predicts more than a minute (20 s quick) for T rows is timed
   on fewer rows and scaled the same way, and marked so. Peak RSS is sampled (every 10 ms)
   during the timed run.
-- **Secure vs fast noise**: the README release's noise (dpmix, ℓ = 64, ε = 10, δ = 1e-5,
+- **Secure vs fast noise**: the guide's MNIST release's noise (dpmix, ℓ = 64, ε = 10, δ = 1e-5,
   calibrated by its tight accountant) drawn on random rows of 784 features and 10 labels, in
   chunks of 4096 rows as the worker does, by `SecureNoise` and `FastNoise`
   (`dpcore/mechanisms/noise.py`); median of the repeats; the one-off lattice table build is
@@ -53,7 +53,7 @@ What each figure is:
   `POST /releases` (admission: calibration and the ledger), the job (polled every 0.1 s until
   succeeded) and the download (sha256 checked). `embedded` is `make run`'s stack (SQLite,
   local files, jobs in the API process); `real` is Postgres + Redis + a Celery worker (solo
-  pool) + S3 (moto behind the tests' SigV4 check). The README walkthrough is MNIST t10k (or
+  pool) + S3 (moto behind the tests' SigV4 check). The guide's MNIST release is MNIST t10k (or
   random images of its shape), dpmix ℓ = 64, T = 10 000, ε = 10; the 10⁶-row case is a
   16-feature, 2-class table (dpmix ℓ = 16, ε = 1), whose release (10⁶ × 18 × 4 B = 72 MB)
   fits under the default `DPRELEASE_MAX_RELEASE_BYTES` (2 GiB) — a 784-wide one would not.

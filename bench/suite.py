@@ -46,7 +46,7 @@ SECTIONS = ("mixing", "noise", "calibration", "e2e", "admission", "gpu")
 MODES = ("embedded", "real")
 RESULTS = ROOT / "docs" / "results"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-# Rows of the noise section (the README release's noise on 784 + 10 columns).
+# Rows of the noise section (the guide's MNIST release's noise on 784 + 10 columns).
 NOISE_ROWS = {"quick": 2_000, "full": 60_000}
 
 

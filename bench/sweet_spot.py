@@ -173,7 +173,7 @@ def make_release(
     X, Y = X32.astype(np.float64), Y32.astype(np.float64)
     metadata = release_metadata(mechanism, params, parsed, output.transform)
     # Declared categorical columns decode to proportions, as the worker serves them — only for
-    # records (or their means) in the dataset's own feature space (worker/runner.py); the
+    # records (or their means) in the dataset's own feature space (worker/writing.py::RowSteps); the
     # blocks travel in the metadata so a study can map test rows alike.
     blocks = getattr(parsed, "categorical_blocks", ())
     same_space = list(output.feature_names) == list(parsed.feature_names)

@@ -7,18 +7,19 @@ use it without the CLI or the server), re-exported for the CLI.
 import warnings
 from typing import Any
 
-from dprelease_client.client import (
-    DEFAULT_TIMEOUT,
-    MAX_RETRY_WAIT_S,
-    RATE_LIMIT_RETRIES,
-    TERMINAL_STATUSES,
+from dprelease_client.client import TERMINAL_STATUSES, Client
+from dprelease_client.errors import (
     ApiConnectionError,
     ApiError,
     ChecksumMismatch,
-    Client,
-    Download,
     ReleaseFailed,
     WaitTimeout,
+)
+from dprelease_client.transport import (
+    DEFAULT_TIMEOUT,
+    MAX_RETRY_WAIT_S,
+    RATE_LIMIT_RETRIES,
+    Download,
 )
 
 

@@ -11,140 +11,28 @@ pyarrow) only when called.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import quote
 
 import httpx
 
 from dprelease_client import types as t
+from dprelease_client.errors import ApiError, ReleaseFailed, WaitTimeout
+from dprelease_client.frames import read_release
+from dprelease_client.progress import progress_reporter
+from dprelease_client.transport import Download, Transport, seg
 
-JSON = dict[str, Any]
-
-DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-_CHUNK = 1 << 20
-
-
-class ApiError(Exception):
-    """An error answer of the API (or a failure to get one)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        code: str | None = None,
-        detail: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.code = code
-        self.detail: dict[str, Any] = dict(detail or {})
-
-
-class ApiConnectionError(ApiError):
-    """The API could not be reached (refused, DNS, timeout, ...)."""
-
-
-class ChecksumMismatch(ApiError):
-    """A downloaded artifact does not hash to what the release declares."""
-
-
-class WaitTimeout(ApiError):
-    """:meth:`Client.wait` gave up; the release keeps running on the server.
-    ``detail["release"]`` is its last state seen."""
-
-
-class ReleaseFailed(ApiError):
-    """:meth:`Client.wait` saw the release end ``failed`` or ``cancelled``.
-    ``detail["release"]`` is its final state."""
-
-
-@dataclass(frozen=True)
-class Download:
-    path: Path
-    bytes: int
-    sha256: str
-
-    def as_json(self) -> JSON:
-        return {"path": str(self.path), "bytes": self.bytes, "sha256": self.sha256}
-
-
-def _error_from_response(response: httpx.Response) -> ApiError:
-    """Build an :class:`ApiError` from an error response (body already read)."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        err = body["error"]
-        detail = err.get("detail")
-        return ApiError(
-            str(err.get("message") or f"HTTP {response.status_code}"),
-            status=response.status_code,
-            code=err.get("code"),
-            detail=detail if isinstance(detail, dict) else None,
-        )
-    text = response.text.strip()
-    message = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-    if text:
-        message = f"{message}: {text[:300]}"
-    return ApiError(message, status=response.status_code)
-
-
-RATE_LIMIT_RETRIES = 3
-MAX_RETRY_WAIT_S = 30.0
 # The API's terminal release statuses (service.releases.status; this package imports nothing
 # of the service).
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
-def _refused_unread(response: httpx.Response) -> bool:
-    """An answer given before the server read the request, so resending cannot act twice:
-    429 (rate limit) or 503 ``uploads_busy`` (the upload slots are full; nothing stored).
-    Other 503s (``/ready`` not ready) are answers, not a request to come back."""
-    if response.status_code == 429:
-        return True
-    if response.status_code != 503:
-        return False
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and error.get("code") == "uploads_busy"
-
-
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        wait = float(response.headers.get("Retry-After", "1"))
-    except ValueError:
-        wait = 1.0
-    return min(max(wait, 0.0), MAX_RETRY_WAIT_S)
-
-
-def _rewind(files: Any) -> bool:
-    """Put upload streams back at their start for a resend; False if one cannot be."""
-    if not files:
-        return True
-    for value in dict(files).values():
-        stream = value[1] if isinstance(value, tuple) else value
-        if not (hasattr(stream, "seekable") and stream.seekable()):
-            return False
-        stream.seek(0)
-    return True
-
-
-class Client:
+class Client(Transport):
     """Calls the dprelease API with a bearer key.
 
     ``http`` may be given to inject a preconfigured :class:`httpx.Client` (tests pass one with
@@ -152,83 +40,6 @@ class Client:
     absolute URLs built from ``base_url`` and send ``Authorization`` per request, so an injected
     client needs no base URL or headers of its own.
     """
-
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        http: httpx.Client | None = None,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
-        self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client(timeout=timeout)
-        self.sleep: Callable[[float], None] = time.sleep
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def close(self) -> None:
-        if self._owns_http:
-            self._http.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}{path}"
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
-        """One request, resent after a 429 or a 503 ``uploads_busy`` (both refused before the
-        server read it, so resending cannot act twice) up to RATE_LIMIT_RETRIES times, waiting
-        as Retry-After says."""
-        for attempt in range(RATE_LIMIT_RETRIES + 1):
-            try:
-                response = self._http.request(
-                    method,
-                    self._url(path),
-                    headers={**self._headers, **(extra_headers or {})},
-                    **kwargs,
-                )
-            except httpx.TransportError as exc:
-                raise self._connection_error(exc) from exc
-            if not _refused_unread(response) or attempt == RATE_LIMIT_RETRIES:
-                return response
-            if not _rewind(kwargs.get("files")):
-                return response
-            self.sleep(_retry_after(response))
-        raise AssertionError("unreachable")
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._send(method, path, **kwargs)
-        if response.is_error:
-            raise _error_from_response(response)
-        if not response.content:
-            return {}
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ApiError(
-                f"unexpected non-JSON answer from {method} {path} (HTTP {response.status_code})",
-                status=response.status_code,
-            ) from exc
-
-    def _connection_error(self, exc: httpx.TransportError) -> ApiConnectionError:
-        reason = str(exc) or type(exc).__name__
-        return ApiConnectionError(f"cannot reach the API at {self.base_url}: {reason}")
 
     # -- identity & keys -------------------------------------------------------------------
 
@@ -255,7 +66,7 @@ class Client:
         return result
 
     def revoke_api_key(self, key_id: str) -> None:
-        self._request("DELETE", f"/api-keys/{_seg(key_id)}")
+        self._request("DELETE", f"/api-keys/{seg(key_id)}")
 
     def me(self) -> t.Me:
         result: t.Me = self._request("GET", "/me")
@@ -287,24 +98,24 @@ class Client:
         return result
 
     def get_dataset(self, dataset_id: str) -> t.Dataset:
-        result: t.Dataset = self._request("GET", f"/datasets/{_seg(dataset_id)}")
+        result: t.Dataset = self._request("GET", f"/datasets/{seg(dataset_id)}")
         return result
 
     def grant(self, dataset_id: str, principal_id: str) -> t.Grant:
         result: t.Grant = self._request(
-            "POST", f"/datasets/{_seg(dataset_id)}/grants", json={"principal_id": principal_id}
+            "POST", f"/datasets/{seg(dataset_id)}/grants", json={"principal_id": principal_id}
         )
         return result
 
     def list_grants(self, dataset_id: str) -> t.GrantList:
-        result: t.GrantList = self._request("GET", f"/datasets/{_seg(dataset_id)}/grants")
+        result: t.GrantList = self._request("GET", f"/datasets/{seg(dataset_id)}/grants")
         return result
 
     def revoke_grant(self, dataset_id: str, grant_id: str) -> None:
-        self._request("DELETE", f"/datasets/{_seg(dataset_id)}/grants/{_seg(grant_id)}")
+        self._request("DELETE", f"/datasets/{seg(dataset_id)}/grants/{seg(grant_id)}")
 
     def delete_dataset(self, dataset_id: str) -> t.Dataset:
-        result: t.Dataset = self._request("DELETE", f"/datasets/{_seg(dataset_id)}")
+        result: t.Dataset = self._request("DELETE", f"/datasets/{seg(dataset_id)}")
         return result
 
     # -- releases --------------------------------------------------------------------------
@@ -328,11 +139,11 @@ class Client:
         return result
 
     def get_release(self, release_id: str) -> t.Release:
-        result: t.Release = self._request("GET", f"/releases/{_seg(release_id)}")
+        result: t.Release = self._request("GET", f"/releases/{seg(release_id)}")
         return result
 
     def cancel_release(self, release_id: str) -> t.Release:
-        result: t.Release = self._request("POST", f"/releases/{_seg(release_id)}/cancel")
+        result: t.Release = self._request("POST", f"/releases/{seg(release_id)}/cancel")
         return result
 
     def download_release(
@@ -351,63 +162,13 @@ class Client:
         never sent to the object store. With ``expected_sha256`` the file is only moved into
         place if it matches; otherwise :class:`ChecksumMismatch` is raised and nothing is left.
         """
-        what = "download" if artifact is None else f"artifacts/{_seg(artifact)}"
+        what = "download" if artifact is None else f"artifacts/{seg(artifact)}"
         return self._download_to(
-            f"/releases/{_seg(release_id)}/{what}",
+            f"/releases/{seg(release_id)}/{what}",
             Path(output),
             release_id,
             expected_sha256=expected_sha256,
         )
-
-    def _download_to(
-        self, path: str, output: Path, release_id: str, *, expected_sha256: str | None = None
-    ) -> Download:
-        output = Path(output)
-        directory = output.parent if str(output.parent) else Path(".")
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".part", dir=directory)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as sink:
-                digest, size = self._stream_to(path, sink)
-                sink.flush()
-                os.fsync(sink.fileno())
-            if expected_sha256 is not None and digest != expected_sha256.lower():
-                raise ChecksumMismatch(
-                    f"checksum mismatch for release {release_id}: downloaded {size} bytes "
-                    f"hashing to {digest}, the release declares {expected_sha256}",
-                    detail={"expected_sha256": expected_sha256, "actual_sha256": digest},
-                )
-            os.replace(tmp, output)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
-        return Download(path=output, bytes=size, sha256=digest)
-
-    def _stream_to(self, path: str, sink: BinaryIO) -> tuple[str, int]:
-        hasher = hashlib.sha256()
-        size = 0
-        try:
-            with self._http.stream(
-                "GET",
-                self._url(path),
-                headers=self._headers,
-                follow_redirects=True,
-                timeout=httpx.Timeout(60.0, connect=10.0),
-            ) as response:
-                if response.is_error:
-                    response.read()
-                    raise _error_from_response(response)
-                for chunk in response.iter_bytes(_CHUNK):
-                    hasher.update(chunk)
-                    sink.write(chunk)
-                    size += len(chunk)
-        except httpx.TooManyRedirects as exc:
-            raise ApiError(f"too many redirects downloading {path}") from exc
-        except httpx.TransportError as exc:
-            raise self._connection_error(exc) from exc
-        return hasher.hexdigest(), size
 
     # -- budgets ---------------------------------------------------------------------------
 
@@ -416,7 +177,7 @@ class Client:
         return result
 
     def get_budget(self, dataset_id: str) -> t.Ledger:
-        result: t.Ledger = self._request("GET", f"/budgets/{_seg(dataset_id)}")
+        result: t.Ledger = self._request("GET", f"/budgets/{seg(dataset_id)}")
         return result
 
     # -- the rest of the API ---------------------------------------------------------------
@@ -462,7 +223,7 @@ class Client:
         return result
 
     def get_report(self, release_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", f"/releases/{_seg(release_id)}/report")
+        result: dict[str, Any] = self._request("GET", f"/releases/{seg(release_id)}/report")
         return result
 
     def health(self) -> t.Health:
@@ -477,7 +238,7 @@ class Client:
 
     def download_raw(self, release_id: str, output: Path) -> Download:
         """The owner's raw rows of a release (GET /releases/{id}/raw), streamed to ``output``."""
-        return self._download_to(f"/releases/{_seg(release_id)}/raw", Path(output), release_id)
+        return self._download_to(f"/releases/{seg(release_id)}/raw", Path(output), release_id)
 
     def download(
         self,
@@ -527,7 +288,7 @@ class Client:
         or cancelled release raises :class:`ReleaseFailed`; after ``timeout`` seconds
         :class:`WaitTimeout` is raised (the release keeps running on the server).
         """
-        report = _progress_reporter(release_id, progress)
+        report = progress_reporter(release_id, progress)
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = min(first_poll, poll) / backoff  # the first wait is min(first_poll, poll)
         last: Any = None
@@ -577,11 +338,6 @@ class Client:
             return read_release(Path(content) if not isinstance(content, bytes) else path)
 
 
-def _seg(value: str) -> str:
-    """Quote one path segment so an id can never change the path."""
-    return quote(str(value), safe="")
-
-
 def _declared_sha256(release: Mapping[str, Any], artifact: str | None) -> str:
     release_id = release.get("id")
     if artifact is None:
@@ -598,108 +354,3 @@ def _declared_sha256(release: Mapping[str, Any], artifact: str | None) -> str:
             detail={"status": release.get("status")},
         )
     return str(sha)
-
-
-def _progress_reporter(
-    release_id: str, progress: bool | Callable[[t.Release], None]
-) -> Callable[[t.Release | None], None]:
-    """``report(release)`` per state seen, ``report(None)`` once at the end."""
-    if callable(progress):
-        callback = progress
-        return lambda release: None if release is None else callback(release)
-    if not progress:
-        return lambda release: None
-    import sys
-
-    try:
-        from tqdm import tqdm
-    except ImportError:  # a line on stderr per change, without tqdm
-        seen: list[str] = []
-
-        def line(release: t.Release | None) -> None:
-            if release is None:
-                return
-            text = _describe(release)
-            if not seen or seen[-1] != text:
-                seen.append(text)
-                print(f"release {release_id}: {text}", file=sys.stderr, flush=True)
-
-        return line
-    bar = tqdm(
-        total=100,
-        desc=f"release {release_id}",
-        file=sys.stderr,
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}",
-        dynamic_ncols=True,
-    )
-
-    def show(release: t.Release | None) -> None:
-        if release is None:
-            bar.close()
-            return
-        bar.n = round(_fraction(release) * 100)
-        bar.set_postfix_str(_describe(release), refresh=False)
-        bar.refresh()
-
-    return show
-
-
-def _fraction(release: Mapping[str, Any]) -> float:
-    progress = release.get("progress")
-    fraction = float(progress) if isinstance(progress, int | float) else 0.0
-    if release.get("status") == "succeeded":
-        fraction = 1.0
-    return min(max(fraction, 0.0), 1.0)
-
-
-def _describe(release: Mapping[str, Any]) -> str:
-    status = release.get("status")
-    phase = release.get("phase")
-    # The phase is the job's word for its current step (rows written, training epochs, ...).
-    return f"{status}: {phase}" if phase and status == "running" else str(status)
-
-
-def read_release(path: Path) -> Any:
-    """A release artifact file as a DataFrame, its format told by its first bytes (NPZ is a
-    zip, Parquet starts ``PAR1``, else CSV), so a file named anything reads. Columns as the
-    release's CSV/Parquet tables have them: the dataset's feature names, then its label
-    column (the class, for mechanisms with exact labels) or ``<label>=<class>`` columns (class
-    proportions, or signed values); the NPZ's metadata names them (``layout``)."""
-    import pandas as pd
-
-    with Path(path).open("rb") as fh:
-        magic = fh.read(4)
-    if magic == b"PAR1":
-        return pd.read_parquet(path)
-    if magic[:2] != b"PK":
-        return pd.read_csv(path)
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    metadata = json.loads(str(arrays["metadata"])) if "metadata" in arrays else {}
-    X = np.asarray(arrays["X"]).reshape(len(arrays["X"]), -1)
-    Y = np.asarray(arrays["y"]).reshape(len(arrays["y"]), -1)
-    classes = metadata.get("classes") or []
-    layout = metadata.get("layout")
-    if isinstance(layout, dict) and len(layout.get("feature_columns", ())) == X.shape[1]:
-        frame = pd.DataFrame(X, columns=list(layout["feature_columns"]))
-        if layout.get("label_kind") == "exact" and len(classes) == Y.shape[1]:
-            # The NPZ holds one-hot rows: the class at each row's 1.
-            frame[layout["label_column"]] = pd.Series(
-                [classes[i] for i in Y.argmax(axis=1)], index=frame.index
-            )
-        else:
-            for j, name in enumerate(layout["label_columns"]):
-                frame[name] = Y[:, j]
-        frame.attrs["dprelease"] = metadata
-        return frame
-    # A release made before layouts: x_<feature>, y_<class> as its tables had them.
-    names = metadata.get("feature_names") or []
-    x_cols = [f"x_{n}" for n in names] if len(names) == X.shape[1] else None
-    y_cols = [f"y_{c}" for c in classes] if len(classes) == Y.shape[1] else None
-    x_cols = x_cols or [f"x_{i}" for i in range(X.shape[1])]
-    y_cols = y_cols or [f"y_{j}" for j in range(Y.shape[1])]
-    frame = pd.DataFrame(np.hstack([X, Y]), columns=[*x_cols, *y_cols])
-    frame.attrs["dprelease"] = metadata
-    return frame

@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     # Bounded uploads (service/upload_slots.py, datasets/parsing.py).
     # With the defaults one upload's parse peaks near max_upload_bytes + 2 x decoded + 10 B x
     # cells (about 3.2 GiB at most), and at most max_concurrent_uploads run per API process
-    # (README, "Bounded uploads").
+    # (docs/operations.md, "Bounded uploads").
     max_concurrent_uploads: int = Field(
         default=2,
         ge=1,

@@ -1,15 +1,15 @@
 """Request-scoped dependencies, as ``Annotated`` aliases.
 
-The session commits when the endpoint returns (before the response is sent, so a failed
-commit is a 500, never a success that did not persist), then runs the callbacks registered
-with ``after_commit`` (e.g. enqueueing a job only once its row is durable). A callback that
-raises is logged and does not change the answer: the unit it followed is committed.
+The session is the request's unit of work (``service.db.unit_of_work``): it commits when the
+endpoint returns (before the response is sent, so a failed commit is a 500, never a success
+that did not persist), then runs the callbacks registered with ``service.db.after_commit``. A
+callback that raises is logged and does not change the answer: the unit it followed is
+committed.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -21,11 +21,10 @@ from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
 from service.auth.service import authenticate
+from service.db import unit_of_work
 from service.errors import Forbidden, InvalidInput
 from service.models import Principal
 from service.runtime import Runtime
-
-log = logging.getLogger(__name__)
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -36,36 +35,9 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def after_commit(session: Session, callback: Callable[[], None]) -> None:
-    session.info.setdefault("after_commit", []).append(callback)
-
-
-def on_rollback(session: Session, callback: Callable[[], None]) -> None:
-    """Undo a side effect outside the database (e.g. a stored object) if the unit fails."""
-    session.info.setdefault("on_rollback", []).append(callback)
-
-
 def get_session(runtime: RuntimeDep) -> Iterator[Session]:
-    session = runtime.session_factory()
-    try:
+    with unit_of_work(runtime.session_factory()) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        for undo in session.info.pop("on_rollback", []):
-            undo()
-        raise
-    finally:
-        callbacks = session.info.pop("after_commit", [])
-        session.close()
-    for callback in callbacks:
-        # The unit is committed: what it did stands, and the answer says so. A callback that
-        # fails (the broker is down when a release is handed over) is logged; the outbox
-        # sweeper (service.releases.sweeper) does it again later.
-        try:
-            callback()
-        except Exception:
-            log.exception("after-commit callback failed; left to the sweeper")
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

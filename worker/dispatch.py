@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import select
-
 from dpcore.mechanisms.spec import WorkerQueue
 from service.config import Settings
-from service.models import Release
+from service.releases import repository as releases
 from service.runtime import Dispatcher, InProcessDispatcher, Runtime
 from worker.broker import FINISH_SHARDS, RUN_RELEASE, RUN_SHARD, celery_app
 from worker.scratch import clean_stale
@@ -75,7 +73,7 @@ def _owner_of(runtime: Runtime, release_id: str) -> str:
     """Whose queue a release waits in: the owner who requested it (only a dataset's owner
     requests its releases)."""
     with runtime.session_factory() as session:
-        return session.scalar(select(Release.requested_by).where(Release.id == release_id)) or ""
+        return releases.requested_by(session, release_id)
 
 
 def default_dispatcher(runtime: Runtime) -> Dispatcher:

@@ -1,4 +1,7 @@
-"""Which engine draws a release's rows (docs/scaling.md, "Running releases on Dask").
+"""Which engine draws a release's rows (docs/scaling.md, "Running releases on Dask"): the
+stored parts of a split (``worker.shards``), the mechanism's Dask job, or the single-machine
+generator, as peers. ``choose`` picks one before anything is built, building the mechanism's
+distributed job at most once; ``engine_for`` hands the rows of the chosen one to the writer.
 
 ``DPRELEASE_RELEASE_ENGINE=local`` (the default): the rows come from the single-machine
 generator ``build`` returned. ``dask``: when the mechanism's ``Execution.distributed``
@@ -32,13 +35,27 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
 from dpcore.mechanisms.run import params_of
 from dpcore.mechanisms.secure_random import SecureRandom
+from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import ReleaseOutput
 from dpcore.preprocessing import RowTransform
 from service.datasets.parsing import ParsedDataset
+from worker import shards
 
 log = logging.getLogger(__name__)
 
 LABEL = "label"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which engine draws a release's rows, chosen before anything is built or drawn, from
+    the settings, the mechanism's spec and the release's public parameters: the stored parts
+    of a split (``plan``, ``worker.shards``), the mechanism's Dask job (``job``), or else the
+    single-machine generator ``build`` returns."""
+
+    mechanism: str
+    plan: ShardPlan | None = None
+    job: RecordJob | ClassJob | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,27 @@ def choose(
     mechanism: str,
     params: dict[str, Any],
     parsed: ParsedDataset,
+    noise: Any,
+    *,
+    plan_key: str | None = None,
+) -> Choice:
+    """The engine of a release: the split named ``plan_key`` (a sharded release's finaliser);
+    the Dask job where the dask engine is configured and the mechanism has one for these
+    params (never sharded then: sharding splits one machine's draw); the split the settings
+    give (``shards.plan_for``); or else the single machine."""
+    if plan_key is not None:
+        return Choice(mechanism, plan=shards.plan_named(mechanism, plan_key))
+    if settings.release_engine == "dask":
+        job = distributed_job(mechanism, params, parsed, noise)
+        if job is not None:
+            return Choice(mechanism, job=job)
+    return Choice(mechanism, plan=shards.plan_for(settings, mechanism, params, len(parsed.classes)))
+
+
+def engine_for(
+    choice: Choice,
+    settings: Any,
+    parsed: ParsedDataset,
     output: ReleaseOutput,
     *,
     noise: Any,
@@ -61,19 +99,19 @@ def choose(
     generator: SecureRandom,
     scratch: Path,
 ) -> Engine:
-    """The runner's call right after ``build``: ``output`` unchanged (local), or with its
-    ``chunks`` replaced by the Dask job's rows (the build's generator closed unstarted).
-    ``sampler`` and ``generator``: the release's (``randomness``), which the Dask path never
-    draws from; the secure sampler is given the plans the workers use, so the metadata's
-    ``noise_lattices`` describe the noise published."""
-    if settings.release_engine != "dask":
-        return Engine(output, "local")
-    job = _job(mechanism, params, parsed, noise)
+    """The runner's call right after ``build`` of an unsharded release: ``output`` unchanged
+    (local), or with its ``chunks`` replaced by the Dask job's rows (the build's generator
+    closed unstarted). ``sampler`` and ``generator``: the release's (``randomness``), which
+    the Dask path never draws from; the secure sampler is given the plans the workers use, so
+    the metadata's ``noise_lattices`` describe the noise published."""
+    job = choice.job
     if job is None:
         return Engine(output, "local")
     reason = _mismatch(job, output, generator)
     if reason is not None:
-        log.warning("release of %s runs locally under the dask engine: %s", mechanism, reason)
+        log.warning(
+            "release of %s runs locally under the dask engine: %s", choice.mechanism, reason
+        )
         return Engine(output, "local")
     from worker import dask_release
 
@@ -112,15 +150,7 @@ def choose(
     return Engine(replace(output, chunks=rows), "dask")
 
 
-def runs_on_dask(
-    settings: Any, mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
-) -> bool:
-    """Whether the dask engine is chosen and the mechanism has a job for these params (the
-    runner then never shards the release: sharding splits one machine's draw)."""
-    return settings.release_engine == "dask" and _job(mechanism, params, parsed, noise) is not None
-
-
-def _job(
+def distributed_job(
     mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
 ) -> RecordJob | ClassJob | None:
     """The mechanism's job for these params, or None where it has none (dispatch through

@@ -19,20 +19,14 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
+
+# The contract an accountant returns lives with the events that implement it; mechanisms
+# name it from here, next to ``Accountant``.
+from dpcore.accounting.events import Event
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-
-    from dpcore.accounting.composition import Cost
-    from dpcore.accounting.events import NoiseDescription
-
-
-class Event(Protocol):
-    def epsilon(self, delta: float) -> float: ...
-    def cost(self, delta: float) -> Cost: ...
-    def noise(self) -> NoiseDescription: ...
-    def describe(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

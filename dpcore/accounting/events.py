@@ -16,11 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from dpcore.accounting.accountant import Event
     from dpcore.accounting.composition import Cost
+
+
+class Event(Protocol):
+    """What an accountant returns (``dpcore.accounting.accountant``): ε at any δ, the ledger
+    cost, the noise it adds and its description."""
+
+    def epsilon(self, delta: float) -> float: ...
+    def cost(self, delta: float) -> Cost: ...
+    def noise(self) -> NoiseDescription: ...
+    def describe(self) -> dict[str, Any]: ...
 
 
 def _positive(name: str, value: float) -> float:

@@ -5,6 +5,9 @@ Records are unit-scale: features in [0, 1] with ‖x‖ ≤ 1, so two records di
 ‖x − x′‖ ≤ √2 (‖x − x′‖² = ‖x‖² + ‖x′‖² − 2⟨x, x′⟩ ≤ 2 as ⟨x, x′⟩ ≥ 0), and one-hot labels,
 ‖y − y′‖ ≤ √2. Neighbours are replace-one with n public; replacing a record changes only its
 own released row.
+
+The two sensitivities are those of any unit-scale record and one-hot label: DPMix's mixtures
+(``dpcore.mechanisms.record_assignment``) divide them by ℓ.
 """
 
 from __future__ import annotations

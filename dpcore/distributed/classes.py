@@ -1,6 +1,7 @@
 """DP-CDA's per-class mixing as a map–reduce job with routed rank requests.
 
-Single-machine reference: ``dpcore.mechanisms.dpcda.generate.generate``. Per class c,
+Single-machine reference: ``dpcore.mechanisms.dpcda.generate.generate``, with which it shares
+``dpcore.mechanisms.class_mixing`` (chunks, class order, sensitivity). Per class c,
 T_c = ⌈T/K⌉ mixtures, each the mean of ℓ records of class c drawn uniformly without
 replacement (Floyd's sampler on the class's ranks 0 … N_c − 1, in the order of a stable sort
 of the labels), independently per mixture, plus N(0, σ²I); the label is c, exact.
@@ -54,10 +55,8 @@ import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error
-from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
-from dpcore.mechanisms.dpcda.generate import per_class
+from dpcore.mechanisms.class_mixing import class_chunks, class_order, mixture_sensitivity
 from dpcore.mechanisms.noise import NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,10 @@ def chunks(
     *, n: int, n_classes: int, mixture_degree: int, n_samples: int, dim: int
 ) -> Iterator[Chunk]:
     """The single machine's chunks, in its order (public sizes only)."""
-    rows = per_class(n_samples, n_classes)
-    step = chunk_size(mixture_degree=mixture_degree, dim=dim, n=n)
-    for c in range(n_classes):
-        for start in range(0, rows, step):
-            yield Chunk(c, min(step, rows - start))
+    for c, count in class_chunks(
+        n=n, n_classes=n_classes, mixture_degree=mixture_degree, n_samples=n_samples, dim=dim
+    ):
+        yield Chunk(c, count)
 
 
 def index_partition(
@@ -114,11 +112,9 @@ def index_partition(
         raise ValueError("labels must be class indices, one per record")
     if nonnegative and bool((features < 0).any()):
         raise ValueError("non-negative features were promised, a negative one was found")
-    order = np.argsort(labels, kind="stable")
-    counts = np.bincount(labels, minlength=n_classes)
+    order, counts, starts = class_order(labels, n_classes)
     if counts.shape[0] != n_classes:
         raise ValueError("a label is outside the declared classes")
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return ClassIndex(np.ascontiguousarray(features, dtype=np.float32), order, starts)
 
 

@@ -1,6 +1,7 @@
 """DPMix's record assignment as a map–reduce job.
 
-Single-machine reference: ``dpcore.mechanisms.dpmix.generate.generate_by_record``. Record i
+Single-machine reference: ``dpcore.mechanisms.dpmix.generate.generate_by_record``, with which
+it shares ``dpcore.mechanisms.record_assignment`` (k and the sensitivities). Record i
 joins k = ⌈Tℓ/n⌉ distinct mixtures chosen uniformly among the T, independently per record;
 mixture t is (1/ℓ)·(sum of its members' [features | one-hot labels]) plus Gaussian noise with
 the ``_noiser`` sensitivities FEATURE_SENSITIVITY/ℓ and LABEL_SENSITIVITY/ℓ.
@@ -44,9 +45,12 @@ import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error, sampling
-from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
-from dpcore.mechanisms.dpmix.generate import mixtures_per_record
 from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.record_assignment import (
+    FEATURE_SENSITIVITY,
+    LABEL_SENSITIVITY,
+    mixtures_per_record,
+)
 from dpcore.mechanisms.secure_random import SecureRandom
 
 # Rows × width of one reducer's float64 accumulator (128 MiB): bounds a reducer's memory.

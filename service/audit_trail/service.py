@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.audit_trail import repository
 from service.audit_trail.schemas import AuditEventOut, AuditPage, ObjectType
+from service.db import on_rollback
 from service.errors import InvalidInput
 from service.models import AuditEvent
 
@@ -85,9 +86,6 @@ def record_despite_rollback(
 ) -> None:
     """For a refusal: the request's unit of work is rolled back, yet the attempt is worth
     keeping; it is written in a transaction of its own once the rollback is done."""
-    # Imported here: deps imports auth, which records through this module.
-    from service.deps import on_rollback
-
     event = _event(actor, action, object_type, object_id, detail or {})
     bind = session.get_bind()
 

@@ -12,6 +12,10 @@ def add(session: Session, dataset: Dataset) -> Dataset:
     return dataset
 
 
+def get(session: Session, dataset_id: str) -> Dataset | None:
+    return session.get(Dataset, dataset_id)
+
+
 def list_by_ids(session: Session, *, ids: list[str] | None) -> list[Dataset]:
     stmt = select(Dataset).order_by(Dataset.created_at, Dataset.id)
     if ids is not None:

@@ -25,7 +25,7 @@ from service.datasets.schemas import (
     GrantOut,
     declared_columns,
 )
-from service.deps import on_rollback
+from service.db import on_rollback
 from service.errors import InvalidInput, LabelColumnClash, NotFound, ReleasesPending
 from service.models import Dataset, Grant, Principal, new_id, utcnow
 from service.releases import keys as release_keys

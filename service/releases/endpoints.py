@@ -241,7 +241,7 @@ def get_report(
 
 mechanisms_router = APIRouter(tags=["releases"])
 
-# How the download endpoints answer (DPRELEASE_DOWNLOAD_MODE; docs: README, "Downloads").
+# How the download endpoints answer (DPRELEASE_DOWNLOAD_MODE; docs: docs/api.md, "Downloads").
 _BODY_WHEN = (
     "(the local object store of embedded mode, or S3 with DPRELEASE_DOWNLOAD_MODE=stream: "
     "streamed by the API, with Content-Length, Content-Disposition, ETag and, when stored, "

@@ -73,6 +73,18 @@ def start(session: Session, release_id: str, *, max_attempts: int) -> Release | 
     return release
 
 
+def current(session: Session, release_id: str, attempt: int | None = None) -> Release | None:
+    """The release while it is running and (given a job's ``attempt``) still in that attempt;
+    None once it is settled or handed over to a later attempt, which a job of this one must
+    leave alone. A read without the row lock: every transition checks again under it."""
+    release = repository.get(session, release_id)
+    if release is None or release.status != ReleaseStatus.running:
+        return None
+    if attempt is not None and release.attempts != attempt:
+        return None
+    return release
+
+
 def requeue(session: Session, release_id: str, *, reason: str, attempt: int | None = None) -> bool:
     """Put a running release back in the queue, its attempt not counted: its job stopped
     before claiming the upload because its process is shutting down (``worker.runner``), so

@@ -17,6 +17,16 @@ def add(session: Session, release: Release) -> Release:
     return release
 
 
+def get(session: Session, release_id: str) -> Release | None:
+    """The release row, unlocked: a read that decides nothing by itself."""
+    return session.get(Release, release_id)
+
+
+def requested_by(session: Session, release_id: str) -> str:
+    """Who requested the release ("" when it is unknown)."""
+    return session.scalar(select(Release.requested_by).where(Release.id == release_id)) or ""
+
+
 def ordinary() -> ColumnElement[bool]:
     """Releases that are not research releases: ``research`` SQL NULL, or the JSON null an ORM
     write of None stores."""

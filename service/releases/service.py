@@ -28,7 +28,7 @@ from service.audit_trail import service as audit
 from service.budgets import repository as budget_repository
 from service.budgets import service as budget_service
 from service.config import Settings
-from service.deps import after_commit
+from service.db import after_commit
 from service.errors import (
     BudgetExceeded,
     ClassesUndeclared,

@@ -43,7 +43,7 @@ BINS = 20
 # Significant digits of the sampled values: enough for a picture or a glance, and a 28 × 28
 # image sample stays a few hundred kilobytes of JSON.
 DIGITS = 6
-# The CSV release's metadata travels beside it as this further artifact (worker/runner.py).
+# The CSV release's metadata travels beside it as this further artifact (worker/metadata.py).
 METADATA_ARTIFACT = "metadata.json"
 
 

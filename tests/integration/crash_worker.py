@@ -17,7 +17,7 @@ release SIGKILL its own process at PHASE (one of PHASES; ``before_read``: the da
 be fetched, before the job records its private read; or ``shard_<index>_drawn``: a sharded
 release's shard drawn, before its part is stored) on its first TIMES attempts (counted in
 ``PLAN_DIR/<release_id>.crashes``). Every phase reached is appended to ``PLAN_DIR/events`` as
-``release_id phase pid time``. The hooks wrap ``worker.runner`` functions in this process and its
+``release_id phase pid time``. The hooks wrap the worker's functions in this process and its
 children only: nothing in the service or the worker can turn them on.
 """
 
@@ -34,7 +34,7 @@ PHASES = ("before_noise", "after_noise", "after_claim", "after_upload", "after_c
 
 
 def install_hooks(plan_dir: Path) -> None:
-    from worker import runner
+    from worker import production, publishing, writing
 
     events = plan_dir / "events"
 
@@ -57,10 +57,10 @@ def install_hooks(plan_dir: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     write_release, claim_upload, succeed, parsed = (
-        runner._write_release,
-        runner._claim_upload,
-        runner._succeed,
-        runner._parsed,
+        writing.write_release,
+        publishing.claim_upload,
+        publishing.succeed,
+        production.read_private,
     )
 
     def _parsed(runtime: Any, job: Any) -> Any:
@@ -94,10 +94,10 @@ def install_hooks(plan_dir: Path) -> None:
         return store_part(store, release_id, plan, index, path)
 
     shards.store_part = _store_part  # type: ignore[assignment]
-    runner._parsed = _parsed  # type: ignore[assignment]
-    runner._write_release = _write_release  # type: ignore[assignment]
-    runner._claim_upload = _claim_upload  # type: ignore[assignment]
-    runner._succeed = _succeed  # type: ignore[assignment]
+    production.read_private = _parsed  # type: ignore[assignment]
+    writing.write_release = _write_release  # type: ignore[assignment]
+    publishing.claim_upload = _claim_upload  # type: ignore[assignment]
+    publishing.succeed = _succeed  # type: ignore[assignment]
 
 
 def spawn(queue: str, pool: str) -> int:

@@ -388,10 +388,10 @@ def test_a_retry_backoff_ends_at_shutdown() -> None:
     release still unfinished, resumed at the next start."""
     from types import SimpleNamespace
 
-    from worker import runner
+    from worker import attempts
 
     runtime: Any = SimpleNamespace(stopping=threading.Event())
     threading.Timer(0.1, runtime.stopping.set).start()
     began = time.monotonic()
-    assert runner._backoff(runtime, 30.0) is True
+    assert attempts.backoff(runtime, 30.0) is True
     assert time.monotonic() - began < 5

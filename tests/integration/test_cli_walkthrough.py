@@ -1,4 +1,5 @@
-"""The README walkthrough with the CLI, against the real app (embedded mode)."""
+"""The user guide's walkthrough with the CLI (docs/guide.md), against the real app (embedded
+mode)."""
 
 from __future__ import annotations
 

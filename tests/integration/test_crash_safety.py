@@ -39,7 +39,7 @@ from service.storage import S3ObjectStore, sha256_hex
 from tests.conftest import ADMIN_KEY, Harness, npz_bytes, toy_dataset
 from tests.integration.crash_worker import PHASES
 from tests.integration.servers import ROOT, private_redis, settings_env, stop
-from worker import runner
+from worker import runner, writing
 from worker.celery_app import RUN_RELEASE
 
 pytestmark = pytest.mark.slow  # kills Celery workers at every phase
@@ -387,14 +387,14 @@ def test_release_settled_meanwhile_is_never_published(
     store its output afterwards (a settled release stores nothing). Its job had read the data,
     so the charge stands (it would stand had the claim come first, too)."""
     h = embedded
-    write_release = runner._write_release
+    write_release = writing.write_release
 
     def other_delivery_gives_up(runtime: Runtime, job: Any, *args: Any) -> Any:
         meta = write_release(runtime, job, *args)
         runner.fail(runtime, job.release_id, "another delivery gave up")
         return meta
 
-    monkeypatch.setattr(runner, "_write_release", other_delivery_gives_up)
+    monkeypatch.setattr(writing, "write_release", other_delivery_gives_up)
     owner, rid = _one_release(h)
     done = h.wait(owner, rid)
     assert done["status"] == "failed" and done["artifact"] is None

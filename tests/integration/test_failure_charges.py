@@ -24,7 +24,7 @@ from service.models import Release
 from service.releases import keys, lifecycle
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from worker import runner
+from worker import publishing, runner, writing
 
 BUDGET = 5.0  # the harness's default upload budget
 # What a mechanism raises after its noise was drawn (DP-CDA's wording, say).
@@ -101,7 +101,7 @@ def raises_after_noise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     (as a mechanism whose failure depends on the data would, after drawing); counts the
     builds (each a fresh draw)."""
     builds: list[int] = []
-    build = runner.build
+    build = writing.build
 
     def failing_build(*args: Any, **kwargs: Any) -> Any:
         output = build(*args, **kwargs)
@@ -114,7 +114,7 @@ def raises_after_noise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
         return replace(output, chunks=chunks())
 
-    monkeypatch.setattr(runner, "build", failing_build)
+    monkeypatch.setattr(writing, "build", failing_build)
     return builds
 
 
@@ -186,7 +186,7 @@ def test_a_transient_error_after_the_read(
     h = embedded
     owner, ds = _dataset(h)
     rid = _held_release_of_dpmix(h, owner, ds)
-    claim_upload = runner._claim_upload
+    claim_upload = publishing.claim_upload
     left = [failures]
 
     def flaky(runtime: Any, job: Any, *args: Any) -> bool:
@@ -195,8 +195,8 @@ def test_a_transient_error_after_the_read(
             raise ConnectionError("the database did not answer")
         return claim_upload(runtime, job, *args)
 
-    monkeypatch.setattr(runner, "_claim_upload", flaky)
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(publishing, "claim_upload", flaky)
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)
     runner.run_release(h.runtime, rid)
     done = h.wait(owner, rid)
     attempts = h.runtime.settings.task_max_attempts

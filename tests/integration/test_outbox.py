@@ -253,7 +253,7 @@ def test_store_down_through_every_attempt_ends_refunded(
     owner, release_id, _ = _held(h)
     dead = DeadStore()
     monkeypatch.setattr(h.runtime, "store", dead)
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)
     runner.run_release(h.runtime, release_id)
     done = h.wait(owner, release_id)
     assert done["status"] == "failed" and "gave up after 3 attempts" in done["error"]

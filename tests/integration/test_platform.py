@@ -26,7 +26,7 @@ from tests.conftest import (
     scratch_database,
     toy_dataset,
 )
-from worker import runner
+from worker import production, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,8 +138,8 @@ def test_attempts_are_bounded(embedded: Harness, monkeypatch: pytest.MonkeyPatch
         calls.append("x")
         raise ConnectionError("object store unreachable")
 
-    monkeypatch.setattr(runner, "_produce", flaky)
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(production, "produce", flaky)
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)
     owner, rid = _queued_release(h)
     done = h.wait(owner, rid)
     assert done["status"] == "failed" and "gave up after 3 attempts" in done["error"]

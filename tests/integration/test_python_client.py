@@ -1,5 +1,5 @@
-"""The README's notebook example with dprelease_client, against the real app in both modes:
-every typed method, wait() and to_pandas()."""
+"""The user guide's notebook example (docs/guide.md) with dprelease_client, against the real
+app in both modes: every typed method, wait() and to_pandas()."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_notebook_example_end_to_end(harness: Harness, http: httpx.Client, tmp_p
 def test_readme_example_csv_to_parquet_dataframe(
     harness: Harness, http: httpx.Client, tmp_path: Path
 ) -> None:
-    """The README's "Python client" example as written: a CSV with a string label column in,
+    """The user guide's "Python client" example: a CSV with a string label column in,
     a Parquet release out as a DataFrame."""
     admin = _client(http, harness.admin_key)
     alice = admin.create_api_key(name="alice", role="owner")

@@ -19,7 +19,7 @@ from service.releases.status import ReleaseStatus
 from service.storage import sha256_hex
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from worker import runner
+from worker import publishing, runner, writing
 
 BODY = {"mechanism": toy.NAME, "epsilon": 1.0}
 PARAMS = {"rows": 40, "totals_noise": 20.0, "with_weights": True}
@@ -129,13 +129,13 @@ def _as_if_unrecorded(h: Harness, release_id: str) -> None:
 
 def _draws(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     drawn: list[str] = []
-    write_release = runner._write_release
+    write_release = writing.write_release
 
     def counted(runtime: Any, job: Any, *args: Any) -> Any:
         drawn.append(job.release_id)
         return write_release(runtime, job, *args)
 
-    monkeypatch.setattr(runner, "_write_release", counted)
+    monkeypatch.setattr(writing, "write_release", counted)
     return drawn
 
 
@@ -192,7 +192,7 @@ def test_a_draw_is_never_published_over_another_attempts(
     owner, ds = _owner_and_dataset(h)
     store = h.runtime.store
     theirs = {"weights": b'{"totals": "the other draw"}', "artifact": b"the other artifact"}
-    claim_upload = runner._claim_upload
+    claim_upload = publishing.claim_upload
 
     def other_attempt_first(runtime: Any, job: Any, *args: Any) -> bool:
         claimed = claim_upload(runtime, job, *args)
@@ -202,8 +202,8 @@ def test_a_draw_is_never_published_over_another_attempts(
                 store.put(job.artifact_key, theirs["artifact"])
         return claimed
 
-    monkeypatch.setattr(runner, "_claim_upload", other_attempt_first)
-    monkeypatch.setattr(runner.time, "sleep", lambda _s: None)  # the retries' backoff
+    monkeypatch.setattr(publishing, "claim_upload", other_attempt_first)
+    monkeypatch.setattr("worker.attempts.time.sleep", lambda _s: None)  # the retries' backoff
     drawn = _draws(monkeypatch)
     rid = _release(h, owner, ds)
     final = h.wait(owner, rid)

@@ -17,7 +17,7 @@ from service.db import transaction
 from service.releases import keys, lifecycle
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from worker import runner
+from worker import publishing, runner
 
 BUDGET = 5.0  # the harness's default upload budget
 
@@ -162,13 +162,13 @@ def test_cancel_a_running_release(
     h = toy_harness
     owner, ds = _dataset(h)
     claimed: list[str] = []
-    claim_upload = runner._claim_upload
+    claim_upload = publishing.claim_upload
 
     def spy(runtime: Any, job: Any, *args: Any) -> bool:
         claimed.append(job.release_id)
         return claim_upload(runtime, job, *args)
 
-    monkeypatch.setattr(runner, "_claim_upload", spy)
+    monkeypatch.setattr(publishing, "claim_upload", spy)
     toy.GATE.clear()
     rid = _toy_release(h, owner, ds, own_progress=own)["id"]
     running = h.wait_for(owner, rid, lambda r: r["phase"] is not None)
@@ -209,7 +209,7 @@ def test_cancel_racing_the_upload_claim(
     h = toy_harness
     owner, ds = _dataset(h)
     owner_id = h.client.get("/me", headers=h.headers(owner)).json()["principal_id"]
-    claim_upload = runner._claim_upload
+    claim_upload = publishing.claim_upload
     outcome: list[bool] = []
 
     def cancel(release_id: str) -> None:
@@ -226,10 +226,10 @@ def test_cancel_racing_the_upload_claim(
             cancel(job.release_id)
         return claimed
 
-    monkeypatch.setattr(runner, "_claim_upload", racing)
+    monkeypatch.setattr(publishing, "claim_upload", racing)
     rid = _toy_release(h, owner, ds)["id"]
     h.wait_for(owner, rid, lambda r: r["status"] == "cancelled")
-    monkeypatch.setattr(runner, "_claim_upload", claim_upload)
+    monkeypatch.setattr(publishing, "claim_upload", claim_upload)
     _drain(h, owner, ds)
 
     final = h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()

@@ -282,10 +282,10 @@ def test_logs_hold_nothing_of_a_research_release(
     would), and each request handler as it reads a release: the ordinary release's lines
     reach the handler, the research release's none."""
     from service.releases import service as release_service
-    from worker import runner
+    from worker import production
 
-    job_log = logging.getLogger("worker.runner")
-    produce = runner._produce
+    job_log = logging.getLogger("worker.production")
+    produce = production.produce
 
     def logged_produce(runtime: Any, job: Any, *args: Any) -> None:
         job_log.warning(
@@ -300,7 +300,7 @@ def test_logs_hold_nothing_of_a_research_release(
         api_log.warning("serving release %s", release.id)
         return to_out(release, viewer=viewer)
 
-    monkeypatch.setattr(runner, "_produce", logged_produce)
+    monkeypatch.setattr(production, "produce", logged_produce)
     monkeypatch.setattr(release_service, "to_out", logged_to_out)
     h = harness
     scene = _scene(h)

@@ -133,7 +133,7 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
 ) -> None:
     """Cancelled after its first shard stored a part: charged (its output may exist), no
     further part, no artifact, and the stored part removed."""
-    from worker import runner
+    from worker import production
 
     h = embedded
     monkeypatch.setattr(
@@ -143,7 +143,7 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
     ds = h.upload(
         owner, npz_bytes(*toy_dataset(n=300, d=4)), budget={"epsilon": 10.0, "delta": 1e-5}
     ).json()
-    draw = runner._draw_shard
+    draw = production.draw_shard
     seen: list[int] = []
 
     def cancel_after_first(
@@ -155,7 +155,7 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
             r = h.client.post(f"/releases/{job.release_id}/cancel", headers=h.headers(owner))
             assert r.status_code in (200, 202), r.text
 
-    monkeypatch.setattr(runner, "_draw_shard", cancel_after_first)
+    monkeypatch.setattr(production, "draw_shard", cancel_after_first)
     body = h.release_body(ds["id"], params={"mixture_degree": 4, "n_samples": 1000})
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     assert r.status_code == 202, r.text

@@ -144,7 +144,7 @@ def failing_job(monkeypatch: pytest.MonkeyPatch) -> None:
     def build(*args: Any, **kwargs: Any) -> Any:
         raise ValueError(f"cannot mix record 17, label {SECRET!r}, value 0.7531")
 
-    monkeypatch.setattr("worker.runner.build", build)
+    monkeypatch.setattr("worker.writing.build", build)
 
 
 def test_error_texts_are_the_owners_only(embedded: Harness, failing_job: None) -> None:

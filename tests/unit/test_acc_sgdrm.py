@@ -15,10 +15,10 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from dpcore.accounting import Cost, dpsgd, gdp
+from dpcore.accounting import pld as mixture_pld
 from dpcore.accounting.accountant import Accountant
 from dpcore.accounting.orders import epsilon_from_rdp
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.dpmix import accounting_pld as dpmix_pld
 from dpcore.mechanisms.sgdrm import accounting as sgdrm
 from dpcore.mechanisms.sgdrm.accounting import SGDRMClippedEvent, SGDRMPaperEvent
 
@@ -185,7 +185,7 @@ def test_tight_single_mixture_against_direct_integration(case: tuple, delta: flo
         return float(dpsgd.step_curve(q, R / sigma, 2 * c / sigma, e)) - delta
 
     def proven_delta(e: float) -> float:
-        return float(dpmix_pld.hockey_stick(q, sigma / (2 * c), e)) - delta
+        return float(mixture_pld.hockey_stick(q, sigma / (2 * c), e)) - delta
 
     exact_bounds = [
         0.0 if f(0.0) <= 0 else brentq(f, 0.0, eps + 5.0, xtol=1e-9)
@@ -426,7 +426,7 @@ def test_proven_pair_dominates_the_real_conditional_pairs(q: float, d: float) ->
     c = d / 2  # σ = 1
     r = math.sqrt(2) * c
     for eps in (0.1, 0.5):
-        bound = float(dpmix_pld.hockey_stick(q, 1 / d, eps))
+        bound = float(mixture_pld.hockey_stick(q, 1 / d, eps))
         for u, v in [
             ((r, 0.0), (0.0, r)),  # orthogonal features, different labels, g = c
             ((r, 0.0), (r / 2, r / 2)),

@@ -12,8 +12,8 @@ import torch
 
 from dpcore.accounting import gdp
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent
-from dpcore.mechanisms.clustmix.release import apportion
 from dpcore.mechanisms.kmeans import (
     Centres,
     assign,

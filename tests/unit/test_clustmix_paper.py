@@ -13,10 +13,10 @@ import torch
 
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.clustmix import paper
 from dpcore.mechanisms.clustmix.accounting import ClustMixPaperEvent, paper_sensitivity
 from dpcore.mechanisms.clustmix.params import ClustMixParams
-from dpcore.mechanisms.clustmix.release import apportion
 from dpcore.mechanisms.noise import DeclaredNoise, FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom

@@ -11,7 +11,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpcore.mechanisms.dpcda.generate import generate, per_class
+from dpcore.mechanisms.class_mixing import per_class
+from dpcore.mechanisms.dpcda.generate import generate
 from dpcore.mechanisms.secure_random import SecureRandom
 
 
@@ -147,7 +148,7 @@ def test_unit_range_sensitivity_is_sqrt2_c_over_ell_and_reached() -> None:
     """Orthogonal records of norm C (ones on disjoint halves, scaled down to C) are √2·C
     apart: a mixture holding the replaced record moves by exactly √2·C/ℓ, the declared
     sensitivity, imported from the accountant; no row moves further."""
-    from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
+    from dpcore.mechanisms.class_mixing import mixture_sensitivity
 
     n, d = 20, 6
     X = np.zeros((n, d))

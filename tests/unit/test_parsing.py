@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.datasets import parsing
+from service.datasets import parse_limits
 from service.datasets.parsing import (
     SUPPORTED_FORMATS,
     ParsedDataset,
@@ -581,7 +581,7 @@ def test_npz_caps_read_from_the_headers() -> None:
 
 
 def test_csv_caps_stop_at_the_first_chunk_past_them() -> None:
-    rows = parsing.CSV_CHUNK_ROWS + 10
+    rows = parse_limits.CSV_CHUNK_ROWS + 10
     content = b"x,y\n" + b"1,0\n" * rows
     with pytest.raises(DatasetTooLarge, match=r"at least \d+ rows x 2 columns") as info:
         _capped(content, "a.csv", max_cells=2 * rows - 1)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from dprelease_client import ApiError, Client, ReleaseFailed, WaitTimeout, read_release
-from dprelease_client.client import RATE_LIMIT_RETRIES
+from dprelease_client.transport import RATE_LIMIT_RETRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://api.test"

@@ -55,6 +55,8 @@ def _settings(engine: str = "dask") -> Any:
         dask_local_workers=1,
         dask_local_processes=False,
         dask_row_group_rows=100,
+        shard_rows=0,  # sharding off
+        max_shards=1,
     )
 
 
@@ -83,10 +85,12 @@ def _choose(
     parsed, noise, generator, sampler, output = _built(mechanism, params, kw.get("sampler", "fast"))
     if kw.get("drawn"):
         generator.bytes(1)
-    chosen = engines.choose(
-        _settings(engine),
-        mechanism,
-        params,
+    settings = _settings(engine)
+    choice = engines.choose(settings, mechanism, params, parsed, noise)
+    assert choice.plan is None  # no split under these settings
+    chosen = engines.engine_for(
+        choice,
+        settings,
         parsed,
         output,
         noise=noise,
@@ -206,3 +210,31 @@ def test_secure_lattices_in_the_metadata_are_the_workers(
     assert rows == output.rows
     assert planned == driver  # the workers planned nothing else
     assert len(sampler.describe()) == (2 if mechanism == "dpmix" else 1)
+
+
+def test_the_choice_precedes_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine is chosen from the settings, the spec and the public parameters alone, and
+    the mechanism's distributed job is built once: the job the choice holds is the one the
+    Dask path runs."""
+    parsed = _parsed()
+    noise = noise_for("dpmix", RECORD, facts_of(parsed), sigma=1.0, sigma_y=1.0)
+    calls: list[str] = []
+    original = engines.distributed_job
+
+    def counted(*args: Any) -> Any:
+        calls.append("job")
+        return original(*args)
+
+    monkeypatch.setattr(engines, "distributed_job", counted)
+    choice = engines.choose(_settings(), "dpmix", RECORD, parsed, noise)
+    assert choice.job is not None and choice.plan is None and calls == ["job"]
+    local = engines.choose(_settings("local"), "dpmix", RECORD, parsed, noise)
+    assert local.job is None and local.plan is None and calls == ["job"]
+    sharded = engines.choose(
+        SimpleNamespace(**{**vars(_settings()), "shard_rows": 40, "max_shards": 8}),
+        "dpmix",
+        {**RECORD, "assignment": "mixture"},  # no Dask job for these: the split instead
+        parsed,
+        noise,
+    )
+    assert sharded.job is None and sharded.plan is not None and sharded.plan.count > 1

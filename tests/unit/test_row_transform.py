@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.class_mixing import record_distance
 from dpcore.mechanisms.clipping import check_clip_norm, default_clip_norm
-from dpcore.mechanisms.dpcda.accounting import record_distance
 from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY
 from dpcore.mechanisms.spec import InvalidParams, PublicFacts
 from dpcore.preprocessing import RowTransform, scale_to_unit, standardise, unit_features

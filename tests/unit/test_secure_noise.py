@@ -236,7 +236,7 @@ def test_the_guide_table_and_the_binary_search_give_the_same_draws(scale: float)
 
 
 def test_decided_buckets_read_nothing_more_and_marked_ones_are_rare() -> None:
-    sampler = RoundedGaussian(8807.0)  # the README walkthrough's table size (117 135 entries)
+    sampler = RoundedGaussian(8807.0)  # docs/guide.md's MNIST release: 117 135 entries
     table = sampler._table
     decided = table.guide != rounded_gaussian._MARK
     # Draws in marked buckets take the slower path: few enough of them at this size. Some

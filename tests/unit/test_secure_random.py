@@ -59,10 +59,10 @@ def test_release_randomness_draws_a_fresh_os_key(monkeypatch: pytest.MonkeyPatch
 def test_worker_uses_the_release_randomness() -> None:
     import inspect
 
-    from worker import runner
+    from worker import writing
 
-    assert runner.randomness is randomness
-    source = inspect.getsource(runner._write_release)
+    assert writing.randomness is randomness
+    source = inspect.getsource(writing.write_release)
     assert "randomness(job.noise_sampler)" in source
     assert "Generator" not in source and "from_seed" not in source and "key=" not in source
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from dpcore.mechanisms import float_error
-from dpcore.mechanisms.clustmix.paper import square_distances
+from dpcore.mechanisms.clustmix.distances import square_distances
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.secure_random import SecureRandom
 

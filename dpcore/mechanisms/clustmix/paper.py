@@ -29,8 +29,9 @@ from scipy.optimize import linear_sum_assignment
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.clustmix.accounting import paper_sensitivity
+from dpcore.mechanisms.clustmix.distances import square_distances
 from dpcore.mechanisms.clustmix.params import ClustMixParams
-from dpcore.mechanisms.clustmix.release import _rows, row_repeats
+from dpcore.mechanisms.clustmix.rows import cluster_rows, row_repeats
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import RowTransform, scale_to_unit
@@ -102,12 +103,6 @@ def constrained_assignment(cost: torch.Tensor, least: int) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------
 # approximate: random slicing, GMM by EM, the constrained hard assignment
 # ------------------------------------------------------------------------------------------
-
-
-def square_distances(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """‖x_i − c_k‖² (m, n), never negative."""
-    sq = (X * X).sum(dim=1)[:, None] + (C * C).sum(dim=1)[None, :] - 2.0 * (X @ C.T)
-    return sq.clamp_min(0.0)
 
 
 def random_slices(
@@ -513,7 +508,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     return ReleaseOutput(
         rows=int(repeats.sum()),
         feature_names=list(data.feature_names),
-        chunks=_rows(means.float(), classes, repeats, n_classes),
+        chunks=cluster_rows(means.float(), classes, repeats, n_classes),
         preprocessing={
             **PAPER_SCALE,
             "labels": "each cluster's class, exact (clusters are formed within classes)",

@@ -6,8 +6,6 @@ Variant ``paper``: ``paper.release`` (Algorithm 2 of the paper)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,8 +13,9 @@ import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import basis_for
-from dpcore.mechanisms.clustmix import accounting
+from dpcore.mechanisms.clustmix import accounting, dpkip, paper
 from dpcore.mechanisms.clustmix.params import ClustMixParams
+from dpcore.mechanisms.clustmix.rows import Jitter, cluster_rows, row_repeats, to_domain
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.kmeans import (
     Centres,
@@ -28,7 +27,6 @@ from dpcore.mechanisms.kmeans import (
     step,
     survivors,
 )
-from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import scale_to_unit, unit_features
 
@@ -39,35 +37,10 @@ from dpcore.preprocessing import scale_to_unit, unit_features
 BASIS_DIM = 128
 # Records per chunk of the assignment (memory ≈ chunk × clusters distances).
 ASSIGN_CHUNK = 4096
-# Released rows per chunk.
-ROW_CHUNK = 8192
-
-
-def apportion(weights: np.ndarray, total: int) -> np.ndarray:
-    """``total`` rows split in proportion to ``weights`` (> 0) by largest remainders
-    (Hamilton's method); ties go to the earlier index."""
-    share = weights / weights.sum() * total
-    rows = np.floor(share).astype(np.int64)
-    order = np.argsort(-(share - rows), kind="stable")
-    rows[order[: total - int(rows.sum())]] += 1
-    return rows
-
-
-def row_repeats(n_samples: int | None, weights: np.ndarray) -> np.ndarray:
-    """How often each cluster's row is released: once each (``n_samples`` None), or
-    ``n_samples`` rows in proportion to ``weights`` (none without clusters)."""
-    if n_samples is None:
-        return np.ones(len(weights), dtype=np.int64)
-    if not len(weights):
-        return np.zeros(0, dtype=np.int64)
-    return apportion(weights, n_samples)
 
 
 def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
     if params.variant == "paper":
-        # Imported here: paper reuses this module's row helpers.
-        from dpcore.mechanisms.clustmix import paper
-
         return paper.release(params, data, ctx)
     transform = unit_transform(data, params.clip_norm)
     features, _ = unit_scale(data, ctx.device, transform)
@@ -114,8 +87,6 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         features=fourier,
     )
     if adapt_steps:
-        from dpcore.mechanisms.clustmix import dpkip
-
         settings = dpkip.KIPSettings(
             steps=adapt_steps,
             batch=params.dpkip_batch,
@@ -166,7 +137,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     return ReleaseOutput(
         rows=rows,
         feature_names=list(data.feature_names),
-        chunks=_rows(means.float(), classes, repeats, k, jitter),
+        chunks=cluster_rows(means.float(), classes, repeats, k, jitter),
         preprocessing={
             **UNIT_SCALE,
             "basis": basis.description,
@@ -207,43 +178,3 @@ def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:
     if metadata["params"].get("variant", "dp") == "paper":
         return scale_to_unit(X, lo, hi)
     return unit_features(X, lo, hi)
-
-
-def to_domain(rows: torch.Tensor) -> torch.Tensor:
-    """Rows back in the public domain: features in [0, 1], then rows of norm ≤ 1."""
-    rows = rows.clamp(0.0, 1.0)
-    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1.0)
-
-
-@dataclass(frozen=True)
-class Jitter:
-    """Data-independent Gaussian jitter of each released row (post-processing: drawn from
-    the release's secure source without reading anything private)."""
-
-    std: float
-    generator: SecureRandom
-
-    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
-        noise = self.generator.normal(tuple(rows.shape), device=rows.device, dtype=rows.dtype)
-        return to_domain(rows + self.std * noise)
-
-
-def _rows(
-    means: torch.Tensor,
-    classes: np.ndarray,
-    repeats: np.ndarray,
-    n_classes: int,
-    jitter: Jitter | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The released rows in chunks of ``ROW_CHUNK`` (memory bounded whatever n_samples)."""
-    if not len(classes) or repeats.sum() == 0:
-        return
-    index_all = np.repeat(np.arange(len(classes)), repeats)
-    cluster_class = torch.as_tensor(classes, device=means.device)
-    for start in range(0, len(index_all), ROW_CHUNK):
-        index = torch.as_tensor(index_all[start : start + ROW_CHUNK], device=means.device)
-        labels = cluster_class[index]
-        onehot = torch.zeros((len(index), n_classes), dtype=means.dtype, device=means.device)
-        onehot[torch.arange(len(index), device=means.device), labels] = 1
-        rows = means[index]
-        yield (rows if jitter is None else jitter(rows)), onehot

@@ -4,7 +4,7 @@ Mechanism. Y: the K class counts plus N(0, σ_c² I) (σ_c = ``count_noise``; re
 two counts by 1, so Y is μ_c = √2/σ_c-GDP; K = 1: n is public, nothing moves). From Y the
 lower bounds m̂_c = ⌊Y_c − σ_c·Φ⁻¹(1 − β/K)⌋ (β = ``class_size_failure_prob``): with
 probability ≥ 1 − β every m̂_c ≤ N_c (a union bound over K Gaussian tails). Z: if
-min_c m̂_c ≥ m (``min_class_size``, public, ≥ ℓ) the mixtures of ``accounting`` at the σ
+min_c m̂_c ≥ m (``min_class_size``, public, ≥ ℓ) the mixtures of ``accounting_mixing`` at the σ
 fixed at admission; otherwise rows of noise alone (⊥; same shapes). Published: Y, m̂, Z.
 
 Analysis. Let M̃ be M with the mixing replaced by a padded mixing: a class with N_c < m is
@@ -53,6 +53,7 @@ from dpcore.accounting.pld import (
     mixture_pmf,
     tail_level,
 )
+from dpcore.mechanisms.dpcda.accounting_mixing import DPCDAEvent, statistics_step
 
 #: L2 sensitivity of the K counts under replace-one (one count −1, another +1).
 COUNT_SENSITIVITY = math.sqrt(2.0)
@@ -67,7 +68,7 @@ def lower_bounds(noisy_counts: np.ndarray, count_noise: float, failure_prob: flo
 
 @dataclass(frozen=True)
 class DPCountsMixing:
-    """The mixing step's parameters (``accounting.DPCDAEvent``'s) with DP class sizes, and
+    """The mixing step's parameters (``accounting_mixing.DPCDAEvent``'s) with DP class sizes, and
     the Gaussian steps composed before it (counts; standardisation statistics if any)."""
 
     n: int
@@ -85,8 +86,6 @@ class DPCountsMixing:
     stats_sensitivity: float | None = None
 
     def __post_init__(self) -> None:
-        from dpcore.mechanisms.dpcda.accounting import DPCDAEvent
-
         DPCDAEvent(*self._mixing_args())  # validates the shared fields
         for name in ("count_noise", "failure_prob"):
             value = float(getattr(self, name))
@@ -108,9 +107,7 @@ class DPCountsMixing:
         )
 
     @property
-    def mixing(self) -> Any:
-        from dpcore.mechanisms.dpcda.accounting import DPCDAEvent
-
+    def mixing(self) -> DPCDAEvent:
         return DPCDAEvent(*self._mixing_args())
 
     @property
@@ -136,8 +133,6 @@ class DPCountsMixing:
     def noise(self) -> NoiseDescription:
         scales = []
         if self.stats_noise is not None and self.stats_sensitivity is not None:
-            from dpcore.mechanisms.dpcda.accounting import statistics_step
-
             scales.append(
                 statistics_step(
                     stats_noise=self.stats_noise,

@@ -9,7 +9,7 @@ import numpy as np
 from dpcore.accounting.events import NoiseDescription
 from dpcore.distributed.jobs import ClassJob, Declared, refuse_unless
 from dpcore.mechanisms.basis import basis_for
-from dpcore.mechanisms.dpcda.accounting import nonnegative_features
+from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.dpcda.release import BASIS_DIM
 from dpcore.preprocessing import RowTransform

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis
-from dpcore.mechanisms.dpcda.accounting import mixture_sensitivity
+from dpcore.mechanisms.class_mixing import class_chunks, class_order, mixture_sensitivity
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import chunk_size, floyd_indices, gather_sum, gather_sum_error
+from dpcore.mechanisms.sampling import floyd_indices, gather_sum, gather_sum_error
 from dpcore.mechanisms.secure_random import SecureRandom
-
-
-def per_class(n_samples: int, n_classes: int) -> int:
-    return -(-n_samples // n_classes)
 
 
 def generate(
@@ -68,26 +63,27 @@ def generate(
     error = excess + gather_sum_error(
         sensitivity, terms=mixture_degree, magnitude=clip_norm, dtype=features.dtype
     )
-    rows = per_class(n_samples, n_classes)
     # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
     # never on a class's size: the class sizes and member offsets stay in numpy (one stable
     # sort of all labels), chunks are sized by n, Floyd's sampler makes ℓ draws per mixture
     # whatever the class size, and every torch operation is sized by n, the chunk and ℓ.
     # Run time and progress then tell nothing of the private class counts.
-    labels_np = labels.cpu().numpy()
-    order = np.argsort(labels_np, kind="stable")
-    counts = np.bincount(labels_np, minlength=n_classes)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    step = chunk_size(mixture_degree=mixture_degree, dim=features.shape[1], n=labels.shape[0])
-    for c in range(n_classes):
+    order, counts, starts = class_order(labels.cpu().numpy(), n_classes)
+    chunks = class_chunks(
+        n=labels.shape[0],
+        n_classes=n_classes,
+        mixture_degree=mixture_degree,
+        n_samples=n_samples,
+        dim=features.shape[1],
+    )
+    for c, count in chunks:
+        # Checked before the class's first draw.
         if counts[c] < mixture_degree:
             raise ValueError(f"class {c} has fewer records than mixture_degree={mixture_degree}")
-        for start in range(0, rows, step):
-            count = min(step, rows - start)
-            local = floyd_indices(int(counts[c]), mixture_degree, count, generator=generator)
-            chosen = torch.from_numpy(order[starts[c] + local]).to(device)
-            mixed = gather_sum(features, chosen) / mixture_degree
-            onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
-            onehot[:, c] = 1
-            noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)
-            yield (basis.lift(noisy, dtype) if basis is not None else noisy.to(dtype)), onehot
+        local = floyd_indices(int(counts[c]), mixture_degree, count, generator=generator)
+        chosen = torch.from_numpy(order[starts[c] + local]).to(device)
+        mixed = gather_sum(features, chosen) / mixture_degree
+        onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)
+        onehot[:, c] = 1
+        noisy = sampler(mixed, sigma=sigma, sensitivity=sensitivity, error=error)
+        yield (basis.lift(noisy, dtype) if basis is not None else noisy.to(dtype)), onehot

@@ -12,13 +12,10 @@ import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis, basis_for
-from dpcore.mechanisms.dpcda.accounting import (
-    mixture_sensitivity,
-    nonnegative_features,
-    statistics_step,
-)
+from dpcore.mechanisms.class_mixing import mixture_sensitivity, per_class
 from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
-from dpcore.mechanisms.dpcda.generate import generate, per_class
+from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features, statistics_step
+from dpcore.mechanisms.dpcda.generate import generate
 from dpcore.mechanisms.dpcda.params import DPCDAParams, default_count_noise
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.postprocess import postprocessor

@@ -117,7 +117,10 @@ class DPGMParams(BaseModel):
         default=None,
         gt=0,
         le=10,
-        description="step size: Adam's for vae (default 1e-3), SGD's for rbm (default 0.01)",
+        description=(
+            f"step size: Adam's for vae (default {DEFAULT_LR['vae']:g}), "
+            f"SGD's for rbm (default {DEFAULT_LR['rbm']:g})"
+        ),
     )
     n_samples: int | None = Field(
         default=None,

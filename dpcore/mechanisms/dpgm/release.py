@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error
-from dpcore.mechanisms.clustmix.release import apportion
+from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.dpgm import accounting
 from dpcore.mechanisms.dpgm.dpsgd import SGDSettings, train
 from dpcore.mechanisms.dpgm.models import RBM, VAE, Params, family

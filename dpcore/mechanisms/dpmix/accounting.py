@@ -33,9 +33,11 @@ from dpcore.accounting.composition import Cost, GaussianEvent
 from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.accounting.wor_gaussian import rdp_wor_gaussian
-
-FEATURE_SENSITIVITY = math.sqrt(2.0)  # per record, after preprocessing (see module docstring)
-LABEL_SENSITIVITY = math.sqrt(2.0)  # one-hot labels
+from dpcore.mechanisms.record_assignment import (
+    FEATURE_SENSITIVITY,  # per record, after preprocessing (see module docstring)
+    LABEL_SENSITIVITY,  # one-hot labels
+    mixtures_per_record,
+)
 
 
 @dataclass(frozen=True)
@@ -192,8 +194,10 @@ class DPMixRecordEvent(GaussianEvent):
 
     @property
     def mixtures_per_record(self) -> int:
-        # Integer ceiling, the same k the sampler uses (dpcore.mechanisms.dpmix).
-        return -(-self.n_samples * self.mixture_degree // self.n)
+        # The same k the sampler uses.
+        return mixtures_per_record(
+            n=self.n, mixture_degree=self.mixture_degree, n_samples=self.n_samples
+        )
 
     @property
     def mu(self) -> float:

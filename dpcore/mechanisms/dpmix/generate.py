@@ -23,8 +23,12 @@ import torch
 
 from dpcore.mechanisms import float_error, sampling
 from dpcore.mechanisms.basis import Basis
-from dpcore.mechanisms.dpmix.accounting import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
+from dpcore.mechanisms.record_assignment import (
+    FEATURE_SENSITIVITY,
+    LABEL_SENSITIVITY,
+    mixtures_per_record,
+)
 from dpcore.mechanisms.sampling import chunk_size, gather_sum, gather_sum_error, uniform_subsets
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -113,11 +117,6 @@ def _noiser(
         )
 
     return add
-
-
-def mixtures_per_record(*, n: int, mixture_degree: int, n_samples: int) -> int:
-    """k = ⌈Tℓ/n⌉: how many mixtures each record joins under the record assignment."""
-    return -(-n_samples * mixture_degree // n)
 
 
 def generate_by_record(

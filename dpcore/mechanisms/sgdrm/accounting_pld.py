@@ -22,8 +22,8 @@ Derivation (every step valid for composition; no numerical assumption)
    by convexity of H_α in its second argument and because the Gaussian curve δ_G(d; ·)
    (Balle–Wang 2018) grows with the distance d. For γ < 1 use H_γ(P‖Q) = 1 − γ + γH_{1/γ}(Q‖P)
    and the same bound for (u′, u), which meets the same constraints.
-3. That is exactly the curve of DPMix's symmetric pair (P*, Q*)
-   (``dpcore.mechanisms.dpmix.accounting_pld``, docstring 2–4) with p = q and Δ = 2c/σ: it
+3. That is exactly the curve of the symmetric pair (P*, Q*) of one mixture
+   (``dpcore.accounting.pld``, docstring 2–4) with p = q and Δ = 2c/σ: it
    dominates one mixture at every γ > 0 and both orders, so its T-fold product dominates the
    release (Zhu, Dong, Wang 2022, Thm 10). The PLD is that module's pessimistic
    connect-the-dots PMF composed by its FFT (its numerics and their tests are reused as is).
@@ -69,8 +69,8 @@ import math
 import numpy as np
 from scipy import special
 
+from dpcore.accounting import pld
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
-from dpcore.mechanisms.dpmix import accounting_pld as dpmix_pld
 
 #: Added to the nominal inclusion probability (derivation, 5).
 INCLUSION_SLACK = 2.0**-52
@@ -90,7 +90,7 @@ def sensitivity(sigma: float, coefficient_bound: float) -> float:
 
 def pld_epsilon(q: float, delta_norm: float, T: int, delta: float) -> float:
     """ε at δ of T mixtures by the proven pair's pessimistic PLD (derivation, 3)."""
-    return dpmix_pld.epsilon_of(q, 1.0 / delta_norm, T, delta)
+    return pld.epsilon_of(q, 1.0 / delta_norm, T, delta)
 
 
 def _integer_order_log_moment(alpha: int, q: float, d: float) -> float:

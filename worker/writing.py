@@ -1,0 +1,348 @@
+"""Writing a release's files in the job's scratch directory: the mechanism is built, its rows
+(from the engine the job chose) go through the row steps into the artifact file, and its
+further files are written beside it. Nothing here stores or records anything."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpcore.categorical import category_proportions
+from dpcore.mechanisms import registry, sharding
+from dpcore.mechanisms.noise import NoiseSampler, SecureNoise
+from dpcore.mechanisms.run import build, randomness
+from dpcore.mechanisms.secure_random import SecureRandom
+from dpcore.mechanisms.spec import ExtraArtifact, ReleaseOutput
+from dpcore.preprocessing import RowTransform
+from dpcore.release_layout import Layout
+from service.datasets.parsing import ParsedDataset
+from service.releases import keys, lifecycle
+from service.releases.mechanisms import VALUE_BYTES
+from service.runtime import Runtime
+from worker import engines, shards
+from worker import progress as progress_of
+from worker.artifacts import ArtifactWriter
+from worker.job import Job
+from worker.metadata import (
+    METADATA_ARTIFACT,
+    PublicFacts,
+    array_artifact,
+    published_classes,
+    release_metadata,
+    versions,
+)
+from worker.progress import ROWS_PHASE, SHARDS_SHARE, Progress
+from worker.rows_copy import RowsCopy
+
+
+class InsufficientDisk(Exception):
+    """Too little free disk for the files a job is about to write: it fails before writing,
+    before any upload claim; charged all the same, as the job has read the private data."""
+
+
+@dataclass(frozen=True)
+class ExtraFile:
+    """A further file of the release, written into the job's scratch directory."""
+
+    record: lifecycle.ArtifactRecord  # name, media type, description
+    path: Path
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write_release`` produced: the artifact's metadata and the further files."""
+
+    meta: dict[str, Any]
+    extras: tuple[ExtraFile, ...] = ()
+    raw: Path | None = None  # the rows as drawn, when the release was post-processed
+
+
+def device_of(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def write_release(
+    runtime: Runtime,
+    job: Job,
+    parsed: ParsedDataset,
+    device: torch.device,
+    path: Path,
+    choice: engines.Choice,
+) -> Written:
+    """Run the mechanism, stream its chunks into the artifact file and write its further
+    files beside it; return the metadata and those files. Sharded (``choice.plan``): the rows
+    are the stored parts', and the mechanism is only built (for its description), with
+    randomness that refuses every draw."""
+    classes = published_classes(parsed)  # before anything is drawn
+    plan = choice.plan
+    # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
+    generator, sampler = randomness(job.noise_sampler) if plan is None else sharding.sealed()
+    # Sharded: the shards filled the bar's first SHARDS_SHARE; assembling fills the rest.
+    start, share = (0.0, 1.0) if plan is None else (SHARDS_SHARE, 1 - SHARDS_SHARE)
+    progress = progress_of.of_attempt(
+        runtime, job.release_id, job.attempt, lambda fraction: start + share * fraction
+    )
+    output = build(
+        job.mechanism,
+        job.params,
+        parsed,
+        noise=job.noise,
+        sampler=sampler,
+        generator=generator,
+        device=device,
+        report=progress.report,
+    )
+    engine, parts = _engine(runtime, job, parsed, choice, output, sampler, generator, path)
+    output = engine.output
+    if output.progress == "rows":
+        progress.report(0, output.rows, ROWS_PHASE)
+    check_artifacts(output.artifacts)
+    width = len(output.feature_names) + len(classes)
+    post = output.postprocess is not None
+    check_disk(runtime, path.parent, disk_need(output.rows, width, job.fmt, post))
+    # The table's columns: the dataset's names, the label as its kind allows.
+    layout = release_layout(job, output.feature_names, classes)
+    meta = release_metadata(
+        job,
+        PublicFacts.of(parsed),
+        preprocessing=output.preprocessing,
+        artifacts=output.artifacts,
+        device=device.type,
+        versions=versions(),
+        engine=engine.name,
+        shards=None if plan is None else shards.describe(plan),
+        arrays=list(output.extra),
+        transform=output.transform,
+        layout=layout.describe(),
+    )
+    raw_path = _write_rows(job, output, RowSteps.of(output, parsed), meta, layout, path, progress)
+    extras = list(format_companions(job.fmt, path.parent, meta, output.extra))
+    extras += _mechanism_files(output.artifacts, path.parent)
+    if isinstance(sampler, SecureNoise):
+        # Lattice and raised σ per noised vector: functions of public parameters only.
+        meta = {**meta, "noise_lattices": sampler.describe()}
+    elif parts is not None and parts.lattices:
+        meta = {**meta, "noise_lattices": parts.lattices}
+    return Written(meta, tuple(extras), raw_path)
+
+
+def _engine(
+    runtime: Runtime,
+    job: Job,
+    parsed: ParsedDataset,
+    choice: engines.Choice,
+    output: ReleaseOutput,
+    sampler: NoiseSampler,
+    generator: SecureRandom,
+    path: Path,
+) -> tuple[engines.Engine, shards.Parts | None]:
+    """The engine whose chunks are written: the stored parts (sharded), the Dask job's rows,
+    or the build's own generator."""
+    if choice.plan is None:
+        engine = engines.engine_for(
+            choice,
+            runtime.settings,
+            parsed,
+            output,
+            noise=job.noise,
+            sampler=sampler,
+            generator=generator,
+            scratch=path.parent / "dask",
+        )
+        return engine, None
+    if output.rows != choice.plan.rows or output.artifacts or output.extra:
+        raise RuntimeError("a sharded release must be rows alone, as many as its plan's")
+    parts = shards.Parts(
+        runtime.store, job.release_id, choice.plan, len(output.feature_names), path.parent
+    )
+    return engines.Engine(replace(output, chunks=parts.chunks()), "local"), parts
+
+
+@dataclass(frozen=True)
+class RowSteps:
+    """What becomes of each drawn chunk on its way into the files, all post-processing: back
+    to raw units (the public transform's inverse), then each declared categorical column's
+    block as class proportions."""
+
+    transform: RowTransform | None
+    blocks: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, output: ReleaseOutput, parsed: ParsedDataset) -> RowSteps:
+        # Only a release of records (or their means) in the dataset's own feature space has
+        # the categorical blocks (random projection's features are projections, SGDRM's
+        # signed combinations: nothing to decode there).
+        transform = output.transform
+        same_space = list(output.feature_names) == list(parsed.feature_names) and (
+            transform is None or transform.output == "raw"
+        )
+        return cls(transform, parsed.categorical_blocks if same_space else ())
+
+    def raw_units(self, x: np.ndarray) -> np.ndarray:
+        return self.transform.to_raw(x) if self.transform is not None else x
+
+    def decode(self, x: np.ndarray) -> np.ndarray:
+        x = self.raw_units(x)
+        return category_proportions(x, self.blocks) if self.blocks else x
+
+
+def _write_rows(
+    job: Job,
+    output: ReleaseOutput,
+    steps: RowSteps,
+    meta: dict[str, Any],
+    layout: Layout,
+    path: Path,
+    progress: Progress,
+) -> Path | None:
+    """Stream the output's chunks into the artifact file at ``path``. Post-processed: the
+    drawn rows go to the owner's raw file (returned) and to a scratch copy the post-processing
+    reads twice (fit, transform); the release file is written from it."""
+    post = output.postprocess
+    counts_rows = output.progress == "rows"
+    writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
+    raw_path = path.parent / f"raw.{job.fmt}" if post is not None else None
+    raw_meta = {
+        **meta,
+        "preprocessing": {**meta["preprocessing"], "postprocess": "none: the rows as drawn"},
+        "raw": "the owner's copy of the rows as drawn, before the release's post-processing",
+    }
+    raw_layout = replace(layout, as_drawn=True)
+    done = 0
+    with (
+        ArtifactWriter(
+            job.fmt,
+            raw_path or path,
+            metadata=raw_meta if post else meta,
+            layout=raw_layout if post else layout,
+            **writer_args,
+        ) as writer,
+        RowsCopy(path.parent, output.rows, enabled=post is not None) as copy,
+    ):
+        for mixed_x, mixed_y in output.chunks:
+            x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
+            # The owner's raw copy keeps the rows as drawn; the release decodes categories.
+            writer.write(steps.raw_units(x) if post is not None else steps.decode(x), y)
+            if post is not None:
+                post.fit(x, y)
+                copy.write(x, y)
+            done += mixed_x.shape[0]
+            if counts_rows:
+                progress.report(done, output.rows, ROWS_PHASE)
+            else:
+                progress.tick()  # the generator's own figures; a cancel is still noticed
+        if post is not None:
+            with ArtifactWriter(
+                job.fmt, path, metadata=meta, layout=layout, **writer_args
+            ) as processed:
+                for x, y in copy.chunks():
+                    px, py = post.transform(x, y)
+                    processed.write(steps.decode(px), py)
+                    progress.tick()
+    return raw_path
+
+
+def _mechanism_files(artifacts: tuple[ExtraArtifact, ...], where: Path) -> list[ExtraFile]:
+    """The mechanism's further files, written after the chunks: a generator's further files
+    (trained weights) are complete then."""
+    extras = []
+    for artifact in artifacts:
+        extra_path = where / "artifacts" / artifact.name
+        extra_path.parent.mkdir(exist_ok=True)
+        artifact.write(extra_path)
+        if not extra_path.is_file():
+            raise RuntimeError(f"the mechanism did not write its artifact {artifact.name}")
+        record = lifecycle.ArtifactRecord(artifact.name, artifact.media_type, artifact.description)
+        extras.append(ExtraFile(record, extra_path))
+    return extras
+
+
+def disk_need(rows: int, width: int, fmt: str, postprocessed: bool) -> int:
+    """Bytes of disk a job writes for ``rows`` rows of ``width`` values: the release file (an
+    NPZ twice over while it is written: its float32 memory maps, then the zip of them), and
+    for a post-processed release also the owner's raw file and a float32 scratch copy."""
+    one = rows * width * VALUE_BYTES[fmt] * (2 if fmt == "npz" else 1)
+    if not postprocessed:
+        return one
+    return 2 * one + rows * width * 4
+
+
+def check_disk(runtime: Runtime, where: Path, need: int) -> None:
+    """Fail before writing when the scratch disk cannot hold the job's files plus the margin
+    (a full disk mid-job fails later, and starves every other job and tenant meanwhile)."""
+    margin = runtime.settings.scratch_margin_bytes
+    free = shutil.disk_usage(where).free
+    if free < need + margin:
+        raise InsufficientDisk(
+            f"not enough free disk to write this release: it needs about {need} bytes (plus "
+            f"a margin of {margin}) in the scratch space and {free} are free. Nothing was "
+            "written or released; its charge stands all the same, as the job had read the "
+            "private data (docs/privacy.md, 'Failures and cancellations'). Ask again once "
+            "space is freed, or for fewer rows"
+        )
+
+
+def release_layout(job: Job, feature_names: Sequence[str], classes: list[Any]) -> Layout:
+    """The release table's columns: the features as the mechanism names them (the dataset's
+    own, or a projection's), the label under the dataset's label column name (NPZ uploads
+    have none: ``dpcore.release_layout.DEFAULT_LABEL``), as the mechanism's kind gives it."""
+    kind = registry.get(job.mechanism).label_kind
+    return Layout.of(feature_names, job.metadata.label_column, kind, classes)
+
+
+def format_companions(
+    fmt: str, where: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+) -> Iterator[ExtraFile]:
+    """The further files a release in ``fmt`` needs to carry what an NPZ holds inside: the
+    metadata (CSV) and the mechanism's public arrays (CSV, Parquet). The metadata is the very
+    JSON embedded in NPZ and Parquet releases; the arrays are data-independent (drawn from the
+    release's secure source or fixed), as ``ReleaseOutput.extra`` requires."""
+    if fmt == "npz":
+        return
+    folder = where / "artifacts"
+    folder.mkdir(exist_ok=True)
+    if fmt == "csv":
+        path = folder / METADATA_ARTIFACT
+        path.write_text(json.dumps(meta, sort_keys=True))
+        yield ExtraFile(
+            lifecycle.ArtifactRecord(
+                METADATA_ARTIFACT,
+                "application/json",
+                "The release's metadata (columns, preprocessing, mechanism, noise, charge): "
+                "what NPZ and Parquet releases embed, beside a CSV release",
+            ),
+            path,
+        )
+    for name, array in arrays.items():
+        path = folder / array_artifact(name)
+        np.save(path, np.asarray(array), allow_pickle=False)
+        yield ExtraFile(
+            lifecycle.ArtifactRecord(
+                array_artifact(name),
+                "application/x-npy",
+                f"The mechanism's public array {name!r} (an NPZ release holds it inside), "
+                "needed to use the release",
+            ),
+            path,
+        )
+
+
+def check_artifacts(artifacts: tuple[ExtraArtifact, ...]) -> None:
+    """A mechanism's further files need distinct names that are safe object-key segments (a
+    programming error of the mechanism otherwise: the release fails before any claim)."""
+    names = [a.name for a in artifacts]
+    reserved = [n for n in names if n == METADATA_ARTIFACT or n.endswith(".npy")]
+    if reserved:  # the format companions' names
+        raise ValueError(f"artifact names {reserved} are reserved")
+    bad = [n for n in names if not keys.valid_artifact_name(n)]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"the mechanism's artifact names are invalid or repeated: {names}")
