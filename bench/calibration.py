@@ -14,15 +14,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bench import hints
 from dpcore.mechanisms import registry
 
 
 def cases() -> list[tuple[str, str, float, float, dict[str, Any]]]:
-    """Every mechanism's benchmark cases (its spec's ``bench.calibration``), registry order."""
+    """Every mechanism's benchmark cases (its ``bench.hints`` calibration cases), registry order."""
     return [
         (spec.name, case.accountant, case.epsilon, case.delta, dict(case.keys))
         for spec in registry.specs()
-        for case in spec.bench.calibration
+        for case in hints.of(spec.name).calibration
     ]
 
 

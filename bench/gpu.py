@@ -41,6 +41,7 @@ from bench.mnist import DELTA, load_private, load_test  # noqa: E402
 from bench.sweet_spot import release_metadata, request_params  # noqa: E402
 from dpcore.evaluation import Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
+from dpcore.mechanisms.planning import Target  # noqa: E402
 from dpcore.mechanisms.run import (  # noqa: E402
     build,
     facts_of,
@@ -239,10 +240,9 @@ def run_case(
         spec = registry.get(case.mechanism)
         params = params_of(spec, case.request(parsed))
         row["params"] = {k: v for k, v in params.model_dump().items() if v is not None}
-        accountant = spec.accountant(case.accountant)
-        keys = spec.accountant_keys(accountant, params, facts_of(parsed))
+        target = Target(case.accountant, epsilon=EPSILON, delta=DELTA)
         start = time.perf_counter()
-        event = accountant.calibrate(EPSILON, DELTA, keys)
+        event = spec.event_at(target, params, facts_of(parsed))
         row["accountant"] = case.accountant
         row["sampler"] = case.sampler
         row["calibrate_s"] = round(time.perf_counter() - start, 3)

@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 
+from bench import hints
 from dpcore.mechanisms import registry, rounded_gaussian
 from dpcore.mechanisms.noise import FastNoise, SecureNoise
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PublicFacts
 
@@ -44,12 +46,11 @@ def measure(
 ) -> dict[str, Any]:
     """The benchmark's figures as a dict (what ``main`` prints as one JSON line)."""
     spec = registry.get(mechanism or registry.BUILTIN[0])
-    assert spec.bench.sweet_spot is not None, f"{spec.name} has no sweet-spot parameters"
-    params = spec.params.model_validate(spec.bench.sweet_spot(ell, rows, rows // CLASSES))
+    sweet_spot = hints.of(spec.name).sweet_spot
+    assert sweet_spot is not None, f"{spec.name} has no sweet-spot parameters"
+    params = spec.params.model_validate(sweet_spot(ell, rows, rows // CLASSES))
     facts = PublicFacts(n=rows, n_features=FEATURES, n_classes=CLASSES)
-    accountant = spec.accountant("tight")
-    keys = spec.accountant_keys(accountant, params, facts)
-    noise = accountant.calibrate(epsilon, 1e-5, keys).noise()
+    noise = spec.event_at(Target("tight", epsilon=epsilon, delta=1e-5), params, facts).noise()
     values = {s.name: torch.rand((rows, _width(s.perturbs))) for s in noise.scales}
 
     rounded_gaussian._table.cache_clear()

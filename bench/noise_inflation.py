@@ -23,11 +23,13 @@ from typing import Any
 
 import torch
 
+from bench import hints
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.clustmix import dpkip
 from dpcore.mechanisms.dpgm import dpsgd
 from dpcore.mechanisms.dpgm.models import VAE
 from dpcore.mechanisms.noise import FastNoise, SecureNoise, lattice_plan
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import PublicFacts
 
@@ -67,9 +69,7 @@ def inflation(mechanism: str, params: dict[str, Any], label: str, networks: int 
     spec = registry.get(mechanism)
     validated = spec.params.model_validate(params)
     facts = PublicFacts(n=N, n_features=D, n_classes=networks if mechanism == "dpgm" else CLASSES)
-    accountant = spec.accountant("tight")
-    keys = spec.accountant_keys(accountant, validated, facts)
-    event = accountant.calibrate(EPSILON, DELTA, keys)
+    event = spec.event_at(Target("tight", epsilon=EPSILON, delta=DELTA), validated, facts)
     calls = _calls(mechanism, params, networks)
     for scale in event.noise().scales:
         width = D if "features" in scale.perturbs else CLASSES if "labels" in scale.perturbs else D
@@ -92,7 +92,7 @@ RELEASES: list[tuple[str, dict[str, Any], str, int]] = [
     ("dpmix", {"mixture_degree": ELL, "n_samples": N}, "dpmix ℓ=64", CLASSES),
     (
         "dpcda",
-        registry.get("dpcda").bench.sweet_spot(ELL, N, N // CLASSES),  # type: ignore[misc]
+        hints.of("dpcda").sweet_spot(ELL, N, N // CLASSES),  # type: ignore[misc]
         "dpcda ℓ=64",
         CLASSES,
     ),

@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import hints  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.recommend import ROWS_PARAM, TABLE  # noqa: E402
 
@@ -161,7 +162,7 @@ def sweet_spot_runs(path: Path) -> list[dict[str, Any]]:
             mechanism = row["mechanism"]
             params: dict[str, Any] = json.loads(row["params"]) if row.get("params") else {}
             if row.get("ell"):
-                sweep = registry.get(mechanism).bench.sweep
+                sweep = hints.of(mechanism).sweep
                 if sweep is None:
                     raise SystemExit(f"{path}: {mechanism} has an ell but no sweep parameter")
                 params = {sweep: int(row["ell"]), **params}

@@ -43,10 +43,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import hints  # noqa: E402
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
 from dpcore.categorical import category_proportions  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
+from dpcore.mechanisms.planning import Target  # noqa: E402
 from dpcore.mechanisms.run import (  # noqa: E402
     build,
     facts_of,
@@ -61,11 +63,11 @@ ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 def studied() -> list[MechanismSpec]:
     """The served mechanisms with sweet-spot parameters, registry order."""
-    return [s for s in registry.served() if s.bench.sweet_spot is not None]
+    return [s for s in registry.served() if hints.of(s.name).sweet_spot is not None]
 
 
 def swept(name: str) -> bool:
-    return registry.get(name).bench.sweep is not None
+    return hints.of(name).sweep is not None
 
 
 def fields(families: list[str]) -> list[str]:
@@ -89,8 +91,9 @@ def request_params(
     """A study request's params at mixture degree ℓ: the mechanism's sweet-spot hints, then
     ``extra`` (``--param``) merged over them — the one place request params are built, so a
     new request parameter (post-processing, a basis size) reaches every release of the study."""
-    assert spec.bench.sweet_spot is not None
-    return {**spec.bench.sweet_spot(ell, n, min_class), **extra}
+    sweet_spot = hints.of(spec.name).sweet_spot
+    assert sweet_spot is not None
+    return {**sweet_spot(ell, n, min_class), **extra}
 
 
 def calibrated(
@@ -101,13 +104,13 @@ def calibrated(
     delta: float,
     accountant_name: str = "tight",
 ) -> tuple[MechanismSpec, Any, Any]:
-    """(spec, params, event): the request's params calibrated with the accountant to (ε, δ)
-    on ``parsed``'s public facts, as the service calibrates them."""
+    """(spec, params, event): the request's params resolved and calibrated with the accountant
+    to (ε, δ) on ``parsed``'s public facts, as the service plans them (``resolved``)."""
     spec = registry.get(mechanism)
-    params = resolved(spec, request, parsed)
-    accountant = spec.accountant(accountant_name)
-    keys = spec.accountant_keys(accountant, params, facts_of(parsed))
-    return spec, params, accountant.calibrate(epsilon, delta, keys)
+    request_params = spec.request_params.model_validate(dict(request))
+    target = Target(accountant_name, epsilon=epsilon, delta=delta)
+    planned = spec.plan(request_params, service_facts(parsed), target)
+    return spec, planned.params, planned.event
 
 
 def service_facts(parsed: Any) -> PublicFacts:
@@ -317,9 +320,7 @@ def write_outputs(
         "sets one), not as the raw noisy rows kept for the owner.",
         "",
     ]
-    knobs = {
-        m: registry.get(m).bench.sweep for m in dict.fromkeys(mechanism_of.values()) if swept(m)
-    }
+    knobs = {m: hints.of(m).sweep for m in dict.fromkeys(mechanism_of.values()) if swept(m)}
     lines += [
         "The ℓ column is each swept mechanism's sweep parameter: "
         + ", ".join(f"{m} `{k}`" for m, k in knobs.items())
@@ -537,8 +538,8 @@ def main() -> None:
             writer.writeheader()
         for epsilon in args.epsilons:
             for mechanism in args.mechanisms:
-                hints = registry.get(mechanism).bench
-                ells: list[int | None] = list(args.ells) if hints.sweep else [None]
+                max_sweep = hints.of(mechanism).max_sweep
+                ells: list[int | None] = list(args.ells) if swept(mechanism) else [None]
                 min_class = int(min(np.bincount(parsed.labels)))
                 for ell in ells:
                     key = (mechanism, epsilon, "" if ell is None else str(ell), tag)
@@ -546,8 +547,8 @@ def main() -> None:
                         continue
                     if (
                         ell is not None
-                        and hints.max_sweep is not None
-                        and ell > hints.max_sweep(parsed.n_rows, min_class)
+                        and max_sweep is not None
+                        and ell > max_sweep(parsed.n_rows, min_class)
                     ):
                         continue
                     row = run_one(

@@ -70,6 +70,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import hints  # noqa: E402
 from bench.sweet_spot import make_release, resolved  # noqa: E402
 from bench.tabular_data import DATASETS, Table  # noqa: E402
 from bench.tabular_report import write_outputs  # noqa: E402
@@ -148,10 +149,9 @@ def configs(
             base.append(Config("dpgm", "cheap", dict(DPGM_CHEAP)))
         else:
             base.append(Config(spec.name, "defaults"))
-        if grid and spec.bench.sweep in GRID:
-            base += [
-                Config(spec.name, "grid", {spec.bench.sweep: v}) for v in GRID[spec.bench.sweep]
-            ]
+        sweep = hints.of(spec.name).sweep
+        if grid and sweep in GRID:
+            base += [Config(spec.name, "grid", {sweep: v}) for v in GRID[sweep]]
         if grid:
             base += [Config(spec.name, "grid", dict(e)) for e in GRID_EXTRA.get(spec.name, ())]
         fields = spec.params.model_fields
@@ -228,7 +228,7 @@ def shown_params(config: Config, params: Any) -> str:
     spec = registry.get(config.mechanism)
     names = set(config.request)
     if config.config == "defaults":
-        names |= {d.name for d in spec.shape_defaults}
+        names |= {d.name for d in spec.admission.shape_defaults}
     values = params.model_dump() if params is not None else config.request
     return json.dumps({k: values.get(k) for k in sorted(names)})
 

@@ -73,15 +73,12 @@ def account(
     if (sigma is None) == (epsilon is None):
         raise click.UsageError("give exactly one of --sigma or --epsilon")
     from dpcore.mechanisms import registry
+    from dpcore.mechanisms.planning import Target
 
     try:
         acc = registry.accountant(mechanism, accountant)
-        keys = _parse_pairs(pairs)
-        if sigma is not None:
-            event = acc.at_sigma(sigma, keys)
-        else:
-            assert epsilon is not None
-            event = acc.calibrate(epsilon, delta, keys)
+        target = Target(accountant, epsilon=epsilon, sigma=sigma, delta=delta)
+        event = target.event(acc, _parse_pairs(pairs))
         result: dict[str, Any] = {
             "mechanism": mechanism,
             "accountant": accountant,

@@ -243,7 +243,7 @@ class Settings(BaseSettings):
         default="local",
         description="Where a release's rows are drawn: local (the job's process) or dask (the "
         "dask.distributed cluster of dask_scheduler, for the mechanisms and options whose "
-        "MechanismSpec.distributed builds a job: DPMix record assignment, DP-CDA without DP "
+        "Execution.distributed builds a job: DPMix record assignment, DP-CDA without DP "
         "statistics, DP class sizes, basis or post-processing; every other release runs "
         "locally). The release metadata's engine says which ran it",
     )

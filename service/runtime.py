@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class Dispatcher(Protocol):
     """Hands a release's job over to be run. ``queue`` is the worker pool of the release's
-    mechanism (``MechanismSpec.queue``); a dispatcher with a single pool ignores it. Called
+    mechanism (``Execution.queue``); a dispatcher with a single pool ignores it. Called
     after the release's row is committed; nothing may depend on it succeeding."""
 
     def enqueue(self, release_id: str, queue: WorkerQueue) -> None: ...

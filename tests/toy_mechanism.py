@@ -16,6 +16,7 @@ its progress itself (phase "means", through ``RunContext.report``) just before e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -39,8 +40,12 @@ from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.postprocess import Postprocess, postprocessor
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import (
+    Accounting,
+    Admission,
     AuditSpec,
+    Execution,
     ExtraArtifact,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PrivateData,
@@ -249,17 +254,25 @@ TIGHT = Accountant(
 
 SPEC = MechanismSpec(
     name=NAME,
-    title="ToyAverageRequest",
-    summary="Test only: noisy feature totals, then T noisy means of all records",
-    output="X: rows × n_features noisy means; y: rows × n_classes noisy mean labels; NPZ also "
-    "holds the noisy totals",
     params=ToyParams,
     label_kind="proportions",  # noisy means of one-hot labels
-    accountants=(TIGHT,),
-    # How the job reports progress, and shipping a copy of released totals, change no cost.
-    release_only=frozenset({"own_progress", "with_weights", "postprocess"}),
-    check=check,
-    release=release,
+    accounting=Accounting(
+        accountants=(TIGHT,),
+        # How the job reports progress, and shipping a copy of released totals, change no cost.
+        release_only=frozenset({"own_progress", "with_weights", "postprocess"}),
+    ),
+    guidance=Guidance(
+        summary="Test only: noisy feature totals, then T noisy means of all records",
+        output="X: rows × n_features noisy means; y: rows × n_classes noisy mean labels; NPZ also "
+        "holds the noisy totals",
+    ),
+    admission=Admission(
+        title="ToyAverageRequest",
+        check=check,
+    ),
+    execution=Execution(
+        release=release,
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
@@ -271,3 +284,8 @@ SPEC = MechanismSpec(
         case=audit_case,
     ),
 )
+
+
+def on_gpu() -> MechanismSpec:
+    """The toy, its jobs sent to the GPU workers' queue."""
+    return dataclasses.replace(SPEC, execution=dataclasses.replace(SPEC.execution, queue="gpu"))

@@ -1,6 +1,6 @@
 """The Celery application: how release jobs travel from the API to the workers.
 
-Jobs travel on two queues, one per worker pool (``MechanismSpec.queue``): the CPU queue
+Jobs travel on two queues, one per worker pool (``Execution.queue``): the CPU queue
 (``DPRELEASE_CPU_QUEUE``, Celery's default "celery") and the GPU queue (``DPRELEASE_GPU_QUEUE``,
 "gpu"); a worker consumes the queues named by its ``-Q`` (without it, the CPU queue). Jobs are
 acknowledged late and re-delivered if a worker dies (the task is idempotent by release id), one

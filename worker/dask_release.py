@@ -297,7 +297,7 @@ def class_release(
         yield torch.from_numpy(x), torch.from_numpy(y)
 
 
-# --- a mechanism's job (``MechanismSpec.distributed``) ------------------------------------
+# --- a mechanism's job (``Execution.distributed``) ----------------------------------------
 
 
 def run_job(

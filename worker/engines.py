@@ -4,7 +4,7 @@ generator, as peers. ``choose`` picks one before anything is built, building the
 distributed job at most once; ``engine_for`` hands the rows of the chosen one to the writer.
 
 ``DPRELEASE_RELEASE_ENGINE=local`` (the default): the rows come from the single-machine
-generator ``build`` returned. ``dask``: when the mechanism's ``MechanismSpec.distributed``
+generator ``build`` returned. ``dask``: when the mechanism's ``Execution.distributed``
 builds a job for the release's params (no ``Unsupported``), the rows come from that job on
 ``dask.distributed`` (``worker/dask_release.py``) instead; everything else of the release
 (metadata, the transform back to raw units, formats, upload claim, ledger) stays the runner's.
@@ -154,9 +154,9 @@ def distributed_job(
     mechanism: str, params: dict[str, Any], parsed: ParsedDataset, noise: Any
 ) -> RecordJob | ClassJob | None:
     """The mechanism's job for these params, or None where it has none (dispatch through
-    ``spec.distributed`` only)."""
+    ``spec.execution.distributed`` only)."""
     spec = registry.get(mechanism)
-    if spec.distributed is None:
+    if spec.execution.distributed is None:
         return None
     declared = Declared(
         lo=np.asarray(parsed.lo, dtype=np.float64),
@@ -165,7 +165,7 @@ def distributed_job(
         n_classes=len(parsed.classes),
     )
     try:
-        job = spec.distributed(params_of(spec, params), declared, noise)
+        job = spec.execution.distributed(params_of(spec, params), declared, noise)
     except Unsupported:
         return None
     assert isinstance(job, RecordJob | ClassJob)

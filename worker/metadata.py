@@ -123,7 +123,7 @@ def release_metadata(
             "n": facts.n_rows,
         },
         "preprocessing": preprocessing,
-        "columns": registry.get(job.mechanism).output,
+        "columns": registry.get(job.mechanism).guidance.output,
         "feature_shape": list(facts.feature_shape),
         "feature_names": list(facts.feature_names),
         # The owner's declared (public) bounds, so analysts can preprocess their own data alike.

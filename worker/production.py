@@ -163,7 +163,7 @@ def draw_shard(
 
 
 def _queue(job: Job) -> Any:
-    return registry.get(job.mechanism).queue
+    return registry.get(job.mechanism).execution.queue
 
 
 def _enqueue(send: Callable[[shards.ShardDispatcher], None], runtime: Runtime) -> None:

@@ -68,7 +68,7 @@ def plan_for(
     """The split of this release under ``settings`` (``shard_rows``, ``max_shards``)."""
     spec = registry.get(mechanism)
     return sharding.plan(
-        spec.shard,
+        spec.execution.shard,
         params_of(spec, params),
         n_classes=n_classes,
         shard_rows=settings.shard_rows,
@@ -77,7 +77,7 @@ def plan_for(
 
 
 def plan_named(mechanism: str, key: str) -> ShardPlan:
-    shard = registry.get(mechanism).shard
+    shard = registry.get(mechanism).execution.shard
     if shard is None:
         raise ValueError(f"{mechanism} cannot be sharded")
     return sharding.from_key(shard.rows_param, key)

@@ -20,6 +20,7 @@ from dpcore.audit.case import AuditCase, Neighbours, Preprocess, RowModel, Wrap
 from dpcore.audit.runs import Release, Run
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import sampler
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import one_hot
 
@@ -220,12 +221,8 @@ def run_audit(
     spec = _case(mechanism)
     p = parse_params(mechanism, params or {})
     accountant = registry.accountant(mechanism, ACCOUNTANT)
-    keys = spec.claim_keys(p)
-    event = (
-        accountant.at_sigma(sigma, keys)
-        if sigma is not None
-        else accountant.calibrate(float(epsilon), delta, keys)  # type: ignore[arg-type]
-    )
+    target = Target(ACCOUNTANT, epsilon=epsilon, sigma=sigma, delta=delta)
+    event = target.event(accountant, spec.claim_keys(p))
     noise = event.noise()
     # Exact labels (no label noise) leave σ_y unused.
     sigma_x, sigma_y = noise.sigma_x, noise.sigma_y or 0.0

@@ -1,5 +1,5 @@
 """What a mechanism hands the distributed engine: a job description built from its params, the
-dataset's public declarations and the release's declared noise (``MechanismSpec.distributed``,
+dataset's public declarations and the release's declared noise (``Execution.distributed``,
 the one place that decides, per mechanism, whether and how it runs distributed).
 
 A builder does what the mechanism's single-machine ``release`` does before its generator —

@@ -202,7 +202,7 @@ def public_only(facts: PublicFacts) -> PublicFacts:
 
 
 def _row_params(spec: MechanismSpec) -> set[str]:
-    rows = {d.name for d in spec.shape_defaults if d.per_row}
+    rows = {d.name for d in spec.admission.shape_defaults if d.per_row}
     if ROWS_PARAM in spec.params.model_fields:
         rows.add(ROWS_PARAM)
     return rows
@@ -212,7 +212,7 @@ def adapt(spec: MechanismSpec, entry: Measured, facts: PublicFacts) -> dict[str,
     """The entry's params at the request's shape: row counts keep their ratio to n, never
     above the shape default's (or the caps') row count; the rest as measured."""
     params = dict(entry.params)
-    defaults = {d.name: d for d in spec.shape_defaults}
+    defaults = {d.name: d for d in spec.admission.shape_defaults}
     for name in _row_params(spec) & set(params):
         if params[name] is None:
             continue
@@ -237,7 +237,7 @@ def admissible(
     request = spec.request_params.model_validate(dict(params))
     resolved = spec.resolve(request, facts)
     spec.check(resolved, facts)
-    accountant = spec.accountant(spec.default_accountant)
+    accountant = spec.accountant(spec.accounting.default)
     if target is not None and accountant.prepare is not None:
         keys = accountant.parse_keys(spec.accountant_keys(accountant, resolved, facts))
         accountant.prepare(keys, *target)
@@ -261,7 +261,7 @@ def recommend(
     candidates: list[dict[str, Any]] = []
     if found is not None:
         measured = adapt(spec, found[0], facts)
-        shaped = {d.name for d in spec.shape_defaults} | _row_params(spec)
+        shaped = {d.name for d in spec.admission.shape_defaults} | _row_params(spec)
         candidates += [measured, {k: v for k, v in measured.items() if k not in shaped}]
         changed = sorted(k for k in measured if measured[k] != found[0].params.get(k))
         if changed:
@@ -282,7 +282,7 @@ def recommend(
             notes += [*tried, f"recommended instead: {candidate} (defaults for the rest)"]
         return Recommendation(
             mechanism=spec.name,
-            kind=spec.kind,
+            kind=spec.guidance.kind,
             params=params,
             resolved=resolved,
             measured=found[0] if found else None,

@@ -33,6 +33,8 @@ ENTRY_POINT_GROUP = "dprelease.mechanisms"
 MODULES_ENV = "DPRELEASE_MECHANISM_MODULES"
 
 _SPECS: dict[str, MechanismSpec] = {}
+# The module each loaded spec came from (``module``); specs ``register``ed directly have none.
+_MODULES: dict[str, str] = {}
 _lock = threading.RLock()
 _loaded = False
 
@@ -51,12 +53,13 @@ def _load() -> None:
     with _lock:
         if _loaded:
             return
-        for name in BUILTIN:
-            _add(_spec_of(f"dpcore.mechanisms.{name}"))
-        for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            _add(_spec_of(entry.value.partition(":")[0]))
-        for module in filter(None, os.environ.get(MODULES_ENV, "").split(",")):
-            _add(_spec_of(module.strip()))
+        modules = [f"dpcore.mechanisms.{name}" for name in BUILTIN]
+        modules += [
+            e.value.partition(":")[0] for e in metadata.entry_points(group=ENTRY_POINT_GROUP)
+        ]
+        modules += [m.strip() for m in filter(None, os.environ.get(MODULES_ENV, "").split(","))]
+        for module in modules:
+            _MODULES[_add(_spec_of(module)).name] = module
         _loaded = True
 
 
@@ -78,6 +81,7 @@ def register(spec: MechanismSpec) -> MechanismSpec:
 def unregister(name: str) -> None:
     with _lock:
         _SPECS.pop(name, None)
+        _MODULES.pop(name, None)
 
 
 @contextlib.contextmanager
@@ -114,6 +118,14 @@ def get(name: str) -> MechanismSpec:
     return spec
 
 
+def module(name: str) -> str | None:
+    """The module mechanism ``name``'s spec was loaded from (its package, where its other
+    modules sit, e.g. the benchmarks' hints); None for one ``register``ed directly."""
+    get(name)
+    with _lock:
+        return _MODULES.get(name)
+
+
 def accountant(mechanism: str, name: str) -> Accountant:
     """``mechanism``'s accountant called ``name`` (ValueError listing what exists)."""
     _load()
@@ -130,4 +142,6 @@ def accountant(mechanism: str, name: str) -> Accountant:
 
 
 def all_accountants() -> list[Accountant]:
-    return sorted((a for s in specs() for a in s.accountants), key=lambda a: (a.mechanism, a.name))
+    return sorted(
+        (a for s in specs() for a in s.accounting.accountants), key=lambda a: (a.mechanism, a.name)
+    )

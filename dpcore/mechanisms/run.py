@@ -14,6 +14,7 @@ from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
 from dpcore.mechanisms.noise import sampler as noise_sampler
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import (
     MechanismSpec,
@@ -65,13 +66,12 @@ def noise_for(
 ) -> NoiseDescription:
     """The noise a release of these params adds at calibrated scale ``sigma``."""
     spec = spec_of(mechanism)
-    return spec.event_at(
-        accountant or spec.default_accountant,
-        params_of(spec, params),
-        facts,
+    target = Target(
+        accountant or spec.accounting.default,
         sigma=sigma,
-        sigma_y=sigma_y,
-    ).noise()
+        request_keys={"sigma_y": sigma_y} if sigma_y is not None else {},
+    )
+    return spec.event_at(target, params_of(spec, params), facts).noise()
 
 
 def randomness(sampler_name: str) -> tuple[SecureRandom, NoiseSampler]:
@@ -98,7 +98,7 @@ def build(
     if not isinstance(generator, SecureRandom):
         raise TypeError("a release draws its random choices from a SecureRandom")
     spec = spec_of(mechanism)
-    if spec.release is None:
+    if spec.execution.release is None:
         raise ValueError(f"{spec.name} has no release generator (accounting only)")
     context = RunContext(
         noise=noise,
@@ -108,7 +108,7 @@ def build(
     )
     if report is not None:
         context.report = report
-    return spec.release(params_of(spec, params), data, context)
+    return spec.execution.release(params_of(spec, params), data, context)
 
 
 def materialise(

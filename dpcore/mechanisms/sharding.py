@@ -8,7 +8,7 @@ nothing before the rows (no noisy statistics, no noisy class sizes: those would 
 per shard). Then drawing T rows equals drawing T₁, …, T_m rows (Σ T_j = T) with independent
 randomness and concatenating them: the same law, so the same accountant and the same charge.
 
-A mechanism declares it with ``MechanismSpec.shard`` (a ``ShardSpec``): which parameter counts
+A mechanism declares it with ``Execution.shard`` (a ``ShardSpec``): which parameter counts
 the rows, how many rows make one indivisible unit, and which parameter values forbid it. The
 plan is a function of public facts (the parameters and the service's settings) only.
 """

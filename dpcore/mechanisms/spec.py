@@ -3,10 +3,13 @@
 A mechanism lives in one package (``dpcore/mechanisms/<name>/``) whose ``SPEC`` holds its
 whole definition: its parameters (a pydantic model: each parameter defined once, with its
 default, bounds and description), its accountants, its admission checks against public facts,
-its release generator, its audit case, and hints for evaluation and the benchmarks. The
-registry (``dpcore.mechanisms.registry``) collects the specs; the API's request schema,
+its release generator, its audit case and hints for evaluation, grouped by what reads them
+(``Accounting``, ``Admission``, ``Execution``, ``Guidance``). The registry
+(``dpcore.mechanisms.registry``) collects the specs; the API's request schema,
 ``GET /mechanisms``, the worker, ``dprelease account``/``audit``, evaluation and the benches
-all derive from them.
+all derive from them, and ``MechanismSpec.plan`` is the one way from a request to its noise
+and (ε, δ). The benchmarks' hints sit beside each mechanism (its ``bench`` module,
+``dpcore.mechanisms.bench_hints``).
 
 The spec module of a mechanism stays light: its numerics (accountant events, the torch
 generator, the audit's runs) are imported on first use through ``lazy``.
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, get_args
 
 from dpcore.accounting.accountant import Accountant, Event, Key
+from dpcore.mechanisms.planning import Planned, Target
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
     from dpcore.preprocessing import RowTransform
 
 
-# The worker pools a mechanism's jobs may run on (``MechanismSpec.queue``).
+# The worker pools a mechanism's jobs may run on (``Execution.queue``).
 WorkerQueue = Literal["cpu", "gpu"]
 WORKER_QUEUES: tuple[WorkerQueue, ...] = get_args(WorkerQueue)
 
@@ -229,7 +233,7 @@ class ReleaseOutput:
 
 Generator = Callable[[Any, PrivateData, RunContext], ReleaseOutput]
 
-# What a mechanism is for, beside what it does (``MechanismSpec.kind``).
+# What a mechanism is for, beside what it does (``Guidance.kind``).
 MechanismKind = Literal["mechanism", "baseline"]
 
 # What a released row's label is, which fixes how a release table names and fills
@@ -285,7 +289,7 @@ class ShapeDefault:
 Check = Callable[[Any, PublicFacts], None]
 
 #: The neighbour relation every ε the service reports holds for, unless a mechanism's
-#: parameters opt in to a narrower one (``MechanismSpec.relation``).
+#: parameters opt in to a narrower one (``Accounting.relation``).
 REPLACE_ONE = "replace-one (n public)"
 
 # A mechanism's neighbour relation for a release's stored parameters (a JSON object: releases
@@ -344,28 +348,6 @@ class EvaluationHints:
 
 
 @dataclass(frozen=True)
-class BenchCase:
-    """A calibration benchmark case: ``accountant`` at (ε, δ) with these keys."""
-
-    accountant: str
-    epsilon: float
-    delta: float
-    keys: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class BenchHints:
-    """``sweet_spot(ell, n, min_class_size)``: the params of the MNIST sweet-spot study at
-    mixture degree ``ell`` (None when ``sweep`` is None: the mechanism has no such knob);
-    ``calibration``: the calibration benchmark's cases."""
-
-    sweep: str | None = None
-    sweet_spot: Callable[[int | None, int, int], dict[str, Any]] | None = None
-    max_sweep: Callable[[int, int], int] | None = None
-    calibration: tuple[BenchCase, ...] = ()
-
-
-@dataclass(frozen=True)
 class AuditSpec:
     """The empirical audit: its keys (with the audit's own small defaults) and the case,
     loaded on first use."""
@@ -375,58 +357,128 @@ class AuditSpec:
 
 
 @dataclass(frozen=True)
+class Accounting:
+    """How a release is accounted. ``accountants``: its analyses, ``default`` the one a
+    request gets when it names none. ``release_only``: parameters only the generator reads;
+    every other parameter must reach each accountant (as a key, or as a value the accountant's
+    analysis assumes). ``relation``: where some parameter values narrow the neighbour relation
+    below replace-one (an assumption on both neighbours, e.g. DP-CDA's declared class sizes),
+    the relation those values give, stated on the release, its metadata and its ledger entry."""
+
+    accountants: tuple[Accountant, ...]
+    default: str = "tight"
+    release_only: frozenset[str] = frozenset()
+    relation: Relation | None = None
+
+    def validate(self, mechanism: str, fields: set[str]) -> None:
+        unknown = self.release_only - fields
+        if unknown:
+            raise SpecError(f"{mechanism}: release_only names unknown parameters {unknown}")
+        names = [a.name for a in self.accountants]
+        if len(set(names)) != len(names):
+            raise SpecError(f"{mechanism}: accountant names repeat: {names}")
+        if self.default not in names:
+            raise SpecError(f"{mechanism}: default accountant {self.default!r} missing")
+        for accountant in self.accountants:
+            if accountant.mechanism != mechanism:
+                raise SpecError(
+                    f"{mechanism}: accountant {accountant.name} is {accountant.mechanism}'s"
+                )
+            bad = set(accountant.assumes) - fields
+            if bad:
+                raise SpecError(f"{mechanism}/{accountant.name} assumes unknown parameters {bad}")
+            dropped = fields - accountant.key_names - self.release_only - set(accountant.assumes)
+            if dropped:
+                raise SpecError(
+                    f"{mechanism}: parameter(s) {sorted(dropped)} reach neither the "
+                    f"{accountant.name} accountant (as keys or assumed values) nor release_only"
+                )
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admission does with a request's parameters: ``shape_defaults`` fill in those left
+    out from the dataset's public shape (``ShapeDefault``), then ``check`` refuses values that
+    do not fit its public facts or the server's limits. ``title``: the name of the generated
+    API request schema (e.g. "MixingRequest")."""
+
+    check: Check = _no_check
+    shape_defaults: tuple[ShapeDefault, ...] = ()
+    title: str = ""
+
+    def validate(self, mechanism: str, fields: set[str]) -> None:
+        shaped = [d.name for d in self.shape_defaults]
+        if set(shaped) - fields or len(set(shaped)) != len(shaped):
+            raise SpecError(f"{mechanism}: shape defaults name unknown or repeated fields {shaped}")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a release job runs.
+
+    ``release``: the generator; None: accounting only (``dprelease account`` knows it; the
+    service does not run it). ``queue``: the worker pool that runs its jobs, "cpu" (the
+    default) or "gpu" (heavy training jobs, e.g. DPGM, run by workers that hold a GPU); each
+    pool is a Celery queue (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE), CPU-only deployments
+    simply run a worker on both, and embedded mode runs every job in-process and ignores it.
+    ``distributed``: how the mechanism runs as a map–reduce job (docs/scaling.md), a builder
+    (params, the dataset's public declarations, the declared noise) → a
+    ``dpcore.distributed.jobs`` job raising ``Unsupported`` for options it lacks, loaded lazily
+    like ``release``; None: one machine only. ``shard``: how a release splits into
+    independently drawn shards run by several workers (``dpcore.mechanisms.sharding``); None:
+    it always runs whole."""
+
+    release: Generator | None = None
+    queue: WorkerQueue = "cpu"
+    distributed: Callable[[Any, Any, NoiseDescription], Any] | None = None
+    shard: ShardSpec | None = None
+
+    def validate(self, mechanism: str, fields: set[str]) -> None:
+        if self.queue not in WORKER_QUEUES:
+            raise SpecError(f"{mechanism}: queue {self.queue!r} is not one of {WORKER_QUEUES}")
+        if self.shard is not None and self.shard.rows_param not in fields:
+            raise SpecError(f"{mechanism}: shard counts rows by unknown {self.shard.rows_param!r}")
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """What someone choosing a mechanism reads (GET /mechanisms, a release's metadata, the
+    preview). ``summary``; ``output``: what a release holds, in words; ``kind``: a baseline is
+    a comparison point (published beside the mechanisms to measure them against), not a
+    recommended choice; ``good_for``: one sentence, the data and uses it suits, from the
+    measured results; ``reference``: the paper it implements; ``feature_noise``: the noise on
+    released feature values, per column (the preview's signal-to-noise; ``FeatureNoise``),
+    None where the mechanism declares none."""
+
+    summary: str
+    output: str
+    kind: MechanismKind = "mechanism"
+    good_for: str = ""
+    reference: str = ""
+    feature_noise: FeatureNoiseOf | None = None
+
+    def validate(self, mechanism: str) -> None:
+        if self.kind not in ("mechanism", "baseline"):
+            raise SpecError(f"{mechanism}: kind {self.kind!r} is not mechanism or baseline")
+
+
+@dataclass(frozen=True)
 class MechanismSpec:
     name: str
-    summary: str
-    output: str  # what a release holds, in words
     params: type[BaseModel]
-    accountants: tuple[Accountant, ...]
     # What a released row's label is (``LabelKind``): declared by every mechanism, since it
     # fixes the release table's label columns.
     label_kind: LabelKind
-    # Parameters only the generator reads; every other parameter must reach each accountant
-    # (as a key, or as a value the accountant's analysis assumes).
-    release_only: frozenset[str] = frozenset()
-    check: Check = _no_check
-    # None: accounting only (``dprelease account`` knows it; the service does not run it).
-    release: Generator | None = None
+    accounting: Accounting
+    guidance: Guidance
+    admission: Admission = Admission()
+    execution: Execution = Execution()
     audit: AuditSpec | None = None
     evaluation: EvaluationHints = EvaluationHints()
-    bench: BenchHints = BenchHints()
-    default_accountant: str = "tight"
-    # The name of the generated API request schema (e.g. "MixingRequest").
-    title: str = ""
-    # Which worker pool runs the mechanism's jobs: "cpu" (the default) or "gpu" (heavy training
-    # jobs, e.g. DPGM, run by workers that hold a GPU). Each pool is a Celery queue
-    # (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE); CPU-only deployments simply run a worker on
-    # both queues. Embedded mode runs every job in-process and ignores it.
-    queue: WorkerQueue = "cpu"
-    # Guidance for choosing (GET /mechanisms): a baseline is a comparison point
-    # (published beside the mechanisms to measure them against), not a recommended choice.
-    kind: MechanismKind = "mechanism"
-    good_for: str = ""  # one sentence: the data and uses it suits, from the measured results
-    reference: str = ""  # the paper it implements
-    # Parameters whose default is a function of the dataset's public shape (``ShapeDefault``).
-    shape_defaults: tuple[ShapeDefault, ...] = ()
-    # The noise on released feature values, per column (preview; ``FeatureNoise``); None: the
-    # mechanism declares none.
-    feature_noise: FeatureNoiseOf | None = None
-    # How the mechanism runs as a map–reduce job (docs/scaling.md): a builder (params, the
-    # dataset's public declarations, the declared noise) → a ``dpcore.distributed.jobs`` job,
-    # raising ``Unsupported`` for options it lacks; None: the mechanism runs on one machine
-    # only. Loaded lazily like ``release``.
-    distributed: Callable[[Any, Any, NoiseDescription], Any] | None = None
-    # How a release splits into independently drawn shards run by several workers
-    # (``dpcore.mechanisms.sharding``); None: it always runs whole.
-    shard: ShardSpec | None = None
-    # Where some parameter values narrow the neighbour relation below replace-one (an
-    # assumption on both neighbours, e.g. DP-CDA's declared class sizes): the relation those
-    # values give, stated on the release, its metadata and its ledger entry.
-    relation: Relation | None = None
 
     @property
     def served(self) -> bool:
-        return self.release is not None
+        return self.execution.release is not None
 
     @property
     def soft_labels(self) -> bool:
@@ -439,12 +491,12 @@ class MechanismSpec:
         """The ``params`` model of the API's request: ``params`` with every shape default made
         optional (null or absent: filled in at admission by ``resolve``), its rule appended to
         the field's description. The same name, so the schema keeps its component names."""
-        if not self.shape_defaults:
+        if not self.admission.shape_defaults:
             return self.params
         from pydantic import Field, create_model
 
         fields: dict[str, Any] = {}
-        for default in self.shape_defaults:
+        for default in self.admission.shape_defaults:
             info = self.params.model_fields[default.name]
             inner: Any = Annotated.__class_getitem__((info.annotation, *info.metadata))  # type: ignore[attr-defined]
             described = f"{(info.description or '').rstrip('.')}. Default: {default.rule}"
@@ -460,7 +512,8 @@ class MechanismSpec:
 
     def neighbours(self, params: Mapping[str, Any]) -> str:
         """The neighbour relation a release of these (stored) parameters is DP for."""
-        narrower = self.relation(params) if self.relation is not None else None
+        relation = self.accounting.relation
+        narrower = relation(params) if relation is not None else None
         return narrower or REPLACE_ONE
 
     def resolve(self, params: BaseModel, facts: PublicFacts) -> BaseModel:
@@ -468,78 +521,70 @@ class MechanismSpec:
         public ``facts``, validated by ``params``: the parameters the checks, the accountant,
         the worker and the stored release see."""
         values = params.model_dump()
-        for default in self.shape_defaults:
+        for default in self.admission.shape_defaults:
             if values.get(default.name) is None:
                 values[default.name] = default.value(values, facts)
         return self.params.model_validate(values)
 
+    def check(self, params: BaseModel, facts: PublicFacts) -> None:
+        """Admission's checks of resolved ``params`` against the public ``facts``
+        (``InvalidParams`` where they do not fit)."""
+        self.admission.check(params, facts)
+
     def accountant(self, name: str) -> Accountant:
-        for accountant in self.accountants:
+        for accountant in self.accounting.accountants:
             if accountant.name == name:
                 return accountant
-        names = ", ".join(a.name for a in self.accountants)
+        names = ", ".join(a.name for a in self.accounting.accountants)
         raise ValueError(f"no accountant {self.name}/{name}; {self.name} has: {names}")
 
     def validate(self) -> None:
         """Refuse a spec where a parameter could be silently dropped on its way to an
-        accountant, or whose accountants belong to another mechanism."""
+        accountant, or whose accountants belong to another mechanism, or whose groups name
+        what it lacks."""
         if not self.name.isidentifier():
             raise SpecError(f"mechanism name {self.name!r} must be an identifier")
-        if self.queue not in WORKER_QUEUES:
-            raise SpecError(f"{self.name}: queue {self.queue!r} is not one of {WORKER_QUEUES}")
         fields = set(self.params.model_fields)
-        unknown = self.release_only - fields
-        shaped = [d.name for d in self.shape_defaults]
-        if set(shaped) - fields or len(set(shaped)) != len(shaped):
-            raise SpecError(f"{self.name}: shape defaults name unknown or repeated fields {shaped}")
+        self.execution.validate(self.name, fields)
+        self.admission.validate(self.name, fields)
         if self.label_kind not in LABEL_KINDS:
             raise SpecError(
                 f"{self.name}: label_kind {self.label_kind!r} is not one of {LABEL_KINDS}"
             )
-        if self.kind not in ("mechanism", "baseline"):
-            raise SpecError(f"{self.name}: kind {self.kind!r} is not mechanism or baseline")
-        if unknown:
-            raise SpecError(f"{self.name}: release_only names unknown parameters {unknown}")
-        if self.shard is not None and self.shard.rows_param not in fields:
-            raise SpecError(f"{self.name}: shard counts rows by unknown {self.shard.rows_param!r}")
-        names = [a.name for a in self.accountants]
-        if len(set(names)) != len(names):
-            raise SpecError(f"{self.name}: accountant names repeat: {names}")
-        if self.default_accountant not in names:
-            raise SpecError(f"{self.name}: default accountant {self.default_accountant!r} missing")
-        for accountant in self.accountants:
-            if accountant.mechanism != self.name:
-                raise SpecError(
-                    f"{self.name}: accountant {accountant.name} is {accountant.mechanism}'s"
-                )
-            bad = set(accountant.assumes) - fields
-            if bad:
-                raise SpecError(f"{self.name}/{accountant.name} assumes unknown parameters {bad}")
-            dropped = fields - accountant.key_names - self.release_only - set(accountant.assumes)
-            if dropped:
-                raise SpecError(
-                    f"{self.name}: parameter(s) {sorted(dropped)} reach neither the "
-                    f"{accountant.name} accountant (as keys or assumed values) nor release_only"
-                )
+        self.guidance.validate(self.name)
+        self.accounting.validate(self.name, fields)
         if self.audit is not None:
             audit_names = [k.name for k in self.audit.keys]
             if len(set(audit_names)) != len(audit_names):
                 raise SpecError(f"{self.name}: audit keys repeat: {audit_names}")
 
-    def event_at(
+    def event_at(self, target: Target, params: BaseModel, facts: PublicFacts) -> Event:
+        """The event of a release of resolved (or stored) ``params`` on ``facts`` at
+        ``target``: calibrated to its ε, or at its σ. No admission: ``plan`` runs it first."""
+        accountant = self.accountant(target.accountant)
+        return target.event(
+            accountant, self.accountant_keys(accountant, params, facts, target.request_keys)
+        )
+
+    def plan(
         self,
-        accountant: str,
         params: BaseModel,
         facts: PublicFacts,
+        target: Target,
         *,
-        sigma: float,
-        sigma_y: float | None = None,
-    ) -> Event:
-        """The event of a release of ``params`` on ``facts`` at calibrated scale ``sigma``
-        (and label noise ``sigma_y`` where the accountant takes one)."""
-        acc = self.accountant(accountant)
-        request = {"sigma_y": sigma_y} if sigma_y is not None else None
-        return acc.at_sigma(sigma, self.accountant_keys(acc, params, facts, request))
+        admit: Callable[[Accountant], None] | None = None,
+    ) -> Planned:
+        """A release of ``params`` (of ``request_params``) on the public ``facts`` at
+        ``target``: shape defaults filled in, admission's checks, the target's accountant
+        (``admit``: the caller's own policy on it, run before any accounting), its event at
+        the calibrated or given noise, and the (ε, δ) it costs at the target's δ."""
+        resolved = self.resolve(params, facts)
+        self.check(resolved, facts)
+        accountant = self.accountant(target.accountant)
+        if admit is not None:
+            admit(accountant)
+        event = self.event_at(target, resolved, facts)
+        return Planned(resolved, accountant, event, event.cost(target.delta_for(event)))
 
     def accountant_keys(
         self,
@@ -562,7 +607,7 @@ class MechanismSpec:
                         f"the {accountant.name} accountant of {self.name} analyses "
                         f"{name}={accountant.assumes[name]!r} only, not {value!r}"
                     )
-            elif name not in self.release_only:
+            elif name not in self.accounting.release_only:
                 raise SpecError(f"{self.name}: parameter {name} reaches no accountant")
         for name, value in (request_keys or {}).items():
             if name not in declared:

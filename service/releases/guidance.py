@@ -75,7 +75,7 @@ def noise_guide(
     dataset: Dataset,
     max_columns: int,
 ) -> NoiseGuide:
-    if spec.feature_noise is None:
+    if spec.guidance.feature_noise is None:
         return NoiseGuide(
             applies=False,
             meaning=f"{spec.name} declares no per-value noise on its released features",
@@ -84,7 +84,7 @@ def noise_guide(
             noise_std_raw=None,
             columns=None,
         )
-    feature = spec.feature_noise(spec.params.model_validate(dict(params)), facts, noise)
+    feature = spec.guidance.feature_noise(spec.params.model_validate(dict(params)), facts, noise)
     if feature.unit_std is None:
         return NoiseGuide(
             applies=False,

@@ -55,7 +55,7 @@ def worker_queue(mechanism: str) -> WorkerQueue:
     longer registered (a release queued before an upgrade) goes to the CPU pool, whose worker
     fails its job as any worker would."""
     try:
-        return registry.get(mechanism).queue
+        return registry.get(mechanism).execution.queue
     except ValueError:
         return "cpu"
 
@@ -108,7 +108,7 @@ def strict_params(model: type[BaseModel]) -> BeforeValidator:
 def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
     """``spec``'s request: the common fields, its ``mechanism`` literal, its ``params`` model
     (defaulted when no parameter is required) and its accountants."""
-    names = tuple(a.name for a in spec.accountants)
+    names = tuple(a.name for a in spec.accounting.accountants)
     # The request's params: shape defaults optional, filled in at admission (``spec.resolve``).
     model = spec.request_params
     params_required = any(f.is_required() for f in model.model_fields.values())
@@ -117,18 +117,18 @@ def request_model(spec: MechanismSpec) -> type[ReleaseRequestBase]:
     if not params_required:
         params = (params_type, Field(default_factory=model))
     accountant_help = (
-        f"The privacy analysis (default {spec.default_accountant}). GET /mechanisms describes "
+        f"The privacy analysis (default {spec.accounting.default}). GET /mechanisms describes "
         "each; one that is not a valid bound is refused for releases"
     )
     request: type[ReleaseRequestBase] = create_model(  # type: ignore[call-overload]
-        spec.title or f"{spec.name.title().replace('_', '')}Request",
+        spec.admission.title or f"{spec.name.title().replace('_', '')}Request",
         __base__=ReleaseRequestBase,
         __module__=__name__,
         mechanism=(Literal[spec.name], ...),  # type: ignore[arg-type,valid-type]
         params=params,
         accountant=(  # type: ignore[arg-type]
             Literal[names],  # type: ignore[valid-type]
-            Field(default=spec.default_accountant, description=accountant_help),
+            Field(default=spec.accounting.default, description=accountant_help),
         ),
     )
     return request
@@ -151,14 +151,14 @@ def catalogue() -> MechanismList:
         items.append(
             MechanismInfo(
                 name=spec.name,
-                summary=spec.summary,
-                output=spec.output,
+                summary=spec.guidance.summary,
+                output=spec.guidance.output,
                 label_kind=spec.label_kind,
-                kind=spec.kind,
-                good_for=spec.good_for,
-                reference=spec.reference,
+                kind=spec.guidance.kind,
+                good_for=spec.guidance.good_for,
+                reference=spec.guidance.reference,
                 params_schema=spec.request_params.model_json_schema(),
-                shardable=None if spec.shard is None else spec.shard.summary,
+                shardable=None if spec.execution.shard is None else spec.execution.shard.summary,
                 accountants=[
                     AccountantInfo(
                         name=acc.name,
@@ -167,7 +167,7 @@ def catalogue() -> MechanismList:
                         caveat=acc.caveat or None,
                         releases=acc.releases,
                     )
-                    for acc in sorted(spec.accountants, key=lambda a: a.name)
+                    for acc in sorted(spec.accounting.accountants, key=lambda a: a.name)
                 ],
             )
         )

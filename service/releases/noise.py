@@ -7,6 +7,7 @@ from typing import Any
 
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.spec import PublicFacts
 from service.models import Dataset, Release
 from service.releases.schemas import Noise, NoiseScaleOut
@@ -29,13 +30,13 @@ def description(release: Release, dataset: Dataset) -> NoiseDescription:
     )
     # Single-scale mechanisms stored σ_y = σ_x (or 0 for exact labels): not a key of theirs.
     two_scales = "sigma_y" in spec.accountant(release.accountant).key_names
-    return spec.event_at(
+    sigma_y = stored.get("sigma_y") if two_scales and stored.get("sigma_y") else None
+    target = Target(
         release.accountant,
-        spec.params.model_validate(release.params),
-        facts,
         sigma=float(stored["sigma_x"]),
-        sigma_y=stored.get("sigma_y") if two_scales and stored.get("sigma_y") else None,
-    ).noise()
+        request_keys={"sigma_y": sigma_y} if sigma_y is not None else {},
+    )
+    return spec.event_at(target, spec.params.model_validate(release.params), facts).noise()
 
 
 def to_out(stored: dict[str, Any], sampler: str) -> Noise:

@@ -38,7 +38,7 @@ def check(spec: MechanismSpec, accountant: Accountant, research: bool) -> None:
         raise InvalidInput(
             f"the {accountant.name} accountant of {spec.name} is not a valid bound under "
             f"replace-one neighbours ({accountant.caveat}); use a valid accountant "
-            f"('{spec.default_accountant}'), or set `research: true` for an owner-only "
+            f"('{spec.accounting.default}'), or set `research: true` for an owner-only "
             "research release charged nothing (its ε is then reported as a claim only)"
         )
     if accountant.valid_bound and research:

@@ -7,14 +7,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from dpcore.accounting.accountant import Event
+from dpcore.accounting.accountant import Accountant, Event
 from dpcore.accounting.composition import Cost
 from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.planning import DeltaRule, Target
 from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec, ReleaseOverSizeCap
 from service import owner_only
 from service.access import (
@@ -98,30 +98,28 @@ RESEARCH_CHARGE = Charge(
 )
 
 
-def accountant_keys(
-    spec: MechanismSpec,
-    accountant_name: str,
-    dataset: Dataset,
-    request: ReleaseRequestBase,
-    settings: Settings,
-    params: BaseModel,
-) -> dict[str, Any]:
-    """The keys the accountant gets: the dataset's public facts it declares, every parameter
-    (a parameter that reaches no accountant is refused by the spec, never dropped), and the
-    request's label-noise choices where the mechanism has separate label noise."""
-    accountant = spec.accountant(accountant_name)
+def label_noise(request: ReleaseRequestBase) -> dict[str, Any]:
+    """The request's label-noise choices: accountant keys of their own (``Target``)."""
     asked: dict[str, Any] = {}
     if request.noise is not None and request.noise.sigma_y is not None:
         asked["sigma_y"] = request.noise.sigma_y
     if request.noise_ratio is not None:
         asked["noise_ratio"] = request.noise_ratio
-    for name in asked:
+    return asked
+
+
+def admit_accountant(
+    spec: MechanismSpec, accountant: Accountant, request: ReleaseRequestBase
+) -> None:
+    """The service's policy on a request's accountant, before any accounting: research
+    releases (owner-only opt-in), and label noise only where the mechanism has its own."""
+    research_releases.check(spec, accountant, request.research)
+    for name in label_noise(request):
         if name not in accountant.key_names:
             raise InvalidInput(
                 f"{spec.name} has no separate label noise: "
                 f"'{'noise.sigma_y' if name == 'sigma_y' else name}' does not apply"
             )
-    return spec.accountant_keys(accountant, params, facts(dataset, settings), asked)
 
 
 # Relative margin below the δ left of a default δ share, so that shares whose ε add up to what
@@ -151,6 +149,26 @@ def default_delta(budget: DatasetBudget, spent: Spend, epsilon: float) -> float:
     return left * share * (1 - _SHARE_MARGIN)
 
 
+def target(request: ReleaseRequestBase, budget: DatasetBudget, spent: Spend) -> Target:
+    """What a request aims at: its ε, just under it so the charge, rounded up, still meets it,
+    at its δ or a default share of the δ left; or its noise, at its δ or the share its ε at
+    the δ left takes (at most the ε it is charged: a smaller δ only raises ε, so the share
+    errs towards spending less δ)."""
+    asked = label_noise(request)
+    if request.epsilon is not None:
+        return Target(
+            request.accountant,
+            epsilon=request.epsilon / (1 + 2 * budget_service.ROUNDING_SLACK),
+            delta=request.delta or default_delta(budget, spent, request.epsilon),
+            request_keys=asked,
+        )
+    assert request.noise is not None
+    share: float | DeltaRule = request.delta or (
+        lambda event: default_delta(budget, spent, event.epsilon(spent.delta_left or budget.delta))
+    )
+    return Target(request.accountant, sigma=request.noise.sigma_x, delta=share, request_keys=asked)
+
+
 def plan(
     session: Session, *, principal: Principal, request: ReleaseRequestBase, settings: Settings
 ) -> Plan:
@@ -170,27 +188,13 @@ def plan(
     spent = budget_service.spend_of(session, budget=budget)
     spec = registry.get(request.mechanism)
     try:
-        public = facts(dataset, settings, request.format)
         # Parameters left out take their defaults from the public shape.
-        params = spec.resolve(request.params, public)
-        spec.check(params, public)
-        accountant = spec.accountant(request.accountant)
-        research_releases.check(spec, accountant, request.research)
-        keys = accountant_keys(spec, request.accountant, dataset, request, settings, params)
-        if request.epsilon is not None:
-            # Aim just under the target so the charge, rounded up, still meets it.
-            target = request.epsilon / (1 + 2 * budget_service.ROUNDING_SLACK)
-            delta = request.delta or default_delta(budget, spent, request.epsilon)
-            event = accountant.calibrate(target, delta, keys)
-        else:
-            assert request.noise is not None
-            event = accountant.at_sigma(request.noise.sigma_x, keys)
-            # Its share from its ε at the δ left (at most the ε it is charged: a smaller δ
-            # only raises ε, so the share errs towards spending less δ).
-            delta = request.delta or default_delta(
-                budget, spent, event.epsilon(spent.delta_left or budget.delta)
-            )
-        cost = event.cost(delta)
+        planned = spec.plan(
+            request.params,
+            facts(dataset, settings, request.format),
+            target(request, budget, spent),
+            admit=lambda accountant: admit_accountant(spec, accountant, request),
+        )
     except ReleaseOverSizeCap as exc:
         raise ReleaseTooLarge(
             str(exc), detail={"estimated_bytes": exc.estimate, "limit_bytes": exc.limit}
@@ -203,9 +207,9 @@ def plan(
         raise InvalidInput(
             f"these numbers are out of the range the accountant can evaluate ({exc})"
         ) from exc
-    if not math.isfinite(cost.epsilon):
+    if not math.isfinite(planned.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
-    cost = replace(cost, epsilon=budget_service.round_up(cost.epsilon))
+    cost = replace(planned.cost, epsilon=budget_service.round_up(planned.epsilon))
     if not request.research:
         # The ledger's own guard (``admit`` runs it again under the lock).
         budget_service.check_amount(cost, budget)
@@ -214,20 +218,17 @@ def plan(
         report_dataset = _report_dataset(
             session, principal, dataset, request.report_test_dataset_id
         )
-    stored = params.model_dump()
-    # Analysis parameters the accountant fixed (a coupling bound chosen for the target ε, say)
-    # travel with the release's parameters where the mechanism has such a parameter.
-    for name, value in event.noise().analysis.items():
-        if name in stored:
-            stored[name] = value
     return Plan(
         dataset=dataset,
-        event=event,
+        event=planned.event,
         cost=cost,
-        params=stored,
+        # With the analysis parameters the accountant fixed (``Planned.stored_params``).
+        params=planned.stored_params(),
         sampler=request.noise_sampler,
         mechanism=request.mechanism,
-        research=research_releases.claim(spec, accountant, epsilon=cost.epsilon, delta=cost.delta)
+        research=research_releases.claim(
+            spec, planned.accountant, epsilon=cost.epsilon, delta=cost.delta
+        )
         if request.research
         else None,
         report_dataset=report_dataset,

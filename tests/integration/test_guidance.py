@@ -41,7 +41,7 @@ def test_empty_params_are_admitted_for_every_mechanism(harness: Harness, mechani
         assert r.status_code == 200, r.text
         params = r.json()["params"]
         spec = registry.get(mechanism)
-        for default in spec.shape_defaults:
+        for default in spec.admission.shape_defaults:
             assert params[default.name] is not None, default.name
 
 
@@ -95,7 +95,7 @@ def test_every_parameter_has_a_default_in_the_schema() -> None:
         required = [n for n, f in model.model_fields.items() if f.is_required()]
         assert required == [], (spec.name, required)
         schema = model.model_json_schema()
-        for default in spec.shape_defaults:
+        for default in spec.admission.shape_defaults:
             assert default.rule in schema["properties"][default.name]["description"]
 
 

@@ -12,7 +12,7 @@ import pytest
 from dpcore.mechanisms import registry
 from tests.conftest import Harness, npz_bytes
 
-BASELINES = {s.name for s in registry.served() if s.kind == "baseline"}
+BASELINES = {s.name for s in registry.served() if s.guidance.kind == "baseline"}
 
 
 def _upload(h: Harness, owner: str, X: np.ndarray, y: np.ndarray, hi: float) -> str:

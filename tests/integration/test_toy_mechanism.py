@@ -82,7 +82,7 @@ def test_a_test_only_mechanism_runs_through_the_service(toy_harness: Harness) ->
     meta = json.loads(str(npz["metadata"]))
     assert meta["mechanism"] == toy.NAME
     assert meta["noise"] == {**p["noise"]}
-    assert meta["columns"] == toy.SPEC.output
+    assert meta["columns"] == toy.SPEC.guidance.output
     # The means are around the data's unit-scale mean; labels around the class frequencies.
     frequencies = np.bincount(y, minlength=3) / len(y)
     tolerance = 6 * p["noise"]["sigma_y"] / math.sqrt(40)

@@ -5,7 +5,6 @@ queue is irrelevant (jobs run in-process)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
 from worker import dispatch
 
-GPU_TOY = dataclasses.replace(toy.SPEC, queue="gpu")
+GPU_TOY = toy.on_gpu()
 
 
 @pytest.fixture(params=["embedded", "real"])

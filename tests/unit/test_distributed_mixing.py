@@ -566,7 +566,7 @@ def test_reducers_refuse_undeclared_noise(client: Any, tmp_path: Any) -> None:
 
 
 def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> None:
-    """``MechanismSpec.distributed`` builds the job from public declarations with the
+    """``Execution.distributed`` builds the job from public declarations with the
     transform the single-machine release uses, refuses what the engine lacks, and the job
     runs on the cluster with the declared noise."""
     from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
@@ -579,11 +579,11 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
     declared = Declared(np.zeros(d), np.ones(d), (d,), K)
     facts = PublicFacts(n=n, n_features=d, n_classes=K)
     dpmix, dpcda = registry.get("dpmix"), registry.get("dpcda")
-    assert dpmix.distributed is not None and dpcda.distributed is not None
+    assert dpmix.execution.distributed is not None and dpcda.execution.distributed is not None
 
     raw = {"mixture_degree": 4, "n_samples": 200, "assignment": "record", "clip_norm": 1.5}
     noise = noise_for("dpmix", raw, facts, sigma=0.5, sigma_y=0.25)
-    job = dpmix.distributed(params_of(dpmix, raw), declared, noise)
+    job = dpmix.execution.distributed(params_of(dpmix, raw), declared, noise)
     assert isinstance(job, RecordJob) and (job.sigma_x, job.sigma_y) == (0.5, 0.25)
     release_transform = RowTransform.unit_range(np.zeros(d), np.ones(d), 1.5)
     np.testing.assert_array_equal(job.transform.rows(X), release_transform.rows(X))
@@ -594,7 +594,9 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
     )
     assert sum(x.shape[0] for x, _ in rows) == 200
     with pytest.raises(Unsupported):
-        dpmix.distributed(params_of(dpmix, {**raw, "assignment": "mixture"}), declared, noise)
+        dpmix.execution.distributed(
+            params_of(dpmix, {**raw, "assignment": "mixture"}), declared, noise
+        )
 
     raw = {
         "mixture_degree": 4,
@@ -605,7 +607,7 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         "class_sizes": "declared",  # the job implements declared class sizes only
     }
     noise = noise_for("dpcda", raw, facts, sigma=0.5)
-    job = dpcda.distributed(params_of(dpcda, raw), declared, noise)
+    job = dpcda.execution.distributed(params_of(dpcda, raw), declared, noise)
     assert isinstance(job, ClassJob) and job.nonnegative and job.sigma == 0.5
     rows = list(
         dask_release.run_job(
@@ -614,18 +616,20 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
     )
     assert sum(x.shape[0] for x, _ in rows) == 200
     with pytest.raises(ValueError, match="min_class_size"):
-        big = dpcda.distributed(params_of(dpcda, {**raw, "min_class_size": 5000}), declared, noise)
+        big = dpcda.execution.distributed(
+            params_of(dpcda, {**raw, "min_class_size": 5000}), declared, noise
+        )
         list(
             dask_release.run_job(
                 client, big, parts, columns, noise=NoiseSpec("fast", noise), keys=SeededKeys(2)
             )
         )
     with pytest.raises(Unsupported):
-        dpcda.distributed(
+        dpcda.execution.distributed(
             params_of(dpcda, {**raw, "standardization": "dp", "stats_noise": 1.0}), declared, noise
         )
     with pytest.raises(Unsupported, match="DP class sizes"):
-        dpcda.distributed(params_of(dpcda, {**raw, "class_sizes": "dp"}), declared, noise)
+        dpcda.execution.distributed(params_of(dpcda, {**raw, "class_sizes": "dp"}), declared, noise)
 
 
 def test_routing_is_the_stable_sort_bijection() -> None:

@@ -25,6 +25,7 @@ from dpcore.mechanisms.dpgm.dpsgd import (
     train,
 )
 from dpcore.mechanisms.dpgm.models import RBM, VAE
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.run import build, facts_of, materialise, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import Cancelled, InvalidParams
@@ -301,7 +302,7 @@ def test_served_keys_derive_the_pipeline_the_job_runs() -> None:
     params = spec.params.model_validate(
         {"epochs": 2.5, "batch_size": 20, "clusters_per_class": 4, "kmeans_refine": 1}
     )
-    event = spec.event_at("tight", params, facts, sigma=2.0)
+    event = spec.event_at(Target("tight", sigma=2.0), params, facts)
     assert isinstance(event, accounting.DPGMEvent)
     assert event.sgd_steps == math.ceil(2.5 * 90 / 20) == 12
     assert event.kmeans_iterations == 1 + 2 + 1

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +20,14 @@ from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.noise import DeclaredNoise, FastNoise, UndeclaredNoise
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import InvalidParams, MechanismSpec, PublicFacts, SpecError
+from dpcore.mechanisms.spec import (
+    Accounting,
+    Guidance,
+    InvalidParams,
+    MechanismSpec,
+    PublicFacts,
+    SpecError,
+)
 from tests import toy_mechanism as toy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +40,8 @@ class _Params(BaseModel):
     mode: str = Field(default="a", description="a mode")
 
 
-def _spec(**changes: object) -> MechanismSpec:
+def _spec(**changes: Any) -> MechanismSpec:
+    """A made-up spec; ``changes`` name fields of the spec or of its groups."""
     accountant = Accountant(
         mechanism="made_up",
         name="tight",
@@ -42,21 +51,24 @@ def _spec(**changes: object) -> MechanismSpec:
     )
     base = MechanismSpec(
         name="made_up",
-        summary="",
-        output="",
         params=_Params,
-        accountants=(accountant,),
         label_kind="proportions",
-        release_only=frozenset({"mode"}),
+        accounting=Accounting(accountants=(accountant,), release_only=frozenset({"mode"})),
+        guidance=Guidance(summary="", output=""),
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    groups = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    for group, value in list(groups.items()):
+        if dataclasses.is_dataclass(value):
+            mine = {k: changes.pop(k) for k in list(changes) if hasattr(value, k)}
+            groups[group] = dataclasses.replace(value, **mine)  # type: ignore[type-var]
+    return dataclasses.replace(base, **{**groups, **changes})
 
 
 def test_every_builtin_spec_is_consistent() -> None:
     for spec in registry.specs():
         spec.validate()
         assert spec.name in registry.BUILTIN or spec.name == toy.NAME
-        for accountant in spec.accountants:
+        for accountant in spec.accounting.accountants:
             assert registry.accountant(spec.name, accountant.name) is accountant
     # Built-ins first, in the import list's order (the CLI's default is the first).
     assert registry.names()[: len(registry.BUILTIN)] == list(registry.BUILTIN)
@@ -70,8 +82,8 @@ def test_a_parameter_that_reaches_no_accountant_is_refused_at_registration() -> 
 
 def test_a_value_the_accountant_does_not_analyse_is_refused() -> None:
     spec = _spec(release_only=frozenset())
-    accountant = dataclasses.replace(spec.accountants[0], assumes={"mode": "a"})
-    spec = dataclasses.replace(spec, accountants=(accountant,))
+    accountant = dataclasses.replace(spec.accounting.accountants[0], assumes={"mode": "a"})
+    spec = _spec(release_only=frozenset(), accountants=(accountant,))
     spec.validate()
     facts = PublicFacts(n=10, n_features=2, n_classes=2)
     keys = spec.accountant_keys(accountant, _Params(rows=3), facts)
@@ -83,7 +95,7 @@ def test_a_value_the_accountant_does_not_analyse_is_refused() -> None:
 
 
 def test_a_spec_names_one_of_the_two_worker_queues() -> None:
-    assert _spec().queue == "cpu"  # the default: CPU workers run it
+    assert _spec().execution.queue == "cpu"  # the default: CPU workers run it
     _spec(queue="gpu").validate()
     # A spec from a plugin escapes mypy's Literal: registration refuses an unknown pool.
     with pytest.raises(SpecError, match="queue 'tpu' is not one of"):
@@ -94,9 +106,7 @@ def test_a_spec_names_one_of_the_two_worker_queues() -> None:
 def test_registration_refuses_duplicates_and_foreign_accountants() -> None:
     with pytest.raises(SpecError, match="already registered"):
         registry.register(dataclasses.replace(registry.get("dpmix")))
-    foreign = dataclasses.replace(
-        _spec(), accountants=(registry.accountant("dpmix", "tight"),), default_accountant="tight"
-    )
+    foreign = _spec(accountants=(registry.accountant("dpmix", "tight"),), default="tight")
     with pytest.raises(SpecError, match="dpmix's"):
         registry.register(foreign)
 

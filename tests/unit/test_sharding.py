@@ -66,7 +66,11 @@ def _rows(
 def _plan(mechanism: str, params: dict[str, Any], shard_rows: int) -> sharding.ShardPlan:
     spec = registry.get(mechanism)
     plan = sharding.plan(
-        spec.shard, params_of(spec, params), n_classes=3, shard_rows=shard_rows, max_shards=64
+        spec.execution.shard,
+        params_of(spec, params),
+        n_classes=3,
+        shard_rows=shard_rows,
+        max_shards=64,
     )
     assert plan is not None
     return plan
@@ -159,21 +163,31 @@ def test_configurations_that_draw_before_their_rows_are_never_sharded(
 ) -> None:
     spec = registry.get(mechanism)
     validated = params_of(spec, params)
-    assert spec.shard is not None and why in (spec.shard.refuse(validated) or "")
-    assert sharding.plan(spec.shard, validated, n_classes=3, shard_rows=100, max_shards=64) is None
+    assert spec.execution.shard is not None and why in (
+        spec.execution.shard.refuse(validated) or ""
+    )
+    assert (
+        sharding.plan(spec.execution.shard, validated, n_classes=3, shard_rows=100, max_shards=64)
+        is None
+    )
 
 
 def test_sharding_is_off_or_unneeded() -> None:
     spec = registry.get("dpmix")
     params = params_of(spec, {"mixture_degree": 4, "n_samples": 1000})
-    assert sharding.plan(spec.shard, params, n_classes=3, shard_rows=0, max_shards=8) is None
-    assert sharding.plan(spec.shard, params, n_classes=3, shard_rows=1000, max_shards=8) is None
-    capped = sharding.plan(spec.shard, params, n_classes=3, shard_rows=10, max_shards=8)
+    assert (
+        sharding.plan(spec.execution.shard, params, n_classes=3, shard_rows=0, max_shards=8) is None
+    )
+    assert (
+        sharding.plan(spec.execution.shard, params, n_classes=3, shard_rows=1000, max_shards=8)
+        is None
+    )
+    capped = sharding.plan(spec.execution.shard, params, n_classes=3, shard_rows=10, max_shards=8)
     assert capped is not None and capped.count == 8
     # Mechanisms whose rows are not independent draws declare no split.
-    assert registry.get("local_perturbation").shard is None
-    assert registry.get("clustmix").shard is None
-    assert registry.get("dpgm").shard is None
+    assert registry.get("local_perturbation").execution.shard is None
+    assert registry.get("clustmix").execution.shard is None
+    assert registry.get("dpgm").execution.shard is None
 
 
 # --- the sealed build ----------------------------------------------------------------------
@@ -334,4 +348,6 @@ def test_a_spec_must_shard_by_one_of_its_parameters() -> None:
 
     spec = registry.get("sgdrm")
     with pytest.raises(SpecError, match="shard counts rows by unknown"):
-        replace(spec, shard=sharding.ShardSpec("rows")).validate()
+        replace(
+            spec, execution=replace(spec.execution, shard=sharding.ShardSpec("rows"))
+        ).validate()

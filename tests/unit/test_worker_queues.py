@@ -4,7 +4,6 @@ by the settings (DPRELEASE_CPU_QUEUE, DPRELEASE_GPU_QUEUE)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from unittest import mock
 
@@ -45,7 +44,7 @@ def test_celery_dispatcher_sends_each_job_to_its_pools_queue(
     dispatcher = dispatch.CeleryDispatcher.from_settings(
         _settings(cpu_queue="dp-cpu", gpu_queue="dp-gpu")
     )
-    gpu_toy = dataclasses.replace(toy.SPEC, queue="gpu")
+    gpu_toy = toy.on_gpu()
     with registry.registered(gpu_toy):
         dispatcher.enqueue("r-gpu", worker_queue(gpu_toy.name))
     dispatcher.enqueue("r-cpu", worker_queue("dpmix"))
@@ -56,13 +55,13 @@ def test_celery_dispatcher_sends_each_job_to_its_pools_queue(
 
 
 def test_worker_queue_reads_the_spec() -> None:
-    assert toy.SPEC.queue == "cpu"
+    assert toy.SPEC.execution.queue == "cpu"
     with registry.registered(toy.SPEC):
         assert worker_queue(toy.NAME) == "cpu"
-    with registry.registered(dataclasses.replace(toy.SPEC, queue="gpu")):
+    with registry.registered(toy.on_gpu()):
         assert worker_queue(toy.NAME) == "gpu"
     for spec in registry.specs():
-        assert worker_queue(spec.name) == spec.queue
+        assert worker_queue(spec.name) == spec.execution.queue
     # A release of a mechanism no longer registered: its job goes to the CPU pool (and fails
     # there, as it would anywhere).
     assert worker_queue("no_such_mechanism") == "cpu"

@@ -22,11 +22,13 @@ from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams, foreign_fields
 from dpcore.mechanisms.spec import (
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
     EvaluationHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -197,49 +199,57 @@ def _feature_noise(
 
 SPEC = MechanismSpec(
     name="clustmix",
-    title="ClustMixRequest",
-    summary="Cluster-based mixing (3A). Variant dp: DP k-means within each class, then each "
-    "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
-    "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
-    good_for="Labelled tables and images for linear models and MLPs: the best measured on "
-    "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (balanced accuracy at ε = 1, "
-    "logistic: breast-cancer 0.87, digits 0.85; clusters_per_class 1, the default below 1000 "
-    "rows a class); trees need spread 0.5",
-    reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '
-    '(3A): a Framework for Privacy Preserving Training Data Release for Machine Learning"',
-    output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
-    "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
     params=ClustMixParams,
-    feature_noise=_feature_noise,
     # clusters are formed within classes: each row's class is exact.
     label_kind="exact",
-    accountants=(TIGHT, PAPER, FIXED),
-    shape_defaults=(
-        ShapeDefault(
-            "clusters_per_class",
-            CLUSTERS_RULE,
-            lambda values, facts: clusters_default(values, facts),
-        ),
-        CLIP_DEFAULT,
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER, FIXED),
+        release_only=frozenset(
+            {
+                "clip_norm",
+                "basis",
+                "basis_dim",
+                "drop_below",
+                "n_samples",
+                "spread",
+                "rff_frequencies",
+                "rbf_width",
+                "dpkip_clip",
+                "dpkip_lr",
+                "dpkip_ridge",
+            }
+        )
+        | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
     ),
-    release_only=frozenset(
-        {
-            "clip_norm",
-            "basis",
-            "basis_dim",
-            "drop_below",
-            "n_samples",
-            "spread",
-            "rff_frequencies",
-            "rbf_width",
-            "dpkip_clip",
-            "dpkip_lr",
-            "dpkip_ridge",
-        }
-    )
-    | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
-    check=_check,
-    release=lazy(f"{__name__}.release", "release"),
+    guidance=Guidance(
+        summary="Cluster-based mixing (3A). Variant dp: DP k-means within each class, then each "
+        "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
+        "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
+        output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
+        "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
+        good_for="Labelled tables and images for linear models and MLPs: the best measured on "
+        "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (balanced accuracy at ε = 1, "
+        "logistic: breast-cancer 0.87, digits 0.85; clusters_per_class 1, the default below 1000 "
+        "rows a class); trees need spread 0.5",
+        reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '
+        '(3A): a Framework for Privacy Preserving Training Data Release for Machine Learning"',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="ClustMixRequest",
+        shape_defaults=(
+            ShapeDefault(
+                "clusters_per_class",
+                CLUSTERS_RULE,
+                lambda values, facts: clusters_default(values, facts),
+            ),
+            CLIP_DEFAULT,
+        ),
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
@@ -249,24 +259,4 @@ SPEC = MechanismSpec(
     ),
     # Real records map into [0, 1]^D for variant paper, unit scale for dp.
     evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
-    bench=BenchHints(
-        sweep="clusters_per_class",
-        sweet_spot=lambda k, n, min_class: {"clusters_per_class": k},
-        calibration=(
-            BenchCase(
-                "tight",
-                1.0,
-                1e-5,
-                {
-                    "clusters_per_class": 16,
-                    "kmeans_refine": 1,
-                    "kmeans_share": 0.5,
-                    "count_share": 0.1,
-                },
-            ),
-            BenchCase(
-                "paper", 1.0, 1e-5, {"cluster_size": 118, "n_classes": 10, "n_features": 784}
-            ),
-        ),
-    ),
 )

@@ -23,11 +23,13 @@ from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
     EvaluationHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -153,15 +155,6 @@ def _check(params: DPCDAParams, facts: PublicFacts) -> None:
     facts.check_rows(k * (-(-params.n_samples // k)))
 
 
-_MNIST_SWEET = {
-    "n": 10_000,
-    "mixture_degree": 64,
-    "n_samples": 10_000,
-    "clip_norm": 1.0,
-    "n_classes": 10,
-}
-
-
 def _feature_noise(
     params: DPCDAParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
@@ -198,73 +191,81 @@ def _shard_refusal(params: DPCDAParams) -> str | None:
 
 SPEC = MechanismSpec(
     name="dpcda",
-    title="DPCDARequest",
-    summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of that "
-    "class; class-balanced output, exact labels",
-    good_for="Labelled tables and images whose every class has many rows: the best mixing "
-    "mechanism measured (with declared class sizes, the studies' public datasets: MNIST "
-    "ε = 1: 0.77–0.81 with every model family, trees included; on the tables of "
-    "docs/results/tabular.md at ε = 1: 0.86 logistic balanced accuracy on breast-cancer, the "
-    "best on make_classification, 0.68); the default DP class sizes add noisy counts, which "
-    "small classes at small ε may not afford",
-    reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
-    "Through Randomized Mixing",
-    shape_defaults=(
-        # Half a balanced class: public figures only. With class sizes 'dp' (the default) a
-        # class of ≥ 1.25 of it (plus a few count_noise) mixes, with the default count_noise;
-        # with 'declared' admission checks it against the private counts.
-        ShapeDefault(
-            "min_class_size",
-            "max(⌊n / (2·classes)⌋, mixture_degree if given, 1): half of a balanced class (public "
-            "figures only); with class_sizes dp the DP lower bounds must reach it for the "
-            "release to mix, with declared it is checked against the class counts",
-            lambda values, facts: max(
-                facts.n // (2 * max(1, facts.n_classes)), values.get("mixture_degree") or 1, 1
-            ),
-        ),
-        ShapeDefault(
-            "count_noise",
-            COUNT_NOISE_RULE,
-            lambda values, facts: (
-                default_count_noise(values["min_class_size"], facts.n_classes)
-                if values.get("class_sizes", "dp") == "dp"
-                else None
-            ),
-        ),
-        ShapeDefault(
-            "mixture_degree",
-            f"{MIXING_DEGREE_RULE}, at most min_class_size",
-            lambda values, facts: min(mixing_degree(facts.n), values["min_class_size"]),
-        ),
-        rows_default(per_class=True),
-        ShapeDefault(
-            "clip_norm",
-            f"standardization unit_range: {DEFAULT_RULE}; declared or dp: 1",
-            lambda values, facts: (
-                default_clip_norm(facts)
-                if values.get("standardization", "unit_range") == "unit_range"
-                else 1.0
-            ),
-        ),
-    ),
-    output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
-    "scale); y: their one-hot classes (exact)",
     params=DPCDAParams,
-    feature_noise=_feature_noise,
     # each mixture is of one class's records: its class is exact.
     label_kind="exact",
-    accountants=(TIGHT, PAPER),
-    release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
-    check=_check,
-    relation=neighbour_relation,
-    release=lazy(f"{__name__}.release", "release"),
-    shard=ShardSpec(
-        "n_samples",
-        unit=lambda p, k: k,
-        refuse=_shard_refusal,
-        exceptions="with standardization 'dp' or class_sizes 'dp'",
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=frozenset({"feature_mean", "feature_std", *RELEASE_ONLY}),
+        relation=neighbour_relation,
     ),
-    distributed=lazy(f"{__name__}.distributed", "job"),
+    guidance=Guidance(
+        summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of that "
+        "class; class-balanced output, exact labels",
+        output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "
+        "scale); y: their one-hot classes (exact)",
+        good_for="Labelled tables and images whose every class has many rows: the best mixing "
+        "mechanism measured (with declared class sizes, the studies' public datasets: MNIST "
+        "ε = 1: 0.77–0.81 with every model family, trees included; on the tables of "
+        "docs/results/tabular.md at ε = 1: 0.86 logistic balanced accuracy on breast-cancer, the "
+        "best on make_classification, 0.68); the default DP class sizes add noisy counts, which "
+        "small classes at small ε may not afford",
+        reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
+        "Through Randomized Mixing",
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="DPCDARequest",
+        shape_defaults=(
+            # Half a balanced class: public figures only. With class sizes 'dp' (the default) a
+            # class of ≥ 1.25 of it (plus a few count_noise) mixes, with the default count_noise;
+            # with 'declared' admission checks it against the private counts.
+            ShapeDefault(
+                "min_class_size",
+                "max(⌊n / (2·classes)⌋, mixture_degree if given, 1): half of a balanced class "
+                "(public figures only); with class_sizes dp the DP lower bounds must reach it "
+                "for the release to mix, with declared it is checked against the class counts",
+                lambda values, facts: max(
+                    facts.n // (2 * max(1, facts.n_classes)), values.get("mixture_degree") or 1, 1
+                ),
+            ),
+            ShapeDefault(
+                "count_noise",
+                COUNT_NOISE_RULE,
+                lambda values, facts: (
+                    default_count_noise(values["min_class_size"], facts.n_classes)
+                    if values.get("class_sizes", "dp") == "dp"
+                    else None
+                ),
+            ),
+            ShapeDefault(
+                "mixture_degree",
+                f"{MIXING_DEGREE_RULE}, at most min_class_size",
+                lambda values, facts: min(mixing_degree(facts.n), values["min_class_size"]),
+            ),
+            rows_default(per_class=True),
+            ShapeDefault(
+                "clip_norm",
+                f"standardization unit_range: {DEFAULT_RULE}; declared or dp: 1",
+                lambda values, facts: (
+                    default_clip_norm(facts)
+                    if values.get("standardization", "unit_range") == "unit_range"
+                    else 1.0
+                ),
+            ),
+        ),
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+        distributed=lazy(f"{__name__}.distributed", "job"),
+        shard=ShardSpec(
+            "n_samples",
+            unit=lambda p, k: k,
+            refuse=_shard_refusal,
+            exceptions="with standardization 'dp' or class_sizes 'dp'",
+        ),
+    ),
     audit=AuditSpec(
         # Its own ``n`` rather than the shared ``dpcore.audit.keys.N``: the audit runs one
         # class, whose size is n.
@@ -287,45 +288,4 @@ SPEC = MechanismSpec(
         case=lazy(f"{__name__}.audit", "case"),
     ),
     evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
-    bench=BenchHints(
-        sweep="mixture_degree",
-        # The studies on public datasets (MNIST, the tables) declare the smallest class:
-        # class sizes 'declared', as measured (docs/results).
-        sweet_spot=lambda ell, n, min_class: {
-            "mixture_degree": ell,
-            "n_samples": n,
-            "min_class_size": min_class,
-            "class_sizes": "declared",
-        },
-        max_sweep=lambda n, min_class: min_class,
-        calibration=(
-            BenchCase(
-                "tight",
-                10.0,
-                1e-5,
-                {
-                    "n": 10_000,
-                    "mixture_degree": 64,
-                    "n_samples": 10_000,
-                    "clip_norm": 1.0,
-                    "n_classes": 10,
-                    "min_class_size": 800,
-                    "class_sizes": "declared",
-                },
-            ),
-            # The MNIST sweet spot (smallest class 892): PLD of both cases.
-            BenchCase(
-                "tight",
-                1.0,
-                1e-5,
-                {**_MNIST_SWEET, "min_class_size": 892, "class_sizes": "declared"},
-            ),
-            BenchCase(
-                "tight",
-                1.0,
-                1e-5,
-                {**_MNIST_SWEET, "min_class_size": 750, "class_sizes": "dp", "count_noise": 20.0},
-            ),
-        ),
-    ),
 )

@@ -1,4 +1,4 @@
-"""DP-CDA's distributed job (``MechanismSpec.distributed``): the ``declared`` and
+"""DP-CDA's distributed job (``Execution.distributed``): the ``declared`` and
 ``unit_range`` standardisations of ``release.py``, declared class sizes (min_class_size
 checked against the private counts by the engine), no basis, no post-processing."""
 

@@ -16,11 +16,13 @@ from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.dpgm.params import DPGMParams
 from dpcore.mechanisms.spec import (
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
     EvaluationHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -136,41 +138,49 @@ def _feature_noise(params: DPGMParams, facts: PublicFacts, noise: NoiseDescripti
 
 SPEC = MechanismSpec(
     name="dpgm",
-    title="DPGMRequest",
-    summary="DP kernel k-means within each class, then one generative network per cluster "
-    "(VAE or RBM) trained by DP-SGD with adaptive clipping; releases records drawn from the "
-    "mixture (Acs et al.)",
-    good_for="Fresh records from generative networks (one per class and cluster) at large ε, "
-    "with a GPU: MNIST ε = 10 logistic 0.81, but 0.62 at ε = 1 where DP-CDA and ClustMix "
-    "reach 0.80 (docs/results/sweet_spot.md); slow",
-    reference='G. Acs, L. Melis, C. Castelluccia, E. De Cristofaro, "Differentially Private '
-    'Mixture of Generative Neural Networks", IEEE TKDE 2018',
-    output="X: n_samples records drawn from the trained networks (features in [0, 1] by the "
-    "declared bounds: each row a network's mean for a random latent); y: one-hot, each "
-    "network's class (exact). Optional second artifact: the weights (safetensors)",
     params=DPGMParams,
-    feature_noise=_feature_noise,
     # one generator per class's cluster: each sample's class is exact.
     label_kind="exact",
-    accountants=(TIGHT, PAPER),
-    # Training jobs: the GPU workers' queue (CPU-only deployments run a worker on both).
-    queue="gpu",
-    release_only=frozenset(
-        {
-            "model",
-            "hidden",
-            "latent_dim",
-            "rff_frequencies",
-            "rbf_width",
-            "clip_max",
-            "norm_bins",
-            "learning_rate",
-            "n_samples",
-            "weights",
-        }
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=frozenset(
+            {
+                "model",
+                "hidden",
+                "latent_dim",
+                "rff_frequencies",
+                "rbf_width",
+                "clip_max",
+                "norm_bins",
+                "learning_rate",
+                "n_samples",
+                "weights",
+            }
+        ),
     ),
-    check=_check,
-    release=lazy(f"{__name__}.release", "release"),
+    guidance=Guidance(
+        summary="DP kernel k-means within each class, then one generative network per cluster "
+        "(VAE or RBM) trained by DP-SGD with adaptive clipping; releases records drawn from the "
+        "mixture (Acs et al.)",
+        output="X: n_samples records drawn from the trained networks (features in [0, 1] by the "
+        "declared bounds: each row a network's mean for a random latent); y: one-hot, each "
+        "network's class (exact). Optional second artifact: the weights (safetensors)",
+        good_for="Fresh records from generative networks (one per class and cluster) at large ε, "
+        "with a GPU: MNIST ε = 10 logistic 0.81, but 0.62 at ε = 1 where DP-CDA and ClustMix "
+        "reach 0.80 (docs/results/sweet_spot.md); slow",
+        reference='G. Acs, L. Melis, C. Castelluccia, E. De Cristofaro, "Differentially Private '
+        'Mixture of Generative Neural Networks", IEEE TKDE 2018',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="DPGMRequest",
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+        # Training jobs: the GPU workers' queue (CPU-only deployments run a worker on both).
+        queue="gpu",
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
@@ -190,22 +200,4 @@ SPEC = MechanismSpec(
         case=lazy(f"{__name__}.audit", "case"),
     ),
     evaluation=EvaluationHints(preprocess_test=lazy(f"{__name__}.release", "preprocess_test")),
-    bench=BenchHints(
-        # No mixture degree: the study makes one release per ε with the defaults.
-        sweet_spot=lambda ell, n, min_class: {},
-        calibration=(
-            BenchCase(
-                "tight",
-                2.0,
-                1e-5,
-                {
-                    "n": 60_000,
-                    "batch_size": 102,
-                    "sgd_steps": 11_780,
-                    "sigma_kmeans": 20.0,
-                    "sigma_norm": 4.0,
-                },
-            ),
-        ),
-    ),
 )

@@ -19,10 +19,12 @@ from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -96,9 +98,6 @@ def _check(params: DPMixParams, facts: PublicFacts) -> None:
     facts.check_rows(params.n_samples)
 
 
-_MNIST = {"n": 10_000, "mixture_degree": 64, "n_samples": 10_000, "d_x": 784, "d_y": 10}
-
-
 def _feature_noise(
     params: DPMixParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
@@ -113,40 +112,48 @@ def _feature_noise(
 
 SPEC = MechanismSpec(
     name="dpmix",
-    title="DPMixRequest",
-    summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
-    good_for="Image-like data with many rows (n in the thousands) for ridge or linear models; "
-    "below DP-CDA and ClustMix on every measured table and on MNIST (0.61 ridge at ε = 1)",
-    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
-    'Private Datasets using Random Mixing", IEEE ISIT 2019',
-    shape_defaults=(
-        ShapeDefault(
-            "mixture_degree",
-            MIXING_DEGREE_RULE,
-            lambda values, facts: mixing_degree(facts.n),
-        ),
-        rows_default(),
-        CLIP_DEFAULT,
-    ),
-    output="X: n_samples × n_features noisy mixtures (raw units: see the metadata's transform); "
-    "y: n_samples × n_classes noisy mixed one-hot labels",
     params=DPMixParams,
-    feature_noise=_feature_noise,
     # mixed one-hot labels plus noise: a noisy class vector per row.
     label_kind="proportions",
-    accountants=(TIGHT, PAPER),
-    release_only=RELEASE_ONLY | {"clip_norm"},
-    check=_check,
-    release=lazy(f"{__name__}.release", "release"),
-    distributed=lazy(f"{__name__}.distributed", "job"),
-    # Mixture assignment: every mixture draws its own subset and noise, so the rows are i.i.d.
-    # given the data. Record assignment is not: each record joins k mixtures, shared by rows.
-    shard=ShardSpec(
-        "n_samples",
-        refuse=lambda p: (
-            "record assignment ties rows together" if p.assignment == "record" else None
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=RELEASE_ONLY | {"clip_norm"},
+    ),
+    guidance=Guidance(
+        summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
+        output="X: n_samples × n_features noisy mixtures (raw units: see the metadata's "
+        "transform); y: n_samples × n_classes noisy mixed one-hot labels",
+        good_for="Image-like data with many rows (n in the thousands) for ridge or linear models; "
+        "below DP-CDA and ClustMix on every measured table and on MNIST (0.61 ridge at ε = 1)",
+        reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+        'Private Datasets using Random Mixing", IEEE ISIT 2019',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="DPMixRequest",
+        shape_defaults=(
+            ShapeDefault(
+                "mixture_degree",
+                MIXING_DEGREE_RULE,
+                lambda values, facts: mixing_degree(facts.n),
+            ),
+            rows_default(),
+            CLIP_DEFAULT,
         ),
-        exceptions="with assignment 'record'",
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+        distributed=lazy(f"{__name__}.distributed", "job"),
+        # Mixture assignment: every mixture draws its own subset and noise, so the rows are i.i.d.
+        # given the data. Record assignment is not: each record joins k mixtures, shared by rows.
+        shard=ShardSpec(
+            "n_samples",
+            refuse=lambda p: (
+                "record assignment ties rows together" if p.assignment == "record" else None
+            ),
+            exceptions="with assignment 'record'",
+        ),
     ),
     audit=AuditSpec(
         keys=(
@@ -157,17 +164,5 @@ SPEC = MechanismSpec(
             audit_keys.NOISE_RATIO,
         ),
         case=lazy(f"{__name__}.audit", "case"),
-    ),
-    bench=BenchHints(
-        sweep="mixture_degree",
-        sweet_spot=lambda ell, n, min_class: {"mixture_degree": ell, "n_samples": n},
-        calibration=(
-            # The README walkthrough: MNIST test split, ℓ = 64, T = 10000, ε = 10.
-            BenchCase("tight", 10.0, 1e-5, _MNIST),
-            # The accountant's speed target at scale: n = T = 10^6.
-            BenchCase("tight", 1.0, 1e-6, {"n": 10**6, "mixture_degree": 64, "n_samples": 10**6}),
-            BenchCase("tight", 1.0, 1e-5, {**_MNIST, "assignment": "record"}),
-            BenchCase("paper", 10.0, 1e-5, _MNIST),
-        ),
     ),
 )

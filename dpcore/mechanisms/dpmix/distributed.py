@@ -1,4 +1,4 @@
-"""DPMix's distributed job (``MechanismSpec.distributed``): the record assignment only, the
+"""DPMix's distributed job (``Execution.distributed``): the record assignment only, the
 preprocessing of ``release.py`` (unit-scale transform), no basis, no post-processing."""
 
 from __future__ import annotations

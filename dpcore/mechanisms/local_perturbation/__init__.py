@@ -14,10 +14,12 @@ from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.local_perturbation.params import LocalPerturbationParams
 from dpcore.mechanisms.spec import (
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     MechanismSpec,
     PublicFacts,
     row_shrink,
@@ -83,31 +85,35 @@ def _feature_noise(
 
 SPEC = MechanismSpec(
     name="local_perturbation",
-    title="LocalPerturbationRequest",
-    summary="Baseline: every record once, with Gaussian noise (random-mixing paper, Sec. IV)",
-    kind="baseline",
-    good_for="A comparison point, not a choice: every record gets the whole noise, so models "
-    "trained on it reach chance level at practical ε (balanced accuracy at ε = 1: 0.52 on "
-    "make_classification, 0.09 on digits; docs/results/tabular.md)",
-    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
-    'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
-    output="X: n × n_features noisy records (raw units: see the metadata's transform); "
-    "y: n × n_classes noisy one-hot labels",
     params=LocalPerturbationParams,
-    feature_noise=_feature_noise,
     # each record's one-hot label plus noise (sigma_y): a noisy class vector.
     label_kind="proportions",
-    accountants=(TIGHT, PAPER),
-    check=_check,
-    shape_defaults=(CLIP_DEFAULT,),
-    release_only=frozenset({"clip_norm"}),
-    release=lazy(f"{__name__}.release", "release"),
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=frozenset({"clip_norm"}),
+    ),
+    guidance=Guidance(
+        summary="Baseline: every record once, with Gaussian noise (random-mixing paper, Sec. IV)",
+        output="X: n × n_features noisy records (raw units: see the metadata's transform); "
+        "y: n × n_classes noisy one-hot labels",
+        kind="baseline",
+        good_for="A comparison point, not a choice: every record gets the whole noise, so models "
+        "trained on it reach chance level at practical ε (balanced accuracy at ε = 1: 0.52 on "
+        "make_classification, 0.09 on digits; docs/results/tabular.md)",
+        reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+        'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="LocalPerturbationRequest",
+        shape_defaults=(CLIP_DEFAULT,),
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+    ),
     audit=AuditSpec(
         keys=(audit_keys.N, audit_keys.NOISE_RATIO),
         case=lazy(f"{__name__}.audit", "case"),
-    ),
-    bench=BenchHints(
-        sweet_spot=lambda ell, n, min_class: {},
-        calibration=(BenchCase("tight", 10.0, 1e-5, {"n": 10_000}),),
     ),
 )

@@ -14,11 +14,13 @@ from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
 from dpcore.mechanisms.random_projection.params import RandomProjectionParams
 from dpcore.mechanisms.spec import (
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
     EvaluationHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -108,34 +110,42 @@ def _feature_noise(
 
 SPEC = MechanismSpec(
     name="random_projection",
-    title="RandomProjectionRequest",
-    summary="Baseline: every record projected by a data-independent Gaussian matrix "
-    "then noised (random-mixing paper, Sec. IV)",
-    kind="baseline",
-    good_for="A comparison point, not a choice: each projected record gets the whole noise, "
-    "so models trained on it reach chance level at practical ε (balanced accuracy at ε = 1: "
-    "0.50 on make_classification, 0.10 on digits; docs/results/tabular.md)",
-    reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
-    'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
-    shape_defaults=(
-        # The benches' choice on MNIST (BenchHints below), never more than the features.
-        ShapeDefault(
-            "projection_dim",
-            "min(50, the dataset's features)",
-            lambda values, facts: min(50, facts.n_features),
-        ),
-        CLIP_DEFAULT,
-    ),
-    output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
-    "labels; NPZ also holds the projection matrix",
     params=RandomProjectionParams,
-    feature_noise=_feature_noise,
     # each record's one-hot label plus noise (sigma_y): a noisy class vector.
     label_kind="proportions",
-    accountants=(TIGHT, PAPER),
-    check=_check,
-    release_only=frozenset({"clip_norm"}),
-    release=lazy(f"{__name__}.release", "release"),
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=frozenset({"clip_norm"}),
+    ),
+    guidance=Guidance(
+        summary="Baseline: every record projected by a data-independent Gaussian matrix "
+        "then noised (random-mixing paper, Sec. IV)",
+        output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "
+        "labels; NPZ also holds the projection matrix",
+        kind="baseline",
+        good_for="A comparison point, not a choice: each projected record gets the whole noise, "
+        "so models trained on it reach chance level at practical ε (balanced accuracy at ε = 1: "
+        "0.50 on make_classification, 0.10 on digits; docs/results/tabular.md)",
+        reference='K. Lee, H. Kim, K. Lee, C. Suh, K. Ramchandran, "Synthesizing Differentially '
+        'Private Datasets using Random Mixing", IEEE ISIT 2019, Sec. IV (baseline)',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="RandomProjectionRequest",
+        shape_defaults=(
+            # The benches' choice on MNIST (its bench module), never more than the features.
+            ShapeDefault(
+                "projection_dim",
+                "min(50, the dataset's features)",
+                lambda values, facts: min(50, facts.n_features),
+            ),
+            CLIP_DEFAULT,
+        ),
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
@@ -148,9 +158,5 @@ SPEC = MechanismSpec(
     # Projected features lose the image shape.
     evaluation=EvaluationHints(
         preprocess_test=lazy(f"{__name__}.release", "preprocess_test"), image_features=False
-    ),
-    bench=BenchHints(
-        sweet_spot=lambda ell, n, min_class: {"projection_dim": 50},
-        calibration=(BenchCase("tight", 10.0, 1e-5, {"n": 10_000, "projection_dim": 50}),),
     ),
 )

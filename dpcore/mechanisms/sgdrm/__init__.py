@@ -20,10 +20,12 @@ from dpcore.mechanisms.sgdrm.params import SGDRMParams
 from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
     MIXING_DEGREE_RULE,
+    Accounting,
+    Admission,
     AuditSpec,
-    BenchCase,
-    BenchHints,
+    Execution,
     FeatureNoise,
+    Guidance,
     InvalidParams,
     MechanismSpec,
     PublicFacts,
@@ -100,9 +102,6 @@ def _check(params: SGDRMParams, facts: PublicFacts) -> None:
     facts.check_rows(params.n_samples)
 
 
-_MNIST60K = {"n": 60_000, "mixture_width": 128, "n_samples": 60_000}
-
-
 def _feature_noise(
     params: SGDRMParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
@@ -118,38 +117,46 @@ def _feature_noise(
 
 SPEC = MechanismSpec(
     name="sgdrm",
-    title="SGDRMRequest",
-    summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
-    "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
-    "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
-    good_for="Training a linear or softmax model with the bias-corrected SGD it ships "
-    "(dpcore.learning.bias_corrected_sgd); its rows are signed combinations, not records, so "
-    "off-the-shelf models trained on them fare poorly",
-    reference='K. Lee, K. Lee, H. Kim, C. Suh, K. Ramchandran, "SGD on Random Mixtures: '
-    'Private Machine Learning under Data Breach Threats", ICLR 2018 workshop',
-    shape_defaults=(
-        ShapeDefault(
-            "mixture_width",
-            MIXING_DEGREE_RULE,
-            lambda values, facts: mixing_degree(facts.n),
-        ),
-        rows_default(),
-        CLIP_DEFAULT,
-    ),
-    output="X: n_samples × n_features noisy random combinations (in raw units' scale, not "
-    "shifted: see the metadata's transform); "
-    "y: the same combinations of one-hot labels, noisy; learn with "
-    "dpcore.learning.bias_corrected_sgd",
     params=SGDRMParams,
-    feature_noise=_feature_noise,
     # signed random combinations of one-hot labels, noisy: released as drawn.
     label_kind="combinations",
-    accountants=(TIGHT, PAPER),
-    release_only=RELEASE_ONLY | {"clip_norm"},
-    check=_check,
-    release=lazy(f"{__name__}.release", "release"),
-    # Every combination includes each record on its own coins and draws its own noise.
-    shard=ShardSpec("n_samples"),
+    accounting=Accounting(
+        accountants=(TIGHT, PAPER),
+        release_only=RELEASE_ONLY | {"clip_norm"},
+    ),
+    guidance=Guidance(
+        summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
+        "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
+        "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",
+        output="X: n_samples × n_features noisy random combinations (in raw units' scale, not "
+        "shifted: see the metadata's transform); "
+        "y: the same combinations of one-hot labels, noisy; learn with "
+        "dpcore.learning.bias_corrected_sgd",
+        good_for="Training a linear or softmax model with the bias-corrected SGD it ships "
+        "(dpcore.learning.bias_corrected_sgd); its rows are signed combinations, not records, so "
+        "off-the-shelf models trained on them fare poorly",
+        reference='K. Lee, K. Lee, H. Kim, C. Suh, K. Ramchandran, "SGD on Random Mixtures: '
+        'Private Machine Learning under Data Breach Threats", ICLR 2018 workshop',
+        feature_noise=_feature_noise,
+    ),
+    admission=Admission(
+        title="SGDRMRequest",
+        shape_defaults=(
+            ShapeDefault(
+                "mixture_width",
+                MIXING_DEGREE_RULE,
+                lambda values, facts: mixing_degree(facts.n),
+            ),
+            rows_default(),
+            CLIP_DEFAULT,
+        ),
+        check=_check,
+    ),
+    execution=Execution(
+        release=lazy(f"{__name__}.release", "release"),
+        # Every combination includes each record on its own coins and draws its own noise.
+        shard=ShardSpec("n_samples"),
+    ),
     audit=AuditSpec(
         keys=(
             audit_keys.N,
@@ -160,14 +167,5 @@ SPEC = MechanismSpec(
             Key.of(SGDRMParams, "coefficient_bound", help="c", default=0.1),
         ),
         case=lazy(f"{__name__}.audit", "case"),
-    ),
-    # Signed combinations of one-hot labels: regress them, they are not distributions.
-    bench=BenchHints(
-        sweep="mixture_width",
-        sweet_spot=lambda ell, n, min_class: {"mixture_width": ell, "n_samples": n},
-        calibration=(
-            BenchCase("tight", 10.0, 1e-5, _MNIST60K),
-            BenchCase("paper", 10.0, 1e-5, _MNIST60K),
-        ),
     ),
 )

@@ -1,0 +1,10 @@
+"""The benchmarks' hints for random_projection (``dpcore.mechanisms.bench_hints``)."""
+
+from __future__ import annotations
+
+from dpcore.mechanisms.bench_hints import BenchCase, BenchHints
+
+BENCH = BenchHints(
+    sweet_spot=lambda ell, n, min_class: {"projection_dim": 50},
+    calibration=(BenchCase("tight", 10.0, 1e-5, {"n": 10_000, "projection_dim": 50}),),
+)
