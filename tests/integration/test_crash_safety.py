@@ -420,6 +420,10 @@ def test_claimed_upload_stays_charged(embedded: Harness, monkeypatch: pytest.Mon
     owner, rid = _one_release(h)
     done = h.wait(owner, rid)
     assert done["status"] == "failed"
+    # The status reads failed before the claimed upload's bytes land: wait for the upload.
+    deadline = time.monotonic() + 60
+    while not h.runtime.store.exists(keys.artifact(rid, "npz")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert h.runtime.store.exists(keys.artifact(rid, "npz"))
     ledger = h.client.get(f"/budgets/{done['dataset_id']}", headers=h.headers(owner)).json()
     assert [e["state"] for e in ledger["entries"]] == ["committed"]
