@@ -35,6 +35,7 @@ from dpcore.audit import keys as audit_keys
 from dpcore.audit.case import AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, collect, each
 from dpcore.mechanisms.basis import Basis
+from dpcore.mechanisms.contract import ExtraArtifact, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.postprocess import Postprocess, postprocessor
@@ -44,14 +45,10 @@ from dpcore.mechanisms.spec import (
     Admission,
     AuditSpec,
     Execution,
-    ExtraArtifact,
     Guidance,
     InvalidParams,
     MechanismSpec,
-    PrivateData,
     PublicFacts,
-    ReleaseOutput,
-    RunContext,
 )
 
 NAME = "toy_average"

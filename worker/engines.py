@@ -32,11 +32,11 @@ import torch
 from dpcore.distributed.jobs import ClassJob, Declared, RecordJob, Unsupported
 from dpcore.distributed.tasks import FreshKeys, NoiseSpec
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.contract import ReleaseOutput
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
 from dpcore.mechanisms.run import params_of
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sharding import ShardPlan
-from dpcore.mechanisms.spec import ReleaseOutput
 from dpcore.preprocessing import RowTransform
 from service.datasets.parsing import ParsedDataset
 from worker import shards

@@ -12,7 +12,7 @@ from typing import Any
 
 from dpcore.categorical import DECODING as CATEGORY_DECODING
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.spec import ExtraArtifact
+from dpcore.mechanisms.contract import ExtraArtifact
 from dpcore.preprocessing import TRANSFORM_HELP, RowTransform
 from service.datasets.parsing import ParsedDataset
 from service.errors import ClassesUndeclared

@@ -16,10 +16,10 @@ import torch
 
 from dpcore.categorical import category_proportions
 from dpcore.mechanisms import registry, sharding
+from dpcore.mechanisms.contract import ExtraArtifact, ReleaseOutput
 from dpcore.mechanisms.noise import NoiseSampler, SecureNoise
 from dpcore.mechanisms.run import build, randomness
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import ExtraArtifact, ReleaseOutput
 from dpcore.preprocessing import RowTransform
 from dpcore.release_layout import Layout
 from service.datasets.parsing import ParsedDataset

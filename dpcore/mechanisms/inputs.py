@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dpcore.mechanisms.spec import PrivateData
+from dpcore.mechanisms.contract import PrivateData
 from dpcore.preprocessing import RowTransform, one_hot
 
 

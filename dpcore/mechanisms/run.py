@@ -12,18 +12,12 @@ from pydantic import BaseModel
 
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, Report, RunContext
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import (
-    MechanismSpec,
-    PrivateData,
-    PublicFacts,
-    ReleaseOutput,
-    Report,
-    RunContext,
-)
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts
 
 
 def spec_of(mechanism: str | MechanismSpec) -> MechanismSpec:

@@ -17,10 +17,10 @@ from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.clustmix import paper
 from dpcore.mechanisms.clustmix.accounting import ClustMixPaperEvent, paper_sensitivity
 from dpcore.mechanisms.clustmix.params import ClustMixParams
+from dpcore.mechanisms.contract import RunContext
 from dpcore.mechanisms.noise import DeclaredNoise, FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import RunContext
 from service.datasets.parsing import ParsedDataset
 from tests.datasets import unit_dataset
 

@@ -32,8 +32,8 @@ from dpcore.mechanisms.clustmix.accounting import paper_sensitivity
 from dpcore.mechanisms.clustmix.distances import square_distances
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.clustmix.rows import cluster_rows, row_repeats
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import RowTransform, scale_to_unit
 
 # Algorithm 2's domain: x ∈ [0, 1]^D (no row scaling: Eq. 8's σ is for that scale).

@@ -16,6 +16,7 @@ from dpcore.mechanisms.basis import basis_for
 from dpcore.mechanisms.clustmix import accounting, dpkip, paper
 from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.clustmix.rows import Jitter, cluster_rows, row_repeats, to_domain
+from dpcore.mechanisms.contract import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.kmeans import (
     Centres,
@@ -27,7 +28,6 @@ from dpcore.mechanisms.kmeans import (
     step,
     survivors,
 )
-from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import scale_to_unit, unit_features
 
 # k of the default basis on image-shaped data (clustering and noise in 128 DCT coefficients),

@@ -13,6 +13,7 @@ import torch
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.class_mixing import mixture_sensitivity, per_class
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
 from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features, statistics_step
 from dpcore.mechanisms.dpcda.generate import generate
@@ -20,7 +21,6 @@ from dpcore.mechanisms.dpcda.params import DPCDAParams, default_count_noise
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
-from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import RowTransform, clip_rows_l2, scale_to_unit, standardise
 
 _FEATURES = {

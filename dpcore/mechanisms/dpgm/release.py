@@ -22,6 +22,7 @@ import torch
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.apportion import apportion
+from dpcore.mechanisms.contract import ExtraArtifact, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.dpgm import accounting
 from dpcore.mechanisms.dpgm.dpsgd import SGDSettings, train
 from dpcore.mechanisms.dpgm.models import RBM, VAE, Params, family
@@ -36,7 +37,6 @@ from dpcore.mechanisms.kmeans import (
     kmeans_steps,
 )
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import ExtraArtifact, PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import RowTransform, scale_to_unit, unit_features
 
 # Records per chunk of the k-means assignment (memory ≈ chunk × (clusters + 2d)).

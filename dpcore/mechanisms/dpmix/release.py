@@ -4,11 +4,11 @@ of the chosen assignment, then the requested free post-processing."""
 from __future__ import annotations
 
 from dpcore.mechanisms.basis import basis_for
+from dpcore.mechanisms.contract import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.dpmix.generate import generate, generate_by_record
 from dpcore.mechanisms.dpmix.params import DPMixParams
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.postprocess import postprocessor
-from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 
 # k of the default basis on image-shaped data: the MNIST sweet-spot study (docs/results).
 BASIS_DIM = 64

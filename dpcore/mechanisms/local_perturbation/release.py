@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.local_perturbation.generate import local_perturbation
 from dpcore.mechanisms.local_perturbation.params import LocalPerturbationParams
-from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 
 
 def release(params: LocalPerturbationParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:

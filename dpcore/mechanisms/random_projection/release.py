@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.random_projection.generate import random_projection
 from dpcore.mechanisms.random_projection.params import RandomProjectionParams
-from dpcore.mechanisms.spec import PrivateData, ReleaseOutput, RunContext
 from dpcore.preprocessing import RowTransform, unit_features
 
 

@@ -4,12 +4,12 @@ coefficient bound the accountant fixed (the declared noise's contribution radius
 from __future__ import annotations
 
 from dpcore.mechanisms.basis import basis_for
+from dpcore.mechanisms.contract import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
 from dpcore.mechanisms.sgdrm.generate import generate
 from dpcore.mechanisms.sgdrm.params import SGDRMParams
-from dpcore.mechanisms.spec import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 
 # k of the default basis on image-shaped data (as DPMix's: one Gaussian on whole rows).
 BASIS_DIM = 64
