@@ -48,6 +48,7 @@ from bench.mnist import DELTA, load_private, load_test  # noqa: E402
 from dpcore.categorical import category_proportions  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
+from dpcore.mechanisms.contract import ReleaseOutput  # noqa: E402
 from dpcore.mechanisms.planning import Target  # noqa: E402
 from dpcore.mechanisms.run import (  # noqa: E402
     build,
@@ -55,7 +56,7 @@ from dpcore.mechanisms.run import (  # noqa: E402
     materialise,
     randomness,
 )
-from dpcore.mechanisms.spec import MechanismSpec, PublicFacts, ReleaseOutput  # noqa: E402
+from dpcore.mechanisms.spec import MechanismSpec, PublicFacts  # noqa: E402
 from dpcore.preprocessing import RowTransform  # noqa: E402
 
 ELLS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
