@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,22 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
+def wait_healthy(
+    url: str, proc: subprocess.Popen[Any], deadline: float, log_tail: Callable[[], str]
+) -> None:
+    """Ask ``url``'s /health until it answers 200; RuntimeError (with ``log_tail()``) once the
+    server's process has ended or ``deadline`` (``time.monotonic``) has passed."""
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=10).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not become healthy:\n{log_tail()}")
+        time.sleep(0.1)
+
+
 @contextmanager
 def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[str]:
     """``uvicorn service.run:app_factory --factory`` with ``workers`` processes; yields its
@@ -129,14 +145,7 @@ def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[
             time.sleep(0.2)
         # A single uvicorn process logs its startup before it binds the port (the lifespan
         # runs first): a request right after the line can be refused. Ask until it answers.
-        while True:
-            try:
-                assert httpx.get(f"{url}/health", timeout=10).status_code == 200
-                break
-            except httpx.ConnectError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_healthy(url, proc, deadline, lambda: log.read_text()[-3000:])
         yield url
     finally:
         stop(proc)

@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.integration.servers import stop
+from tests.integration.servers import stop, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = ["README.md", "docs/guide.md"]
@@ -118,16 +117,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dprelease-server did not start:\n{_read(home)}")
-            time.sleep(0.2)
+        wait_healthy(url, proc, time.monotonic() + 90, lambda: _read(home))
         admin_key = (home / "admin.key").read_text().strip()
         yield Server(url, admin_key, env)
     finally:
