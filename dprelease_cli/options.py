@@ -3,10 +3,12 @@ options and request body shared by ``release`` and ``preview``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -59,7 +61,8 @@ def json_option(text: str | None, *, hint: str, kinds: tuple[type, ...]) -> Any:
 
 
 def release_options(func: F) -> F:
-    """The options shared by ``release`` and ``preview``."""
+    """The options shared by ``release`` and ``preview``, passed to the command as one
+    ``options: ReleaseOptions``."""
     options = [
         click.option(
             "--mechanism",
@@ -103,51 +106,61 @@ def release_options(func: F) -> F:
             help="Artifact format.",
         ),
     ]
+
+    @functools.wraps(func)
+    def gathered(*args: Any, **kwargs: Any) -> Any:
+        values = {f.name: kwargs.pop(f.name) for f in fields(ReleaseOptions)}
+        return func(*args, options=ReleaseOptions(**values), **kwargs)
+
+    command: Callable[..., Any] = gathered
     for option in reversed(options):
-        func = option(func)
-    return func
+        command = option(command)
+    return cast(F, command)
 
 
-def build_release_body(
-    dataset_id: str,
-    *,
-    mechanism: str,
-    params: Sequence[str],
-    epsilon: float | None,
-    sigma_x: float | None,
-    sigma_y: float | None,
-    noise_ratio: float | None,
-    delta: float | None,
-    accountant: str | None,
-    fmt: str,
-    noise_sampler: str | None = None,
-    research: bool = False,
-) -> dict[str, Any]:
-    if (epsilon is None) == (sigma_x is None):
-        raise click.UsageError("give exactly one of --epsilon or --sigma-x")
-    if sigma_y is not None and sigma_x is None:
-        raise click.UsageError("--sigma-y needs --sigma-x")
-    body: dict[str, Any] = {
-        "dataset_id": dataset_id,
-        "mechanism": mechanism,
-        "params": parse_params(params),
-        "format": fmt,
-    }
-    if epsilon is not None:
-        body["epsilon"] = epsilon
-    if sigma_x is not None:
-        noise: dict[str, float] = {"sigma_x": sigma_x}
-        if sigma_y is not None:
-            noise["sigma_y"] = sigma_y
-        body["noise"] = noise
-    if noise_ratio is not None:
-        body["noise_ratio"] = noise_ratio
-    if delta is not None:
-        body["delta"] = delta
-    if accountant is not None:
-        body["accountant"] = accountant
-    if noise_sampler is not None:
-        body["noise_sampler"] = noise_sampler
-    if research:
-        body["research"] = True
-    return body
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """The values of ``release_options``, as ``release`` and ``preview`` receive them."""
+
+    mechanism: str
+    params: Sequence[str]
+    epsilon: float | None
+    sigma_x: float | None
+    sigma_y: float | None
+    noise_ratio: float | None
+    delta: float | None
+    accountant: str | None
+    noise_sampler: str | None
+    research: bool
+    fmt: str
+
+    def body(self, dataset_id: str) -> dict[str, Any]:
+        """The request body of ``POST /releases`` and ``POST /releases/preview``."""
+        if (self.epsilon is None) == (self.sigma_x is None):
+            raise click.UsageError("give exactly one of --epsilon or --sigma-x")
+        if self.sigma_y is not None and self.sigma_x is None:
+            raise click.UsageError("--sigma-y needs --sigma-x")
+        body: dict[str, Any] = {
+            "dataset_id": dataset_id,
+            "mechanism": self.mechanism,
+            "params": parse_params(self.params),
+            "format": self.fmt,
+        }
+        if self.epsilon is not None:
+            body["epsilon"] = self.epsilon
+        if self.sigma_x is not None:
+            noise: dict[str, float] = {"sigma_x": self.sigma_x}
+            if self.sigma_y is not None:
+                noise["sigma_y"] = self.sigma_y
+            body["noise"] = noise
+        if self.noise_ratio is not None:
+            body["noise_ratio"] = self.noise_ratio
+        if self.delta is not None:
+            body["delta"] = self.delta
+        if self.accountant is not None:
+            body["accountant"] = self.accountant
+        if self.noise_sampler is not None:
+            body["noise_sampler"] = self.noise_sampler
+        if self.research:
+            body["research"] = True
+        return body

@@ -12,7 +12,7 @@ import click
 
 from dprelease_cli.client import TERMINAL_STATUSES, Client, WaitTimeout
 from dprelease_cli.common import CliError, CliState, emit, pass_state, say
-from dprelease_cli.options import build_release_body, release_options
+from dprelease_cli.options import ReleaseOptions, release_options
 
 
 @click.command()
@@ -42,17 +42,7 @@ from dprelease_cli.options import build_release_body, release_options
 def release(
     state: CliState,
     dataset_id: str,
-    mechanism: str,
-    params: tuple[str, ...],
-    epsilon: float | None,
-    sigma_x: float | None,
-    sigma_y: float | None,
-    noise_ratio: float | None,
-    delta: float | None,
-    accountant: str | None,
-    noise_sampler: str | None,
-    research: bool,
-    fmt: str,
+    options: ReleaseOptions,
     wait: bool,
     output: Path | None,
     poll_interval: float,
@@ -61,20 +51,7 @@ def release(
     """Request a release of DATASET_ID, wait for it and optionally download it."""
     if output is not None and not wait:
         raise click.UsageError("--output needs --wait")
-    body = build_release_body(
-        dataset_id,
-        mechanism=mechanism,
-        params=params,
-        epsilon=epsilon,
-        sigma_x=sigma_x,
-        sigma_y=sigma_y,
-        noise_ratio=noise_ratio,
-        delta=delta,
-        accountant=accountant,
-        fmt=fmt,
-        noise_sampler=noise_sampler,
-        research=research,
-    )
+    body = options.body(dataset_id)
     api = state.api()
     created = api.create_release(body)
     say(f"release {created.get('id')} {created.get('status')}")
@@ -192,33 +169,10 @@ def _download(
 def preview(
     state: CliState,
     dataset_id: str,
-    mechanism: str,
-    params: tuple[str, ...],
-    epsilon: float | None,
-    sigma_x: float | None,
-    sigma_y: float | None,
-    noise_ratio: float | None,
-    delta: float | None,
-    accountant: str | None,
-    noise_sampler: str | None,
-    research: bool,
-    fmt: str,
+    options: ReleaseOptions,
 ) -> None:
     """Show the noise and budget charge a release would have, without running it."""
-    body = build_release_body(
-        dataset_id,
-        mechanism=mechanism,
-        params=params,
-        epsilon=epsilon,
-        sigma_x=sigma_x,
-        sigma_y=sigma_y,
-        noise_ratio=noise_ratio,
-        delta=delta,
-        accountant=accountant,
-        fmt=fmt,
-        noise_sampler=noise_sampler,
-        research=research,
-    )
+    body = options.body(dataset_id)
     result = state.api().preview_release(body)
     # Warnings about the budget's δ (what admitting it would leave) go to stderr as well, so a
     # reader of the JSON cannot miss them.
