@@ -27,7 +27,13 @@ PYTEST_ARGS ?=
 # session has its own scratch database, S3 server, bucket and Celery queues; tests/conftest.py).
 # PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4)
+# worksteal: a worker that runs out of tests takes half of another's queue, so the slow tests
+# do not leave one core idle at the end.
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal)
+# With one worker per core, each test process (and the servers it starts) keeps to one
+# OpenMP/BLAS thread: nested thread pools on busy cores spin instead of working
+# (docs/results/ci_time.md).
+PYTEST_ENV = $(if $(filter 0,$(PYTEST_WORKERS)),,OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
 # 1: pytest's exit status 5 ("no tests collected") counts as success (used by .ci/run).
 ALLOW_NO_TESTS ?= 0
 
@@ -77,7 +83,7 @@ services: ## Start Postgres and Redis if needed (DPRELEASE_SKIP_SERVICES=1 skips
 	bash scripts/ensure_services.sh
 
 test: $(STAMP) services lint typecheck ## services, lint, imports, typecheck, every test
-	rc=0; $(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS) || rc=$$?; \
+	rc=0; $(PYTEST_ENV) $(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = 1 ]; then \
 		echo "pytest collected no tests (ALLOW_NO_TESTS=1: not a failure)"; rc=0; \
 	fi; \
@@ -87,7 +93,7 @@ test-fast: $(STAMP) ## The unit tier without the slow tests (no services; about 
 	$(BIN)/pytest -q tests/unit -m "unit and not slow" $(PYTEST_ARGS)
 
 test-integration: $(STAMP) services ## The integration tier, slow tests included (needs services)
-	$(BIN)/pytest -q tests/integration -m integration $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -q tests/integration -m integration $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 openapi: $(STAMP) ## Write openapi/openapi.json
 	$(PY) -m service.openapi_export openapi/openapi.json

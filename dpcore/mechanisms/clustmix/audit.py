@@ -43,6 +43,9 @@ def projection() -> torch.Tensor:
 
 
 def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
+    """All trials in one call of the real step: the dataset stacked ``trials`` times, copy t's
+    clusters renumbered t·3 + c. Every cluster's sum and count get their own noise, so copy t's
+    clusters are one independent release of the step (the same law as ``trials`` calls)."""
     sampler = run.noise if run.noise is not None else FastNoise(run.generator)
     centres = Centres(
         torch.zeros((CLASSES, N_FEATURES), dtype=torch.float64), torch.arange(CLASSES)
@@ -52,21 +55,20 @@ def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release
         Z = features.double()
         groups = classes.argmax(dim=1) if classes.ndim == 2 else classes
         assignment = assign(Z, groups, centres, chunk=4096)
-        sums_list, counts_list = [], []
-        for _ in range(run.trials):
-            sums, counts = fn(
-                Z,
-                assignment,
-                CLASSES,
-                sigma_sums=run.sigma_x,
-                sigma_counts=run.sigma_y,
-                sampler=sampler,
-                error=0.0,
-            )
-            sums_list.append(torch.cat([sums[1], sums[2]]))
-            counts_list.append(counts)
-        x = torch.stack(sums_list)[:, None, :]
-        y = torch.stack(counts_list)[:, None, :]
+        copies = torch.arange(run.trials).repeat_interleave(Z.shape[0]) * CLASSES
+        stacked = assignment.repeat(run.trials)
+        sums, counts = fn(
+            Z.repeat(run.trials, 1),
+            torch.where(stacked >= 0, stacked + copies, stacked),
+            CLASSES * run.trials,
+            sigma_sums=run.sigma_x,
+            sigma_counts=run.sigma_y,
+            sampler=sampler,
+            error=0.0,
+        )
+        sums = sums.reshape(run.trials, CLASSES, N_FEATURES)
+        x = torch.cat([sums[:, 1], sums[:, 2]], dim=1)[:, None, :]
+        y = counts.reshape(run.trials, CLASSES)[:, None, :]
         out.append(Release(x, y, projection()))
     return out[0], out[1]
 
