@@ -364,6 +364,10 @@ def sample(
     model: Model, n: int, generator: SecureRandom, second_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n unit rows in the basis (n, k) ∝ the clusters' noisy counts, and their classes."""
+    k = int(model.means.shape[1])
+    if not float(model.weights.sum()) > 0:
+        # No cluster's noisy count survived: nothing to sample from.
+        return torch.zeros((0, k), dtype=torch.float64), torch.zeros(0, dtype=torch.int64)
     per = apportion(model.weights.numpy(), n)
     rows, labels = [], []
     h = second_dim

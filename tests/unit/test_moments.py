@@ -11,7 +11,7 @@ import torch
 from dpcore.accounting import gdp
 from dpcore.mechanisms import moments
 from dpcore.mechanisms.basis import Basis, dct_basis
-from dpcore.mechanisms.noise import FastNoise
+from dpcore.mechanisms.noise import FastNoise, SecureNoise
 from dpcore.mechanisms.secure_random import SecureRandom
 
 
@@ -173,3 +173,38 @@ def test_release_rows_in_domain() -> None:
         assert rows.min() >= 0.0 and rows.max() <= 1.0
         assert set(labels.tolist()) <= {0, 1, 2}
         assert float(info["epsilon"]) <= 5.0  # type: ignore[arg-type]
+
+
+def test_release_secure_sampler_and_nothing_left() -> None:
+    """The secure sampler runs the whole release; a budget too small for any cluster to
+    survive releases no rows rather than failing."""
+    g = torch.Generator().manual_seed(2)
+    X = torch.rand((60, 36), generator=g, dtype=torch.float64)
+    y = torch.arange(60) % 3
+    generator = SecureRandom.from_seed(4)
+    for epsilon in (20.0, 0.05):
+        rows, labels, _ = moments.release(
+            X,
+            y,
+            3,
+            Basis(dct_basis((6, 6), 8), "dct"),
+            epsilon=epsilon,
+            delta=1e-5,
+            options=moments.Options(clip=3.0, fit=moments.FitOptions(min_count=5.0)),
+            sampler=SecureNoise(generator),
+            generator=generator,
+        )
+        assert rows.shape[1] == 36 and len(rows) == len(labels) in (0, 60)
+        assert rows.size == 0 or (rows.min() >= 0.0 and rows.max() <= 1.0)
+
+
+def test_sample_nothing_left() -> None:
+    model = moments.Model(
+        torch.zeros((2, 5), dtype=torch.float64),
+        torch.zeros((2, 3, 3), dtype=torch.float64),
+        torch.zeros((2, 2), dtype=torch.float64),
+        torch.zeros(2, dtype=torch.float64),
+        torch.tensor([0, 1]),
+    )
+    rows, labels = moments.sample(model, 10, SecureRandom.from_seed(5), 3)
+    assert rows.shape == (0, 5) and labels.shape == (0,)
