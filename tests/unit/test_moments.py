@@ -1,0 +1,210 @@
+"""Per-cluster moments: the sensitivity constants against attaining and random neighbours, the
+step's μ², calibration, and the release's output domain."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dpcore.accounting import gdp
+from dpcore.mechanisms import moments
+from dpcore.mechanisms.basis import Basis, dct_basis
+from dpcore.mechanisms.noise import FastNoise, SecureNoise
+from dpcore.mechanisms.secure_random import SecureRandom
+
+
+def exact(values: torch.Tensor, **_: object) -> torch.Tensor:
+    """A sampler that adds nothing: the statistics themselves."""
+    return values.double()
+
+
+def stats(
+    X: torch.Tensor,
+    assignment: torch.Tensor,
+    clusters: int,
+    basis: Basis,
+    clip: float,
+    second_dim: int | None = None,
+    pooled: bool = False,
+) -> moments.NoisyMoments:
+    """Noise-free statistics; with ``second_dim`` h < k, the h × h block plus the tail
+    diagonal."""
+    Z = basis.project(moments.unit_rows(X, clip))
+    scales = moments.Scales(counts=1.0, sums=1.0, second=1.0)
+    return moments.noisy_moments(
+        Z,
+        assignment,
+        torch.arange(clusters),
+        second_dim=second_dim or Z.shape[1],
+        tail=second_dim is not None,
+        pooled=pooled,
+        scales=scales,
+        sampler=exact,  # type: ignore[arg-type]
+    )
+
+
+def moved(a: moments.NoisyMoments, b: moments.NoisyMoments, s: moments.Scales) -> float:
+    """‖Δ‖² of the released blocks in noise units."""
+    return float(
+        ((a.counts - b.counts) ** 2).sum() / s.counts**2
+        + ((a.sums - b.sums) ** 2).sum() / s.sums**2
+        + ((a.second - b.second) ** 2).sum() / s.second**2
+    )
+
+
+def test_constants() -> None:
+    assert pytest.approx(math.sqrt(2)) == moments.SUM_SAME
+    assert pytest.approx(math.sqrt(2)) == moments.SECOND_SAME
+    assert moments.SUM_MOVED == moments.SECOND_MOVED == moments.COUNT_MOVED == 1.0
+
+
+def test_triangle_is_frobenius() -> None:
+    A = torch.randn(5, 6, 6, dtype=torch.float64)
+    A = A + A.transpose(1, 2)
+    v = moments.triangle(A)
+    assert torch.allclose(v.norm(dim=1), A.flatten(1).norm(dim=1))
+    assert torch.allclose(moments.untriangle(v, 6), A)
+
+
+@pytest.mark.parametrize("clip", [1.0, 3.0])
+def test_attaining_pairs(clip: float) -> None:
+    """Identity basis, x and x′ disjoint indicator rows of norm C (non-negative, orthogonal):
+    in the same cluster they reach SUM_SAME and SECOND_SAME; moved to another cluster, every
+    block moves by its MOVED constant on each of two clusters."""
+    width = round(clip**2)
+    d, basis = 2 * width + 1, Basis(None, "identity")
+    X = torch.zeros((3, d), dtype=torch.float64)
+    X[1:, -1] = 0.5  # other records, untouched
+    X2 = X.clone()
+    X[0, :width] = 1.0
+    X2[0, width : 2 * width] = 1.0
+    same = torch.tensor([0, 0, 1])
+    a = stats(X, same, 2, basis, clip)
+    b = stats(X2, same, 2, basis, clip)
+    assert float((a.sums - b.sums).norm()) == pytest.approx(moments.SUM_SAME)
+    assert float((a.second - b.second).norm()) == pytest.approx(moments.SECOND_SAME)
+    assert float((a.counts - b.counts).abs().sum()) == 0.0
+    c = stats(X2, torch.tensor([1, 0, 1]), 2, basis, clip)
+    assert (a.sums - c.sums).norm(dim=1).tolist() == pytest.approx([moments.SUM_MOVED] * 2)
+    assert (a.second - c.second).norm(dim=1).tolist() == pytest.approx([moments.SECOND_MOVED] * 2)
+    assert (a.counts - c.counts).abs().tolist() == [moments.COUNT_MOVED] * 2
+
+
+def test_attaining_pair_reaches_step_mu2() -> None:
+    """Unit rows e₁ (cluster 0) → e₂ (cluster 1): ‖Δ‖² in noise units is exactly step_mu2."""
+    basis = Basis(None, "identity")
+    X = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.5]], dtype=torch.float64)
+    X2 = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.5]], dtype=torch.float64)
+    a = stats(X, torch.tensor([0, 1]), 2, basis, 1.0)
+    b = stats(X2, torch.tensor([1, 1]), 2, basis, 1.0)
+    s = moments.Scales(counts=3.0, sums=2.0, second=5.0)
+    mu2 = moments.step_mu2(sigma_counts=s.counts, sigma_sums=s.sums, sigma_second=s.second)
+    assert moved(a, b, s) == pytest.approx(mu2)
+
+
+def test_random_neighbours_within_bound() -> None:
+    """Random non-negative records, DCT basis, random (re)assignment: never above the bound."""
+    g = torch.Generator().manual_seed(0)
+    basis = Basis(dct_basis((6, 6), 10), "dct")
+    s = moments.Scales(counts=0.7, sums=1.3, second=0.9)
+    bound = moments.step_mu2(sigma_counts=s.counts, sigma_sums=s.sums, sigma_second=s.second)
+    worst_same = worst_move = 0.0
+    for trial in range(300):
+        X = torch.rand((8, 36), generator=g, dtype=torch.float64) ** 3
+        assignment = torch.randint(0, 3, (8,), generator=g)
+        X2, assignment2 = X.clone(), assignment.clone()
+        X2[0] = torch.rand(36, generator=g, dtype=torch.float64) ** (trial % 5 + 1)
+        if trial % 2:
+            assignment2[0] = (assignment[0] + 1) % 3
+        clip = [0.5, 2.0, 6.0][trial % 3]
+        h = [None, 4][trial % 2 == (trial // 2) % 2]
+        pooled = trial % 3 == 0
+        a = stats(X, assignment, 3, basis, clip, h, pooled)
+        b = stats(X2, assignment2, 3, basis, clip, h, pooled)
+        value = moved(a, b, s)
+        assert value <= bound * (1 + 1e-12)
+        same = float(((a.sums - b.sums) ** 2).sum()) <= 2.0 + 1e-12
+        assert same
+        assert float(((a.second - b.second) ** 2).sum()) <= 2.0 + 1e-12
+        if trial % 2:
+            worst_move = max(worst_move, value)
+        else:
+            worst_same = max(worst_same, value)
+    assert worst_same > 0 and worst_move > 0
+
+
+def test_calibration_never_overshoots() -> None:
+    for steps, shares in ((0, moments.Shares()), (4, moments.Shares(kmeans=0.3))):
+        for eps in (0.5, 1.0, 10.0):
+            s = moments.calibrate(eps, 1e-5, shares, steps)
+            charged = gdp.epsilon_of(math.sqrt(s.mu2()), 1e-5)
+            assert charged <= eps
+            assert charged == pytest.approx(eps, rel=1e-4)
+
+
+def test_release_rows_in_domain() -> None:
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand((200, 36), generator=g, dtype=torch.float64)
+    y = torch.arange(200) % 3
+    generator = SecureRandom.from_seed(3)
+    for clusters, kmeans_share, pooled in ((1, 0.0, False), (2, 0.3, False), (1, 0.0, True)):
+        options = moments.Options(
+            clip=3.0,
+            clusters=clusters,
+            second_dim=4,
+            tail=True,
+            pooled=pooled,
+            shares=moments.Shares(kmeans=kmeans_share),
+        )
+        rows, labels, info = moments.release(
+            X,
+            y,
+            3,
+            Basis(dct_basis((6, 6), 8), "dct"),
+            epsilon=5.0,
+            delta=1e-5,
+            options=options,
+            sampler=FastNoise(generator),
+            generator=generator,
+        )
+        assert rows.shape == (200, 36)
+        assert rows.min() >= 0.0 and rows.max() <= 1.0
+        assert set(labels.tolist()) <= {0, 1, 2}
+        assert float(info["epsilon"]) <= 5.0  # type: ignore[arg-type]
+
+
+def test_release_secure_sampler_and_nothing_left() -> None:
+    """The secure sampler runs the whole release; a budget too small for any cluster to
+    survive releases no rows rather than failing."""
+    g = torch.Generator().manual_seed(2)
+    X = torch.rand((60, 36), generator=g, dtype=torch.float64)
+    y = torch.arange(60) % 3
+    generator = SecureRandom.from_seed(4)
+    for epsilon in (20.0, 0.05):
+        rows, labels, _ = moments.release(
+            X,
+            y,
+            3,
+            Basis(dct_basis((6, 6), 8), "dct"),
+            epsilon=epsilon,
+            delta=1e-5,
+            options=moments.Options(clip=3.0, fit=moments.FitOptions(min_count=5.0)),
+            sampler=SecureNoise(generator),
+            generator=generator,
+        )
+        assert rows.shape[1] == 36 and len(rows) == len(labels) in (0, 60)
+        assert rows.size == 0 or (rows.min() >= 0.0 and rows.max() <= 1.0)
+
+
+def test_sample_nothing_left() -> None:
+    model = moments.Model(
+        torch.zeros((2, 5), dtype=torch.float64),
+        torch.zeros((2, 3, 3), dtype=torch.float64),
+        torch.zeros((2, 2), dtype=torch.float64),
+        torch.zeros(2, dtype=torch.float64),
+        torch.tensor([0, 1]),
+    )
+    rows, labels = moments.sample(model, 10, SecureRandom.from_seed(5), 3)
+    assert rows.shape == (0, 5) and labels.shape == (0,)
