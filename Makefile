@@ -1,8 +1,9 @@
 # dprelease: developer and CI entry points (GNU make). `make help` lists the targets.
 #
 # Everything runs from a virtual environment in $(VENV), built on first use by the stamp target
-# below. constraints.txt is always passed to pip: it pins torch to the local CPU wheel
-# (pip find-links /opt/wheels); any other torch requirement would pull GBs of CUDA packages.
+# below (scripts/install_venv.sh: uv with pip's configuration, else pip). constraints.txt is
+# always passed: it pins torch to the local CPU wheel (pip find-links /opt/wheels); any other
+# torch requirement would pull GBs of CUDA packages.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -51,16 +52,12 @@ help: ## List the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-17s %s\n", $$1, $$2 }' \
 		$(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -c constraints.txt -e '.[dev]'
+$(STAMP): pyproject.toml constraints.txt scripts/install_venv.sh
+	bash scripts/install_venv.sh $(VENV) $(PYTHON) '.[dev]'
 	touch $@ $(RUN_STAMP)
 
-$(RUN_STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -c constraints.txt -e .
+$(RUN_STAMP): pyproject.toml constraints.txt scripts/install_venv.sh
+	bash scripts/install_venv.sh $(VENV) $(PYTHON) .
 	touch $@
 
 install: $(STAMP) ## Create the venv (VENV=.venv) and install the package with its dev extras
