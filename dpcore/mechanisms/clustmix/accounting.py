@@ -299,7 +299,7 @@ class ClustMixDPEvent(GaussianEvent):
         object.__setattr__(self, "moment_share", moment)
 
     @property
-    def gaussian(self) -> bool:
+    def second_moments(self) -> bool:
         """Model gaussian: the final step also releases second-moment sums."""
         return self.moment_share > 0
 
@@ -310,7 +310,7 @@ class ClustMixDPEvent(GaussianEvent):
         from dpcore.mechanisms.kmeans import step_mu2
 
         s = self.scales()
-        if self.gaussian:
+        if self.second_moments:
             total = moments.step_mu2(
                 sigma_counts=s["counts"], sigma_sums=s["sums"], sigma_second=s["second"]
             )
@@ -328,7 +328,7 @@ class ClustMixDPEvent(GaussianEvent):
         class)."""
         c, s = self.count_share, self.kmeans_share
         ratio = math.sqrt((1 - c) / c)
-        if self.gaussian:
+        if self.second_moments:
             # The final step's sums take 1 − c − m of its μ²: μ_f²·σ² = 2/(1 − c − m).
             sums_share = 1 - c - self.moment_share
             scales = {
@@ -358,7 +358,7 @@ class ClustMixDPEvent(GaussianEvent):
         kmeans_rows = FOURIER_SUM_SENSITIVITY if self.fourier else SUM_ROW_SENSITIVITY
         # Model gaussian's step (``moments.noisy_moments``) declares the within-cluster bound
         # √2 of a sum row and of a second-moment row (a moved record moves two rows by ≤ 1).
-        sums_row = SUM_SAME if self.gaussian else 1.0
+        sums_row = SUM_SAME if self.second_moments else 1.0
         what = {
             "sums": ("features", "every final cluster's sum of records", sums_row),
             "counts": ("counts", "every final cluster's record count", 1.0),
@@ -390,7 +390,7 @@ class ClustMixDPEvent(GaussianEvent):
             "every data-dependent step: DP k-means (noisy sums and counts per step), "
             "the final noisy sums and counts; Gaussian mechanisms composed as GDP"
         )
-        if self.gaussian:
+        if self.second_moments:
             covers = covers.replace(
                 "the final noisy sums and counts",
                 "the final noisy sums, counts and second-moment sums",
