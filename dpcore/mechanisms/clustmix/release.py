@@ -148,9 +148,16 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
     if params.model == "gaussian":
         assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK, features=fourier)
         gaussian = _gaussian_rows(
-            params, Z, assignment, centres.groups, basis, ctx, n_classes=k, row_error=row_error
+            params,
+            Z,
+            assignment,
+            centres.groups,
+            basis,
+            ctx,
+            n_classes=k,
+            row_error=row_error,
+            total=total,
         )
-        ctx.report(total, total, "cluster moments")
         return ReleaseOutput(
             rows=gaussian.rows,
             feature_names=list(data.feature_names),
@@ -248,6 +255,7 @@ def _gaussian_rows(
     *,
     n_classes: int,
     row_error: float,
+    total: int,
 ) -> _Sampled:
     """Model gaussian's final step: every cluster's noisy count, sum and second-moment sums
     (``moments.noisy_moments``, at the declared scales), then post-processing only — the
@@ -269,7 +277,9 @@ def _gaussian_rows(
         errors=moments.step_errors(row_error, n, stored=float_error.INPUT_RELATIVE),
         chunk=MOMENT_CHUNK,
     )
-    # Everything below reads the noisy statistics and public facts only.
+    # Everything below reads the noisy statistics and public facts only (the rows drawn per
+    # cluster follow its noisy count).
+    ctx.report(total, total, "sampling")
     threshold = drop_threshold(params.drop_below, scales.counts)
     kept = moments.survivors(
         stats, threshold=lambda f: drop_threshold(params.drop_below, scales.counts * f)
