@@ -35,9 +35,7 @@ def test_clustmix_gaussian_release(harness: Harness) -> None:
     assert r.status_code == 201, r.text
     ds = r.json()
 
-    refused = h.client.post(
-        "/releases", json=_body(ds["id"], spread=0.5), headers=h.headers(owner)
-    )
+    refused = h.client.post("/releases", json=_body(ds["id"], spread=0.5), headers=h.headers(owner))
     assert refused.status_code == 422, refused.text
     assert "spread applies to model means only" in refused.json()["error"]["message"]
 
