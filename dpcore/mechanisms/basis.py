@@ -155,13 +155,25 @@ class Basis:
         return sensitivity * eta + 2.0 * math.sqrt(k) * g * (1.0 + eta) * magnitude
 
 
+def _identity(params: BasisParams, image: bool, n_features: int, k: int) -> bool:
+    return params.basis == "identity" or (params.basis == "auto" and not (image and n_features > k))
+
+
+def dimension(params: BasisParams, facts: PublicFacts, default_dim: int) -> int:
+    """The dimension of ``basis_for``'s basis (d for the identity), from the same facts."""
+    n = facts.n_features
+    k = params.basis_dim or default_dim
+    image = len(facts.feature_shape) == 2 and math.prod(facts.feature_shape) == n
+    return n if _identity(params, image, n, k) else min(k, n)
+
+
 def basis_for(
     params: BasisParams, feature_shape: tuple[int, ...], n_features: int, default_dim: int
 ) -> Basis:
     """The release's basis from public facts only (declared shape, k)."""
     k = params.basis_dim or default_dim
     image = len(feature_shape) == 2 and math.prod(feature_shape) == n_features
-    if params.basis == "identity" or (params.basis == "auto" and not (image and n_features > k)):
+    if _identity(params, image, n_features, k):
         return Basis(None, "identity: the d features themselves")
     k = min(k, n_features)
     shape = tuple(feature_shape) if image else (n_features,)

@@ -52,6 +52,7 @@ Written by hand: no library releases noisy second moments per cluster.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -208,10 +209,19 @@ def _errors(basis: Basis, n: int, k: int) -> tuple[float, float]:
     sums of neighbours (unit rows; see kmeans/basis for the sum's part). A row's computed
     projection is off by e ≤ ``basis.excess(1, 1)``; its outer product then by ≤ 2e + e² plus
     one rounding per entry (≤ u·‖z‖² in Frobenius norm), twice for a pair."""
-    e = basis.excess(1.0, 1.0)
+    return step_errors(basis.excess(1.0, 1.0), n)
+
+
+def step_errors(e: float, n: int, stored: float = 0.0) -> tuple[float, float]:
+    """``_errors`` for a row excess ``e`` the caller bounds (e.g. ``basis.excess`` of float32
+    inputs): the sums' and the second-moment sums' float error over ``n`` records. ``stored``:
+    the relative excess of the stored rows' norms (``float_error.INPUT_RELATIVE`` for float32
+    inputs): rows of norm ≤ 1 + r have outer products of norm ≤ (1 + r)², so a pair's
+    second-moment change passes √2 by ≤ √2·(2r + r²), added here in full."""
     sums = float_error.scaled_sum(SUM_SAME, terms=n, magnitude=float(n)) + 2.0 * e
     outer = 2.0 * e + e * e + 2.0**-53
     second = float_error.scaled_sum(SECOND_SAME, terms=n, magnitude=float(n)) + 2.0 * outer
+    second += SECOND_SAME * (2.0 * stored + stored * stored)
     return sums, second
 
 
@@ -226,26 +236,29 @@ def noisy_moments(
     scales: Scales,
     sampler: NoiseSampler,
     errors: tuple[float, float] = (0.0, 0.0),
+    chunk: int = 4096,
 ) -> NoisyMoments:
     """Every cluster's noisy count, sum and second-moment sum (module docstring). ``Z`` (n, k)
     float64 unit rows in the basis; ``assignment`` (n,) each record's cluster (−1: none);
-    ``groups`` (m,) each cluster's class."""
+    ``groups`` (m,) each cluster's class. ``chunk`` records' outer products at a time (memory
+    ≈ chunk·h²·16 bytes). The released statistics come back on the CPU."""
     m, k, h = int(groups.shape[0]), Z.shape[1], second_dim
+    device = Z.device
     member = assignment >= 0
-    index, rows = assignment[member], Z[member]
-    counts = torch.zeros((m, 1), dtype=torch.float64)
-    counts.index_add_(0, index, torch.ones((index.shape[0], 1), dtype=torch.float64))
-    sums = torch.zeros((m, k), dtype=torch.float64).index_add_(0, index, rows)
+    index, rows = assignment[member], Z[member].double()
+    counts = torch.zeros((m, 1), dtype=torch.float64, device=device)
+    counts.index_add_(0, index, torch.ones((index.shape[0], 1), dtype=torch.float64, device=device))
+    sums = torch.zeros((m, k), dtype=torch.float64, device=device).index_add_(0, index, rows)
     head = rows[:, :h]
     width = h * (h + 1) // 2 + (k - h if tail else 0)
-    second = torch.zeros((1 if pooled else m, width), dtype=torch.float64)
+    second = torch.zeros((1 if pooled else m, width), dtype=torch.float64, device=device)
     second_index = torch.zeros_like(index) if pooled else index
-    for start in range(0, head.shape[0], 4096):
-        part = head[start : start + 4096]
+    for start in range(0, head.shape[0], chunk):
+        part = head[start : start + chunk]
         block = triangle(part[:, :, None] * part[:, None, :])
         if tail:
-            block = torch.cat([block, rows[start : start + 4096, h:] ** 2], dim=1)
-        second.index_add_(0, second_index[start : start + 4096], block)
+            block = torch.cat([block, rows[start : start + chunk, h:] ** 2], dim=1)
+        second.index_add_(0, second_index[start : start + chunk], block)
     noisy_counts = sampler(counts, sigma=scales.counts, sensitivity=COUNT_MOVED)[:, 0]
     noisy_sums = sampler(
         sums, sigma=scales.sums, sensitivity=SUM_SAME, error=errors[0], unit=SUM_MOVED
@@ -254,7 +267,47 @@ def noisy_moments(
         second, sigma=scales.second, sensitivity=SECOND_SAME, error=errors[1], unit=SECOND_MOVED
     )
     return NoisyMoments(
-        noisy_counts.double(), noisy_sums.double(), noisy_second.double(), groups, h, tail, pooled
+        noisy_counts.double().cpu(),
+        noisy_sums.double().cpu(),
+        noisy_second.double().cpu(),
+        groups.cpu(),
+        h,
+        tail,
+        pooled,
+    )
+
+
+def survivors(stats: NoisyMoments, *, threshold: Callable[[float], float]) -> NoisyMoments:
+    """The clusters kept (post-processing, as ``kmeans.survivors``): a cluster whose noisy
+    count reaches ``threshold(1)`` is kept; in each class the m others are merged into one
+    (their noisy counts, sums and second-moment sums added: count noise ×√m), kept when its
+    count reaches ``threshold(√m)``. Per-cluster statistics only (not ``pooled``)."""
+    if stats.pooled:
+        raise ValueError("survivors merges per-cluster second moments: not with pooled")
+    keep = stats.counts >= threshold(1.0)
+    counts, sums, second, groups = (
+        [stats.counts[keep]],
+        [stats.sums[keep]],
+        [stats.second[keep]],
+        [stats.groups[keep]],
+    )
+    for g in torch.unique(stats.groups[~keep]).tolist():
+        small = (~keep) & (stats.groups == g)
+        m = int(small.sum())
+        count = stats.counts[small].sum()
+        if float(count) >= threshold(math.sqrt(m)):
+            counts.append(count[None])
+            sums.append(stats.sums[small].sum(dim=0, keepdim=True))
+            second.append(stats.second[small].sum(dim=0, keepdim=True))
+            groups.append(stats.groups[small][:1])
+    return NoisyMoments(
+        torch.cat(counts),
+        torch.cat(sums),
+        torch.cat(second),
+        torch.cat(groups),
+        stats.second_dim,
+        stats.tail,
+        stats.pooled,
     )
 
 

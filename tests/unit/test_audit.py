@@ -54,6 +54,14 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # One noisy step (cluster sums and counts) with record 0 moving between clusters.
     "clustmix": ("clustmix", {}, {"epsilon": 2.0}),
     "clustmix_half_counts": ("clustmix", {"count_share": 0.5}, {"epsilon": 2.0}),
+    # Model gaussian's step: the sums, second-moment sums and counts of the two clusters.
+    "clustmix_gaussian": ("clustmix", {"model": "gaussian"}, {"epsilon": 2.0}),
+    # Most of the step's μ² on the second moments: a bug there shows most.
+    "clustmix_gaussian_second": (
+        "clustmix",
+        {"model": "gaussian", "moment_share": 0.8},
+        {"epsilon": 2.0},
+    ),
     # One DP-SGD step with record 0's clipped gradient flipping sign (q = 1, then q = 1/2).
     "dpgm": ("dpgm", {}, {"epsilon": 2.0}),
     "dpgm_subsampled": ("dpgm", {"n": 8, "batch_size": 4}, {"epsilon": 2.0}),
@@ -72,6 +80,8 @@ POWER_FLOOR = {
     "sgdrm": 0.3,
     "clustmix": 1.2,
     "clustmix_half_counts": 1.2,
+    "clustmix_gaussian": 1.2,
+    "clustmix_gaussian_second": 1.2,
     "dpgm": 1.0,
     "dpgm_subsampled": 1.0,
 }
@@ -155,6 +165,29 @@ def _one_row_per_record(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _half_second_noise(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """ClustMix gaussian's second-moment sums noised at half the charged scale."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        scales = kwargs["scales"]
+        kwargs["scales"] = dataclasses.replace(scales, second=scales.second / 2)
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def _second_sensitivity_low(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """ClustMix gaussian calibrated as if a second-moment block moved by 1/√2 of what it does
+    (‖z zᵀ‖_F taken as ‖z‖²/√2): its noise √2 too small."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        scales = kwargs["scales"]
+        kwargs["scales"] = dataclasses.replace(scales, second=scales.second / math.sqrt(2))
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
 def _half_step_noise(fn: Callable[..., Any]) -> Callable[..., Any]:
     """DPGM's step with both its noises (gradients, norm histogram) at half the scale."""
 
@@ -204,6 +237,8 @@ BUGS: list[tuple[str, dict[str, Any]]] = [
     ("dpmix_subsampled", {"wrap": _always_record_zero}),
     ("clustmix", {"wrap": _half_noise}),
     ("clustmix_half_counts", {"wrap": _one_row_per_record}),
+    ("clustmix_gaussian", {"wrap": _half_second_noise}),
+    ("clustmix_gaussian_second", {"wrap": _second_sensitivity_low}),
     ("dpgm", {"wrap": _half_step_noise}),
     ("dpgm_subsampled", {"wrap": _unclipped}),
 ]
@@ -316,6 +351,30 @@ def test_one_audit_trial_is_the_workers_release(case: str) -> None:
     if mechanism == "random_projection":
         assert release.projection is not None
         assert np.array_equal(out.extra["projection"], release.projection.numpy())
+
+
+def test_clustmix_gaussian_audit_runs_the_release_step() -> None:
+    """Model gaussian's audit runs ``moments.noisy_moments``, the function the release's final
+    step calls, and its projection is exact on both canaries."""
+    from dpcore.audit.case import unit_neighbours, unit_preprocess
+    from dpcore.mechanisms import moments
+    from dpcore.mechanisms.clustmix import audit as clustmix_audit
+    from dpcore.mechanisms.clustmix import release as clustmix_release
+
+    p = {"model": "gaussian", "count_share": 0.1, "moment_share": 0.5, "n": 4}
+    assert clustmix_audit.case().function(p) is moments.noisy_moments
+    assert clustmix_release.moments.noisy_moments is moments.noisy_moments
+    P = clustmix_audit.gaussian_projection(p)
+    nb = unit_neighbours(p)
+    ratio = clustmix_audit.second_ratio(p)
+    for X, block in ((nb.X, 0), (nb.X_prime, 1)):
+        z = torch.as_tensor(unit_preprocess(X[:1], nb)[0], dtype=torch.float64)
+        image = P @ z
+        d, w = 8, 36
+        assert torch.allclose(image[block * d : (block + 1) * d], z)
+        second = image[2 * d + block * w : 2 * d + (block + 1) * w] * ratio
+        assert torch.allclose(second, moments.triangle(z[:, None] * z[None, :]))
+        assert float(image.norm() ** 2) == pytest.approx(1 + 1 / ratio**2)
 
 
 def test_clustmix_audit_runs_the_release_step() -> None:

@@ -194,6 +194,13 @@ CASES = [
 # trace sampler adds no noise, so here they are exact counts): its training is compared.
 SAMPLED_BY_NOISY_SIZES = [
     pytest.param("dpgm", {"epochs": 1, "batch_size": 20, "model": "rbm"}, id="dpgm-rbm"),
+    # ClustMix model gaussian draws each cluster's rows by its noisy count: its noisy steps
+    # (k-means, then the moments) are compared.
+    pytest.param(
+        "clustmix",
+        {"model": "gaussian", "clusters_per_class": 2, "kmeans_refine": 1},
+        id="clustmix-gaussian",
+    ),
 ]
 
 

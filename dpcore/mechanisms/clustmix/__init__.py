@@ -20,7 +20,12 @@ from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import CLIP_DEFAULT, check_clip_norm
-from dpcore.mechanisms.clustmix.params import PAPER_ONLY, ClustMixParams, foreign_fields
+from dpcore.mechanisms.clustmix.params import (
+    PAPER_ONLY,
+    ClustMixParams,
+    foreign_fields,
+    means_foreign_fields,
+)
 from dpcore.mechanisms.spec import (
     Accounting,
     Admission,
@@ -50,6 +55,12 @@ _DP_KEYS = (
     Key.of(ClustMixParams, "kmeans_refine", help="Lloyd steps after the last split"),
     Key.of(ClustMixParams, "kmeans_share", help="share of μ² spent on the k-means steps"),
     Key.of(ClustMixParams, "count_share", help="share of each step's μ² spent on the counts"),
+    Key.of(ClustMixParams, "model", help="means, or gaussian: also noisy second moments"),
+    Key.of(
+        ClustMixParams,
+        "moment_share",
+        help="model gaussian: share of the final step's μ² on the second moments",
+    ),
     Key.of(ClustMixParams, "feature_map", help="none, or rff: k-means on Fourier features"),
     Key.of(ClustMixParams, "dpkip_steps", help="DP-KIP steps (0: none)"),
     Key.of(ClustMixParams, "dpkip_share", help="share of the nominal μ² on the DP-KIP steps"),
@@ -130,7 +141,8 @@ TIGHT = Accountant(
     name="tight",
     summary="variant dp: 1 + ⌈log₂ K⌉ + refine DP k-means steps and the final step, each a "
     "Gaussian mechanism on every cluster's (sum, count) of records of norm ≤ 1 "
-    "(μ² = 2/σ_s² + 2/σ_c²; 4/σ_s² per k-means step on Fourier features), composed as GDP "
+    "(μ² = 2/σ_s² + 2/σ_c²; 4/σ_s² per k-means step on Fourier features; model gaussian adds "
+    "2/σ₂² to the final step for every cluster's second-moment sums), composed as GDP "
     "and converted exactly; with DP-KIP, composed with its Poisson-subsampled Gaussian steps "
     "in dp_accounting's PLD accountant (replace-one)",
     keys=(*_DP_KEYS, Key("n", int, "number of records (public; DP-KIP's q)", required=False)),
@@ -147,8 +159,16 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
             f"{', '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply to "
             f"variant {params.variant}"
         )
+    gaussian_only = means_foreign_fields(params)
+    if gaussian_only:
+        raise InvalidParams(
+            f"{', '.join(gaussian_only)} {'applies' if len(gaussian_only) == 1 else 'apply'} "
+            "to model gaussian only"
+        )
     basis.check(params, facts)
     check_clip_norm(params.clip_norm, facts)
+    if params.model == "gaussian":
+        _check_gaussian(params, facts)
     if params.dpkip_steps:
         if params.clusters_per_class == 1:
             raise InvalidParams(
@@ -167,9 +187,32 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
             )
     if params.n_samples is not None:
         facts.check_rows(params.n_samples)
+    elif params.model == "gaussian":
+        facts.check_rows(facts.n, "n (model gaussian samples n rows by default)")
     else:
         facts.check_rows(
             params.clusters_per_class * facts.n_classes, "clusters_per_class × classes"
+        )
+
+
+def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
+    if params.spread != 0:
+        raise InvalidParams(
+            "spread applies to model means only: model gaussian draws distinct rows from each "
+            "cluster's Gaussian already (set spread 0)"
+        )
+    if params.count_share + params.moment_share >= 1:
+        raise InvalidParams(
+            f"count_share {params.count_share:g} + moment_share {params.moment_share:g} must "
+            "be < 1: the final step's sums get the rest of its μ²"
+        )
+    from dpcore.mechanisms.clustmix.release import BASIS_DIM
+
+    dim = basis.dimension(params, facts, BASIS_DIM)
+    if params.moment_dim is not None and params.moment_dim > dim:
+        raise InvalidParams(
+            f"moment_dim {params.moment_dim} exceeds the basis dimension {dim}: the covariance "
+            "is modelled over the first moment_dim basis coordinates"
         )
 
 
@@ -177,24 +220,37 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
 # K = 1 did well (docs/results/tabular.md); on MNIST-10k (1000 rows a class) K = 16 is
 # the sweet spot (docs/results/sweet_spot.md). Variant paper keeps the field's default (it does
 # not read K; a value away from it would be refused as foreign).
-CLUSTERS_RULE = "1 below 1000 rows per class (n / classes), else 16; variant paper: 16"
+# Model gaussian: one Gaussian per class measured best on MNIST (docs/results/moment_model.md).
+CLUSTERS_RULE = (
+    "1 below 1000 rows per class (n / classes) or with model gaussian, else 16; variant paper: 16"
+)
 
 
 def clusters_default(values: Mapping[str, Any], facts: PublicFacts) -> int:
     if values.get("variant", "dp") == "paper":
         return int(ClustMixParams.model_fields["clusters_per_class"].default)
+    if values.get("model", "means") == "gaussian":
+        return 1
     return 1 if facts.n < 1000 * max(1, facts.n_classes) else 16
 
 
 def _feature_noise(
     params: ClustMixParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
-    return FeatureNoise(
-        None,
-        row_shrink(facts.n_features, params.clip_norm),
-        "each released row is a cluster's noisy sum over its noisy count: its noise is the "
-        "sums' σ divided by the cluster's size, which is private (larger clusters, less noise)",
-    )
+    if params.model == "gaussian":
+        what = (
+            "each released row is drawn from a cluster's Gaussian, whose mean is its noisy sum "
+            "over its noisy count (the sums' σ divided by the cluster's size, which is private) "
+            "and whose covariance comes from its noisy second-moment sums: sampling spread on "
+            "top of the mean's noise"
+        )
+    else:
+        what = (
+            "each released row is a cluster's noisy sum over its noisy count: its noise is the "
+            "sums' σ divided by the cluster's size, which is private (larger clusters, less "
+            "noise)"
+        )
+    return FeatureNoise(None, row_shrink(facts.n_features, params.clip_norm), what)
 
 
 SPEC = MechanismSpec(
@@ -217,6 +273,7 @@ SPEC = MechanismSpec(
                 "dpkip_clip",
                 "dpkip_lr",
                 "dpkip_ridge",
+                "moment_dim",
             }
         )
         | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
@@ -226,7 +283,9 @@ SPEC = MechanismSpec(
         "kept cluster's noisy mean; every step charged. Variant paper: the paper's Algorithm 2 "
         "(GMM, KIP, Eq. 8), whose ε is not a bound — owner-only research releases",
         output="X: one row per kept cluster (or n_samples rows, clusters repeated by their noisy "
-        "counts): noisy cluster means, unit scale; y: their one-hot classes (exact)",
+        "counts): noisy cluster means, unit scale; with model gaussian, n (or n_samples) rows "
+        "drawn from each kept cluster's Gaussian fitted to its noisy first and second moments; "
+        "y: their one-hot classes (exact)",
         good_for="Labelled tables and images for linear models and MLPs: the best measured on "
         "MNIST at ε ≥ 4 (0.85 logistic) and on the small tables (balanced accuracy at ε = 1, "
         "logistic: breast-cancer 0.87, digits 0.85; clusters_per_class 1, the default below 1000 "
@@ -254,6 +313,12 @@ SPEC = MechanismSpec(
         keys=(
             audit_keys.N,
             Key.of(ClustMixParams, "count_share", help="share of the step's μ² on the counts"),
+            Key.of(ClustMixParams, "model", help="means, or gaussian: the moments step"),
+            Key.of(
+                ClustMixParams,
+                "moment_share",
+                help="model gaussian: share of the step's μ² on the second moments",
+            ),
         ),
         case=lazy(f"{__name__}.audit", "case"),
     ),

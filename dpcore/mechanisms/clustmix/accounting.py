@@ -259,13 +259,23 @@ class ClustMixDPEvent(GaussianEvent):
     the counts ride free at σ_c,k = σ_s,k (2/σ² + 2/σ² = 4/σ²). The steps compose adaptively
     as GDP (Dong, Roth, Su 2019, Cor. 3.3): μ = √(μ_f² + T_K·μ_k²), converted to (ε, δ)
     exactly. With one cluster per class there are no k-means steps (T_K = 0) and μ² = μ_f²:
-    the whole budget goes to the final step."""
+    the whole budget goes to the final step.
+
+    Model gaussian (``moment_share`` = m > 0): the final step also releases every cluster's
+    second-moment sums (``dpcore.mechanisms.moments``) with std σ₂, and its μ² is
+    ``moments.step_mu2`` = max(2/σ_s² + 2/σ₂², 2/σ_s² + 2/σ₂² + 2/σ_c²) = 2/σ_s² + 2/σ₂² +
+    2/σ_c² (a record replaced within its cluster moves its sum and second-moment block by ≤ √2
+    each; one moved between clusters moves two of each by ≤ 1 and two counts by 1). The counts
+    take c of it, the second moments m, the sums 1 − c − m: μ_f² = 2/((1 − c − m)σ²),
+    σ_c = σ·√((1 − c − m)/c), σ₂ = σ·√((1 − c − m)/m). The k-means steps keep their own split
+    (the counts' share c of each), sized against this μ_f²."""
 
     sigma: float
     kmeans_steps: int
     kmeans_share: float
     count_share: float
     fourier: bool = False
+    moment_share: float = 0.0  # 0: model means (no second moments)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", float(self.sigma))
@@ -280,14 +290,32 @@ class ClustMixDPEvent(GaussianEvent):
                 raise ValueError(f"{name} must be in (0, 1), got {value}")
             object.__setattr__(self, name, value)
         object.__setattr__(self, "fourier", bool(self.fourier))
+        moment = float(self.moment_share)
+        if not (0 <= moment < 1 and self.count_share + moment < 1):
+            raise ValueError(
+                f"moment_share must be in [0, 1) with count_share + moment_share < 1, got "
+                f"{moment} (count_share {self.count_share})"
+            )
+        object.__setattr__(self, "moment_share", moment)
+
+    @property
+    def second_moments(self) -> bool:
+        """Model gaussian: the final step also releases second-moment sums."""
+        return self.moment_share > 0
 
     @property
     def mu(self) -> float:
         """√(Σ of every step's μ²), from the declared noise itself."""
+        from dpcore.mechanisms import moments
         from dpcore.mechanisms.kmeans import step_mu2
 
         s = self.scales()
-        total = step_mu2(sigma_sums=s["sums"], sigma_counts=s["counts"], fourier=False)
+        if self.second_moments:
+            total = moments.step_mu2(
+                sigma_counts=s["counts"], sigma_sums=s["sums"], sigma_second=s["second"]
+            )
+        else:
+            total = step_mu2(sigma_sums=s["sums"], sigma_counts=s["counts"], fourier=False)
         if self.kmeans_steps:
             total += self.kmeans_steps * step_mu2(
                 sigma_sums=s["kmeans_sums"], sigma_counts=s["kmeans_counts"], fourier=self.fourier
@@ -295,16 +323,27 @@ class ClustMixDPEvent(GaussianEvent):
         return math.sqrt(total)
 
     def scales(self) -> dict[str, float]:
-        """σ of each noise: the final sums and counts, the k-means steps' sums and counts
-        (none without k-means steps: one cluster per class)."""
+        """σ of each noise: the final sums and counts (and second moments, model gaussian),
+        the k-means steps' sums and counts (none without k-means steps: one cluster per
+        class)."""
         c, s = self.count_share, self.kmeans_share
         ratio = math.sqrt((1 - c) / c)
-        scales = {"sums": self.sigma, "counts": self.sigma * ratio}
-        if self.kmeans_steps:
-            # σ_k² = T_K·g_k·(1 − s)/(s·μ_f²), g_k the step's μ²·σ_k²: 2/(1 − c) on records
-            # (= μ_f²·σ²), 4 on Fourier features.
+        if self.second_moments:
+            # The final step's sums take 1 − c − m of its μ²: μ_f²·σ² = 2/(1 − c − m).
+            sums_share = 1 - c - self.moment_share
+            scales = {
+                "sums": self.sigma,
+                "counts": self.sigma * math.sqrt(sums_share / c),
+                "second": self.sigma * math.sqrt(sums_share / self.moment_share),
+            }
+            final = 2.0 / sums_share
+        else:
+            scales = {"sums": self.sigma, "counts": self.sigma * ratio}
             final = 2.0 / (1 - c)
-            per_step = 4.0 if self.fourier else final
+        if self.kmeans_steps:
+            # σ_k² = T_K·g_k·(1 − s)/(s·μ_f²), g_k the step's μ²·σ_k²: 2/(1 − c) on records,
+            # 4 on Fourier features; μ_f²·σ² = ``final``.
+            per_step = 4.0 if self.fourier else 2.0 / (1 - c)
             kmeans = self.sigma * math.sqrt((1 - s) * self.kmeans_steps * per_step / (s * final))
             scales.update(
                 kmeans_sums=kmeans, kmeans_counts=kmeans if self.fourier else kmeans * ratio
@@ -313,12 +352,22 @@ class ClustMixDPEvent(GaussianEvent):
 
     def noise(self) -> NoiseDescription:
         from dpcore.mechanisms.kmeans import FOURIER_SUM_SENSITIVITY, SUM_ROW_SENSITIVITY
+        from dpcore.mechanisms.moments import SECOND_SAME, SUM_SAME
 
         sigmas = self.scales()
         kmeans_rows = FOURIER_SUM_SENSITIVITY if self.fourier else SUM_ROW_SENSITIVITY
+        # Model gaussian's step (``moments.noisy_moments``) declares the within-cluster bound
+        # √2 of a sum row and of a second-moment row (a moved record moves two rows by ≤ 1).
+        sums_row = SUM_SAME if self.second_moments else 1.0
         what = {
-            "sums": ("features", "every final cluster's sum of records", 1.0),
+            "sums": ("features", "every final cluster's sum of records", sums_row),
             "counts": ("counts", "every final cluster's record count", 1.0),
+            "second": (
+                "features",
+                "every final cluster's second-moment sums Σ z zᵀ over the first moment_dim "
+                "basis coordinates (upper triangle, off-diagonal × √2)",
+                SECOND_SAME,
+            ),
             "kmeans_sums": (
                 "centres",
                 "every cluster's sum "
@@ -336,15 +385,26 @@ class ClustMixDPEvent(GaussianEvent):
         return NoiseDescription(scales=scales, calibrated="sums")
 
     def describe(self) -> dict[str, Any]:
+        fields = asdict(self)
+        covers = (
+            "every data-dependent step: DP k-means (noisy sums and counts per step), "
+            "the final noisy sums and counts; Gaussian mechanisms composed as GDP"
+        )
+        if self.second_moments:
+            covers = covers.replace(
+                "the final noisy sums and counts",
+                "the final noisy sums, counts and second-moment sums",
+            )
+        else:
+            del fields["moment_share"]
         return {
             "mechanism": "clustmix",
             "accountant": "tight",
             "variant": "dp",
-            "covers": "every data-dependent step: DP k-means (noisy sums and counts per step), "
-            "the final noisy sums and counts; Gaussian mechanisms composed as GDP",
+            "covers": covers,
             "mu": self.mu,
             "noise": self.scales(),
-            **asdict(self),
+            **fields,
         }
 
 
@@ -481,7 +541,16 @@ def _gaussian(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
         keys["kmeans_share"],
         keys["count_share"],
         fourier=keys.get("feature_map", "none") == "rff",
+        moment_share=moment_share(keys),
     )
+
+
+def moment_share(keys: Mapping[str, Any]) -> float:
+    """The final step's μ² share on second moments: ``moment_share`` with model gaussian, 0
+    (none released) with model means."""
+    if keys.get("model", "means") != "gaussian":
+        return 0.0
+    return float(keys["moment_share"])
 
 
 def kip_steps(keys: Mapping[str, Any]) -> int:

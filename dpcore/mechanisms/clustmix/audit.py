@@ -12,10 +12,20 @@ A trial's released row is the sums of clusters 1 and 2 side by side (2d features
 the three counts (std σ_c, scored as the harness's labels). The canary enters through the
 public ``projection``: x (first half) lands in cluster 1's block, x′ (second half) in cluster
 2's block — their supports are disjoint. The claim is the ``tight`` accountant's for one step
-(k-means share → 0, so the claimed μ is the final step's)."""
+(k-means share → 0, so the claimed μ is the final step's).
+
+Model gaussian (``model: gaussian``): the step is ``moments.noisy_moments`` on the same
+neighbours, and the released row also holds clusters 1 and 2's second-moment triangles. Record
+0 adds z zᵀ there — not linear in z, but the audit has only two canaries, with disjoint
+supports: the public ``gaussian_projection`` maps the declared canary z (of D) to
+[z | 0 | tri(z zᵀ) | 0] and z′ (of D′) to [0 | z′ | 0 | tri(z′z′ᵀ)] exactly (a rank-two map
+built from the case's own neighbours, not from what the run read). The second-moment blocks are
+divided by σ₂/σ_s so every feature's noise is σ_s (the harness's one feature scale): ‖Δ‖² in
+noise units is then 2/σ_s² + 2/σ₂² on the features and 2/σ_c² on the counts, the claimed μ²."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +33,7 @@ import torch
 
 from dpcore.audit.case import HALF, N_FEATURES, AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, each
+from dpcore.mechanisms import moments
 from dpcore.mechanisms.kmeans import Centres, assign, noisy_statistics
 from dpcore.mechanisms.noise import FastNoise
 
@@ -73,12 +84,73 @@ def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release
     return out[0], out[1]
 
 
+def _gaussian(p: Mapping[str, Any]) -> bool:
+    return p.get("model", "means") == "gaussian"
+
+
+def second_ratio(p: Mapping[str, Any]) -> float:
+    """σ₂/σ_s of the final step (``ClustMixDPEvent.scales``)."""
+    c, m = float(p["count_share"]), float(p["moment_share"])
+    return math.sqrt((1 - c - m) / m)
+
+
+def gaussian_projection(p: Mapping[str, Any]) -> torch.Tensor:
+    """(2d + 2w × d), w = d(d + 1)/2: the declared canaries' contributions to the released row
+    [sums 1 | sums 2 | second 1 | second 2] (second-moment blocks ÷ σ₂/σ_s), as a linear map
+    exact on both canaries (module docstring)."""
+    nb = unit_neighbours(p)
+    z = torch.as_tensor(unit_preprocess(nb.X[:1], nb)[0], dtype=torch.float64)
+    z_prime = torch.as_tensor(unit_preprocess(nb.X_prime[:1], nb)[0], dtype=torch.float64)
+    d, w = N_FEATURES, N_FEATURES * (N_FEATURES + 1) // 2
+    ratio = second_ratio(p)
+    out = torch.zeros((2 * d + 2 * w, d), dtype=torch.float64)
+    for block, v in ((0, z), (1, z_prime)):
+        image = torch.zeros(2 * d + 2 * w, dtype=torch.float64)
+        image[block * d : (block + 1) * d] = v
+        start = 2 * d + block * w
+        image[start : start + w] = moments.triangle(v[:, None] * v[None, :]) / ratio
+        out += image[:, None] * v[None, :] / float(v @ v)
+    return out
+
+
+def run_gaussian(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
+    """``run`` for model gaussian: all trials in one call of ``moments.noisy_moments`` (copy
+    t's clusters renumbered t·3 + c, each with its own noise)."""
+    sampler = run.noise if run.noise is not None else FastNoise(run.generator)
+    ratio = second_ratio(p)
+    scales = moments.Scales(counts=run.sigma_y, sums=run.sigma_x, second=run.sigma_x * ratio)
+    centres = Centres(
+        torch.zeros((CLASSES, N_FEATURES), dtype=torch.float64), torch.arange(CLASSES)
+    )
+    out = []
+    for features, classes in each(run):
+        Z = features.double()
+        groups = classes.argmax(dim=1) if classes.ndim == 2 else classes
+        assignment = assign(Z, groups, centres, chunk=4096)
+        copies = torch.arange(run.trials).repeat_interleave(Z.shape[0]) * CLASSES
+        stacked = assignment.repeat(run.trials)
+        stats = fn(
+            Z.repeat(run.trials, 1),
+            torch.where(stacked >= 0, stacked + copies, stacked),
+            torch.arange(CLASSES).repeat(run.trials),
+            second_dim=N_FEATURES,
+            scales=scales,
+            sampler=sampler,
+        )
+        sums = stats.sums.reshape(run.trials, CLASSES, N_FEATURES)
+        second = stats.second.reshape(run.trials, CLASSES, -1) / ratio
+        x = torch.cat([sums[:, 1], sums[:, 2], second[:, 1], second[:, 2]], dim=1)[:, None, :]
+        y = stats.counts.reshape(run.trials, CLASSES)[:, None, :]
+        out.append(Release(x, y, gaussian_projection(p)))
+    return out[0], out[1]
+
+
 def case() -> AuditCase:
     return AuditCase(
         neighbours=lambda p: unit_neighbours(p),
         preprocess=unit_preprocess,
-        function=lambda p: noisy_statistics,
-        run=run,
+        function=lambda p: moments.noisy_moments if _gaussian(p) else noisy_statistics,
+        run=lambda fn, r, p: run_gaussian(fn, r, p) if _gaussian(p) else run(fn, r, p),
         # Record 0 is in its cluster's sum and count with certainty, with coefficient 1.
         rows=lambda p: fixed(1.0, 1.0),
         claim_keys=lambda p: {
@@ -86,6 +158,8 @@ def case() -> AuditCase:
             "kmeans_refine": 0,
             "kmeans_share": ONE_STEP_SHARE,
             "count_share": p["count_share"],
+            "model": p.get("model", "means"),
+            "moment_share": p.get("moment_share", 0.5),
         },
         label_scale="counts",
     )

@@ -1,27 +1,38 @@
 """A ClustMix release job. Variant ``dp``: unit-scale preprocessing, a public basis, DP k-means
 per class (``dpcore.mechanisms.kmeans``), then one more noisy step on the final clusters; each
-released row is a kept cluster's noisy sum over its noisy count, mapped back from the basis.
-Variant ``paper``: ``paper.release`` (Algorithm 2 of the paper)."""
+released row is a kept cluster's noisy sum over its noisy count, mapped back from the basis —
+or, with model gaussian, the final step also noises every cluster's second-moment sums
+(``dpcore.mechanisms.moments``) and the released rows are drawn from the clusters' Gaussians
+(post-processing). Variant ``paper``: ``paper.release`` (Algorithm 2 of the paper)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error
-from dpcore.mechanisms.basis import basis_for
+from dpcore.mechanisms import float_error, moments
+from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.clustmix import accounting, dpkip, paper
 from dpcore.mechanisms.clustmix.params import ClustMixParams
-from dpcore.mechanisms.clustmix.rows import Jitter, cluster_rows, row_repeats, to_domain
+from dpcore.mechanisms.clustmix.rows import (
+    Jitter,
+    cluster_rows,
+    row_repeats,
+    sampled_rows,
+    to_domain,
+)
 from dpcore.mechanisms.contract import UNIT_SCALE, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.inputs import unit_scale, unit_transform
 from dpcore.mechanisms.kmeans import (
     Centres,
     FourierFeatures,
     StepNoise,
+    assign,
     dp_kmeans,
     drop_threshold,
     kmeans_steps,
@@ -37,6 +48,21 @@ from dpcore.preprocessing import scale_to_unit, unit_features
 BASIS_DIM = 128
 # Records per chunk of the assignment (memory ≈ chunk × clusters distances).
 ASSIGN_CHUNK = 4096
+# Model gaussian: h, the basis coordinates whose covariance is modelled, when moment_dim is
+# not given (at most the basis dimension); the MNIST study's choice (docs/results/
+# moment_model.md). Records per chunk of the second moments (memory ≈ chunk·h²·16 bytes).
+MOMENT_DIM = 128
+MOMENT_CHUNK = 1024
+
+
+def moment_dim(params: ClustMixParams, basis_dim: int) -> int:
+    """h of a gaussian release: ``moment_dim`` (admission checked it fits), or
+    min(``MOMENT_DIM``, the basis dimension)."""
+    if params.moment_dim is not None:
+        if params.moment_dim > basis_dim:
+            raise ValueError(f"moment_dim {params.moment_dim} exceeds the basis's {basis_dim}")
+        return params.moment_dim
+    return min(MOMENT_DIM, basis_dim)
 
 
 def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
@@ -108,6 +134,45 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             progress=lambda done, _: ctx.report(steps + done, total, "dp-kip"),
         )
         centres = Centres(adapted, centres.groups)
+    clusters_note = (
+        f"after {steps} DP k-means steps "
+        + (
+            f"on {2 * params.rff_frequencies} random Fourier features (rbf width "
+            f"{params.rbf_width:g}) "
+            if fourier is not None
+            else ""
+        )
+        + (f"and {adapt_steps} DP-KIP steps " if adapt_steps else "")
+        + f"(at most {params.clusters_per_class} per class)"
+    )
+    if params.model == "gaussian":
+        assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK, features=fourier)
+        gaussian = _gaussian_rows(
+            params,
+            Z,
+            assignment,
+            centres.groups,
+            basis,
+            ctx,
+            n_classes=k,
+            row_error=row_error,
+            total=total,
+        )
+        return ReleaseOutput(
+            rows=gaussian.rows,
+            feature_names=list(data.feature_names),
+            chunks=gaussian.chunks,
+            preprocessing={
+                **UNIT_SCALE,
+                "basis": basis.description,
+                "labels": "each cluster's class, exact (clusters are formed within classes)",
+                "clusters": f"{gaussian.kept} kept of {len(centres)} {clusters_note}; "
+                + _kept_rule(gaussian.threshold),
+                "rows": gaussian.description,
+            },
+            progress="own",
+            transform=transform,
+        )
     final = StepNoise(ctx.sigma("sums"), ctx.sigma("counts"))
     sums, counts = step(
         Z,
@@ -142,17 +207,8 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
             **UNIT_SCALE,
             "basis": basis.description,
             "labels": "each cluster's class, exact (clusters are formed within classes)",
-            "clusters": f"{len(classes)} kept of {len(centres)} after {steps} DP k-means steps "
-            + (
-                f"on {2 * params.rff_frequencies} random Fourier features (rbf width "
-                f"{params.rbf_width:g}) "
-                if fourier is not None
-                else ""
-            )
-            + (f"and {adapt_steps} DP-KIP steps " if adapt_steps else "")
-            + f"(at most {params.clusters_per_class} per class); a cluster is kept when its noisy "
-            f"count is at least {threshold:.4g}; the others of a class are pooled into one, "
-            "kept when its pooled noisy count clears the threshold at its pooled noise",
+            "clusters": f"{len(classes)} kept of {len(centres)} {clusters_note}; "
+            + _kept_rule(threshold),
             "rows": (
                 "one per kept cluster"
                 if params.n_samples is None
@@ -167,6 +223,90 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         },
         progress="own",
         transform=transform,
+    )
+
+
+def _kept_rule(threshold: float) -> str:
+    return (
+        f"a cluster is kept when its noisy count is at least {threshold:.4g}; the others of a "
+        "class are pooled into one, kept when its pooled noisy count clears the threshold at "
+        "its pooled noise"
+    )
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """A gaussian release's rows (lazy chunks) and what to say about them."""
+
+    rows: int
+    chunks: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    kept: int
+    threshold: float
+    description: str
+
+
+def _gaussian_rows(
+    params: ClustMixParams,
+    Z: torch.Tensor,
+    assignment: torch.Tensor,
+    cluster_groups: torch.Tensor,
+    basis: Basis,
+    ctx: RunContext,
+    *,
+    n_classes: int,
+    row_error: float,
+    total: int,
+) -> _Sampled:
+    """Model gaussian's final step: every cluster's noisy count, sum and second-moment sums
+    (``moments.noisy_moments``, at the declared scales), then post-processing only — the
+    small clusters pooled, a Gaussian fitted per kept cluster, n_samples (default n) rows
+    drawn from the release's secure source, mapped back to the domain."""
+    n, k = Z.shape
+    h = moment_dim(params, k)
+    scales = moments.Scales(
+        counts=ctx.sigma("counts"), sums=ctx.sigma("sums"), second=ctx.sigma("second")
+    )
+    stats = moments.noisy_moments(
+        Z,
+        assignment,
+        cluster_groups,
+        second_dim=h,
+        scales=scales,
+        sampler=ctx.sampler,
+        # Sums of up to n float32-stored rows in float64, the basis's rounding, the products.
+        errors=moments.step_errors(row_error, n, stored=float_error.INPUT_RELATIVE),
+        chunk=MOMENT_CHUNK,
+    )
+    # Everything below reads the noisy statistics and public facts only (the rows drawn per
+    # cluster follow its noisy count).
+    ctx.report(total, total, "sampling")
+    threshold = drop_threshold(params.drop_below, scales.counts)
+    kept = moments.survivors(
+        stats, threshold=lambda f: drop_threshold(params.drop_below, scales.counts * f)
+    )
+    fitted = moments.fit(kept, scales, moments.FitOptions())
+    wanted = params.n_samples if params.n_samples is not None else n
+    coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
+    clip = params.clip_norm
+
+    def decode(chunk: torch.Tensor) -> torch.Tensor:
+        # C·Bz clipped to [0, 1] (the declared bounds), back to unit scale (÷ C), rows of
+        # norm ≤ 1 as the real records' (to_raw maps [0, 1/C] onto [lo, hi]).
+        unit = moments.decode(chunk, basis, clip) / clip
+        return (unit / unit.norm(dim=1, keepdim=True).clamp_min(1.0)).float()
+
+    return _Sampled(
+        int(coefficients.shape[0]),
+        sampled_rows(coefficients, classes, decode, n_classes),
+        int(kept.counts.shape[0]),
+        threshold,
+        f"{wanted if coefficients.shape[0] else 0} rows drawn from the kept clusters' Gaussians "
+        "in proportion to their noisy counts (largest remainders), from the release's secure "
+        f"source: mean the noisy sum over the noisy count; covariance over the first {h} basis "
+        "coordinates the noisy second-moment sums over the noisy count less the mean's outer "
+        "product, shrunk toward its diagonal by a weight computed from the noise scales and "
+        "the noisy count, eigenvalues floored at 1e-6; the other coordinates at the mean; "
+        "mapped back from the basis, clipped to [0, 1] and to norm ≤ 1 (post-processing)",
     )
 
 

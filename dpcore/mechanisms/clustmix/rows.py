@@ -1,9 +1,11 @@
 """ClustMix's released rows, shared by both variants: each cluster's mean repeated (in
-proportion to its weight when ``n_samples`` is set), labelled with its class, in chunks."""
+proportion to its weight when ``n_samples`` is set), labelled with its class, in chunks; or
+(model gaussian) rows drawn from the clusters' Gaussians, mapped back to the domain chunk by
+chunk."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,3 +66,19 @@ def cluster_rows(
         onehot[torch.arange(len(index), device=means.device), labels] = 1
         rows = means[index]
         yield (rows if jitter is None else jitter(rows)), onehot
+
+
+def sampled_rows(
+    coefficients: torch.Tensor,
+    classes: torch.Tensor,
+    decode: Callable[[torch.Tensor], torch.Tensor],
+    n_classes: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Rows drawn in the basis (n, k), ``decode``d to the domain ``ROW_CHUNK`` at a time (memory
+    bounded by the chunk, whatever d), with their classes one-hot."""
+    for start in range(0, coefficients.shape[0], ROW_CHUNK):
+        rows = decode(coefficients[start : start + ROW_CHUNK])
+        labels = classes[start : start + ROW_CHUNK].to(rows.device)
+        onehot = torch.zeros((len(labels), n_classes), dtype=rows.dtype, device=rows.device)
+        onehot[torch.arange(len(labels), device=rows.device), labels] = 1
+        yield rows, onehot
