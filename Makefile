@@ -28,9 +28,7 @@ PYTEST_ARGS ?=
 # session has its own scratch database, S3 server, bucket and Celery queues; tests/conftest.py).
 # PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= auto
-# worksteal: a worker that runs out of tests takes half of another's queue, so the slow tests
-# do not leave one core idle at the end.
-PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal)
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4)
 # With one worker per core, each test process (and the servers it starts) keeps to one
 # OpenMP/BLAS thread: nested thread pools on busy cores spin instead of working
 # (docs/results/ci_time.md).
