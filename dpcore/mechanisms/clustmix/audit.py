@@ -25,8 +25,7 @@ noise units is then 2/σ_s² + 2/σ₂² on the features and 2/σ_c² on the cou
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -34,6 +33,7 @@ import torch
 from dpcore.audit.case import HALF, N_FEATURES, AuditCase, fixed, unit_neighbours, unit_preprocess
 from dpcore.audit.runs import Release, Run, each
 from dpcore.mechanisms import moments
+from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent
 from dpcore.mechanisms.kmeans import Centres, assign, noisy_statistics
 from dpcore.mechanisms.noise import FastNoise
 
@@ -53,24 +53,31 @@ def projection() -> torch.Tensor:
     return P
 
 
-def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
-    """All trials in one call of the real step: the dataset stacked ``trials`` times, copy t's
-    clusters renumbered t·3 + c. Every cluster's sum and count get their own noise, so copy t's
-    clusters are one independent release of the step (the same law as ``trials`` calls)."""
-    sampler = run.noise if run.noise is not None else FastNoise(run.generator)
+def _stacked(run: Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """D, then D′: the records (float64) stacked ``trials`` times and each one's cluster (its
+    class's public centre), copy t's clusters renumbered t·3 + c (−1 stays −1: no cluster)."""
     centres = Centres(
         torch.zeros((CLASSES, N_FEATURES), dtype=torch.float64), torch.arange(CLASSES)
     )
-    out = []
     for features, classes in each(run):
         Z = features.double()
         groups = classes.argmax(dim=1) if classes.ndim == 2 else classes
         assignment = assign(Z, groups, centres, chunk=4096)
         copies = torch.arange(run.trials).repeat_interleave(Z.shape[0]) * CLASSES
         stacked = assignment.repeat(run.trials)
+        yield Z.repeat(run.trials, 1), torch.where(stacked >= 0, stacked + copies, stacked)
+
+
+def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
+    """All trials in one call of the real step: the dataset stacked ``trials`` times, copy t's
+    clusters renumbered t·3 + c. Every cluster's sum and count get their own noise, so copy t's
+    clusters are one independent release of the step (the same law as ``trials`` calls)."""
+    sampler = run.noise if run.noise is not None else FastNoise(run.generator)
+    out = []
+    for Z, assignment in _stacked(run):
         sums, counts = fn(
-            Z.repeat(run.trials, 1),
-            torch.where(stacked >= 0, stacked + copies, stacked),
+            Z,
+            assignment,
             CLASSES * run.trials,
             sigma_sums=run.sigma_x,
             sigma_counts=run.sigma_y,
@@ -89,9 +96,15 @@ def _gaussian(p: Mapping[str, Any]) -> bool:
 
 
 def second_ratio(p: Mapping[str, Any]) -> float:
-    """σ₂/σ_s of the final step (``ClustMixDPEvent.scales``)."""
-    c, m = float(p["count_share"]), float(p["moment_share"])
-    return math.sqrt((1 - c - m) / m)
+    """σ₂/σ_s of the final step, as the accountant declares them (σ = 1, no k-means step)."""
+    scales = ClustMixDPEvent(
+        sigma=1.0,
+        kmeans_steps=0,
+        kmeans_share=ONE_STEP_SHARE,
+        count_share=float(p["count_share"]),
+        moment_share=float(p["moment_share"]),
+    ).scales()
+    return scales["second"] / scales["sums"]
 
 
 def gaussian_projection(p: Mapping[str, Any]) -> torch.Tensor:
@@ -119,19 +132,11 @@ def run_gaussian(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tupl
     sampler = run.noise if run.noise is not None else FastNoise(run.generator)
     ratio = second_ratio(p)
     scales = moments.Scales(counts=run.sigma_y, sums=run.sigma_x, second=run.sigma_x * ratio)
-    centres = Centres(
-        torch.zeros((CLASSES, N_FEATURES), dtype=torch.float64), torch.arange(CLASSES)
-    )
     out = []
-    for features, classes in each(run):
-        Z = features.double()
-        groups = classes.argmax(dim=1) if classes.ndim == 2 else classes
-        assignment = assign(Z, groups, centres, chunk=4096)
-        copies = torch.arange(run.trials).repeat_interleave(Z.shape[0]) * CLASSES
-        stacked = assignment.repeat(run.trials)
+    for Z, assignment in _stacked(run):
         stats = fn(
-            Z.repeat(run.trials, 1),
-            torch.where(stacked >= 0, stacked + copies, stacked),
+            Z,
+            assignment,
             torch.arange(CLASSES).repeat(run.trials),
             second_dim=N_FEATURES,
             scales=scales,
