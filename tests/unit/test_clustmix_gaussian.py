@@ -15,12 +15,12 @@ import torch
 from dpcore.mechanisms import moments, registry
 from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent
 from dpcore.mechanisms.kmeans import kmeans_steps
-from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.spec import InvalidParams
 from service.datasets.parsing import ParsedDataset
 from tests.datasets import unit_dataset
+from tests.unit.test_clustmix_dp import Recorder, _toy
 
 pytestmark = pytest.mark.unit
 
@@ -140,25 +140,6 @@ def test_calibration_never_overshoots(target: float, clusters: int) -> None:
     assert isinstance(event, ClustMixDPEvent)
     assert event.epsilon(1e-5) <= target
     assert _at(event.sigma * (1 - 1e-6), keys).epsilon(1e-5) > target
-
-
-def _toy(n: int = 240, d: int = 6, k: int = 3) -> ParsedDataset:
-    rng = np.random.default_rng(2)
-    labels = np.repeat(np.arange(k), n // k)
-    X = rng.uniform(0, 1, (n, d)) * 0.3
-    X[np.arange(n), labels] += 0.7  # one bright feature per class
-    return unit_dataset(X, labels, k)
-
-
-class Recorder:
-    def __init__(self, generator: SecureRandom) -> None:
-        self.inner = FastNoise(generator)
-        self.calls: list[tuple[float, tuple[int, ...]]] = []
-        self.name = "fast"
-
-    def __call__(self, values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.calls.append((kwargs["sigma"], tuple(values.shape)))
-        return self.inner(values, **kwargs)
 
 
 def _release(params: dict[str, Any], sigma: float, data: ParsedDataset | None = None) -> Any:
