@@ -280,6 +280,24 @@ def step(
     )
 
 
+def pools(
+    counts: torch.Tensor, groups: torch.Tensor, *, drop_below: float, sigma_counts: float
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Which clusters a step keeps (post-processing of its noisy counts): the mask of those
+    whose noisy count reaches ``drop_threshold``, and, per group, the mask of the m that do not
+    when their summed count (noise σ_c·√m) reaches the threshold at σ_c·√m — merged into one.
+    So small clusters pool into their class's remainder instead of vanishing, and a class is
+    lost only when all of it is too small to see."""
+    keep = counts >= drop_threshold(drop_below, sigma_counts)
+    merged = []
+    for g in torch.unique(groups[~keep]).tolist():
+        small = (~keep) & (groups == g)
+        m = int(small.sum())
+        if float(counts[small].sum()) >= drop_threshold(drop_below, sigma_counts * math.sqrt(m)):
+            merged.append(small)
+    return keep, merged
+
+
 def survivors(
     centres: Centres,
     sums: torch.Tensor,
@@ -288,26 +306,19 @@ def survivors(
     drop_below: float,
     sigma_counts: float,
 ) -> tuple[Centres, torch.Tensor]:
-    """The clusters kept after a step, at their noisy means, with their noisy counts
-    (post-processing of the step's output). A cluster whose noisy count reaches
-    ``drop_threshold`` is kept; in each group the m clusters that do not are merged into one
-    (their noisy sums and counts added: a count with noise σ_c·√m), kept when that count
-    reaches the threshold at σ_c·√m. So small clusters pool into their class's remainder
-    instead of vanishing, and a class is lost only when all of it is too small to see."""
-    keep = counts >= drop_threshold(drop_below, sigma_counts)
+    """The clusters kept after a step (``pools``), at their noisy means, with their noisy
+    counts; a merged cluster's noisy sums and counts are added."""
+    keep, merged = pools(counts, centres.groups, drop_below=drop_below, sigma_counts=sigma_counts)
     points, groups, kept_counts = (
         [sums[keep] / counts[keep, None]],
         [centres.groups[keep]],
         [counts[keep]],
     )
-    for g in torch.unique(centres.groups[~keep]).tolist():
-        small = (~keep) & (centres.groups == g)
-        m = int(small.sum())
+    for small in merged:
         count = counts[small].sum()
-        if float(count) >= drop_threshold(drop_below, sigma_counts * math.sqrt(m)):
-            points.append((sums[small].sum(dim=0) / count)[None, :])
-            groups.append(centres.groups[small][:1])
-            kept_counts.append(count[None])
+        points.append((sums[small].sum(dim=0) / count)[None, :])
+        groups.append(centres.groups[small][:1])
+        kept_counts.append(count[None])
     return Centres(torch.cat(points), torch.cat(groups)), torch.cat(kept_counts)
 
 

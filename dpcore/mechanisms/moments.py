@@ -52,7 +52,6 @@ Written by hand: no library releases noisy second moments per cluster.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -277,29 +276,26 @@ def noisy_moments(
     )
 
 
-def survivors(stats: NoisyMoments, *, threshold: Callable[[float], float]) -> NoisyMoments:
-    """The clusters kept (post-processing, as ``kmeans.survivors``): a cluster whose noisy
-    count reaches ``threshold(1)`` is kept; in each class the m others are merged into one
-    (their noisy counts, sums and second-moment sums added: count noise ×√m), kept when its
-    count reaches ``threshold(√m)``. Per-cluster statistics only (not ``pooled``)."""
+def survivors(stats: NoisyMoments, *, drop_below: float, sigma_counts: float) -> NoisyMoments:
+    """The clusters kept (``kmeans.pools``, at the counts' noise): a merged cluster's noisy
+    counts, sums and second-moment sums are added. Per-cluster statistics only (not
+    ``pooled``)."""
     if stats.pooled:
         raise ValueError("survivors merges per-cluster second moments: not with pooled")
-    keep = stats.counts >= threshold(1.0)
+    keep, merged = kmeans.pools(
+        stats.counts, stats.groups, drop_below=drop_below, sigma_counts=sigma_counts
+    )
     counts, sums, second, groups = (
         [stats.counts[keep]],
         [stats.sums[keep]],
         [stats.second[keep]],
         [stats.groups[keep]],
     )
-    for g in torch.unique(stats.groups[~keep]).tolist():
-        small = (~keep) & (stats.groups == g)
-        m = int(small.sum())
-        count = stats.counts[small].sum()
-        if float(count) >= threshold(math.sqrt(m)):
-            counts.append(count[None])
-            sums.append(stats.sums[small].sum(dim=0, keepdim=True))
-            second.append(stats.second[small].sum(dim=0, keepdim=True))
-            groups.append(stats.groups[small][:1])
+    for small in merged:
+        counts.append(stats.counts[small].sum()[None])
+        sums.append(stats.sums[small].sum(dim=0, keepdim=True))
+        second.append(stats.second[small].sum(dim=0, keepdim=True))
+        groups.append(stats.groups[small][:1])
     return NoisyMoments(
         torch.cat(counts),
         torch.cat(sums),

@@ -281,9 +281,7 @@ def _gaussian_rows(
     # cluster follow its noisy count).
     ctx.report(total, total, "sampling")
     threshold = drop_threshold(params.drop_below, scales.counts)
-    kept = moments.survivors(
-        stats, threshold=lambda f: drop_threshold(params.drop_below, scales.counts * f)
-    )
+    kept = moments.survivors(stats, drop_below=params.drop_below, sigma_counts=scales.counts)
     fitted = moments.fit(kept, scales, moments.FitOptions())
     wanted = params.n_samples if params.n_samples is not None else n
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
