@@ -26,9 +26,10 @@ TYPED_PACKAGES = service worker dpcore dprelease_cli dprelease_client
 PYTEST_ARGS ?=
 # pytest-xdist workers for `test` and `test-integration`: one per core, at most 4 (each worker's
 # session has its own scratch database, S3 server, bucket and Celery queues; tests/conftest.py).
-# PYTEST_WORKERS=0 runs in one process.
+# PYTEST_WORKERS=0 runs in one process. Work stealing: an idle worker takes queued tests from a
+# busy one, so one slow file at the end does not leave the other cores idle.
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4)
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal)
 # With one worker per core, each test process (and the servers it starts) keeps to one
 # OpenMP/BLAS thread: nested thread pools on busy cores spin instead of working
 # (docs/results/ci_time.md).

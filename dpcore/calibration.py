@@ -12,6 +12,7 @@ never overshoots the target ε.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 from scipy.optimize import brentq
@@ -53,18 +54,24 @@ def smallest_noise(
     def above(t: float) -> bool:
         return eps(t) > target
 
+    # The bracket is found by galloping: each step away from ``initial`` is twice the last,
+    # so a guess off by a factor F costs O(log log F) evaluations, not O(log F) (a target ε
+    # of 1e300 puts the guess hundreds of factors of 4 away from the crossing).
     log_max = math.log(max_sigma)
     t_lo = t_hi = min(math.log(initial), log_max)
+    step = _STEP
     if above(t_hi):
         while above(t_hi):
             if t_hi >= log_max:
                 raise CalibrationError(f"no sigma up to {max_sigma:g} reaches epsilon {target}")
-            t_lo, t_hi = t_hi, min(t_hi + _STEP, log_max)
+            t_lo, t_hi = t_hi, min(t_hi + step, log_max)
+            step *= 2
     else:
         while not above(t_lo):
             if t_lo <= _LOG_MIN_SIGMA:
                 return math.exp(t_lo), eps(t_lo)
-            t_lo, t_hi = max(t_lo - _STEP, _LOG_MIN_SIGMA), t_lo
+            t_lo, t_hi = max(t_lo - step, _LOG_MIN_SIGMA), t_lo
+            step *= 2
 
     def narrow(t: float) -> None:
         nonlocal t_lo, t_hi
@@ -74,13 +81,24 @@ def smallest_noise(
             else:
                 t_hi = t
 
-    # Relative width in σ ≈ width in log σ.
+    # A wide bracket (a far guess) is first halved down to one step, so that Brent's
+    # proposals are not spent on an end where ε is infinite or far above the target.
+    while t_hi - t_lo > _STEP:
+        narrow((t_lo + t_hi) / 2)
+
+    # Relative width in σ ≈ width in log σ. ε may be infinite at t_lo: Brent sees it capped
+    # (same sign, same order), only as a proposer; the bracket is narrowed by real values.
+    cap = min(2 * target + 1, sys.float_info.max)
+
+    def gap(t: float) -> float:
+        return min(eps(t), cap) - target
+
     try:
-        root = brentq(lambda t: eps(t) - target, t_lo, t_hi, xtol=rtol / 4, rtol=1e-12)
+        root = brentq(gap, t_lo, t_hi, xtol=rtol / 4, rtol=1e-12)
         narrow(root - rtol / 2)
         narrow(root + rtol / 2)
-    except ValueError:
-        pass  # no sign change on the proposal (ε == target at an end): bisection decides
+    except (ValueError, RuntimeError):
+        pass  # no sign change (ε == target at an end) or no convergence: bisection decides
     while t_hi - t_lo > rtol:
         narrow((t_lo + t_hi) / 2)
     return math.exp(t_hi), eps(t_hi)

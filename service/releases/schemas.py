@@ -52,13 +52,24 @@ _EPSILON_XOR_NOISE: dict[str, Any] = {
 }
 
 
+# Past ε ≈ 1e3 a release protects nothing an analyst could measure, and the accountants'
+# curves reach their numerical ends (ε infinite below a noise floor): calibrating towards a
+# target of 1e300 spends minutes on that edge. Larger targets are refused, not searched.
+MAX_TARGET_EPSILON = 1000.0
+
+
 class _ReleaseCommon(StrictBody):
     """Give either ``epsilon`` (the noise is calibrated) or ``noise`` (its ε is reported)."""
 
     model_config = ConfigDict(json_schema_extra=_EPSILON_XOR_NOISE)
 
     dataset_id: str
-    epsilon: float | None = Field(default=None, gt=0, description="Target ε; calibration meets it")
+    epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TARGET_EPSILON,
+        description="Target ε; calibration meets it",
+    )
     delta: float | None = Field(
         default=None, gt=0, lt=1, description="δ of this release (default: the budget's δ)"
     )

@@ -53,6 +53,7 @@ def test_preview_refuses_whatever_create_refuses(embedded: Harness) -> None:
         "report with other features": ({"report_test_dataset_id": narrow}, (422, "invalid_input")),
         "epsilon true": ({"epsilon": True}, (422, "invalid_input")),
         "epsilon a string": ({"epsilon": "1"}, (422, "invalid_input")),
+        "epsilon past the largest target": ({"epsilon": 1e300}, (422, "invalid_input")),
         "delta a string": ({"delta": "1e-6"}, (422, "invalid_input")),
         "research a string": ({"research": "false"}, (422, "invalid_input")),
         "noise sigma true": (
