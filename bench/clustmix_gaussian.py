@@ -1,9 +1,12 @@
-"""ClustMix model gaussian through its release job (``dpcore.mechanisms.run.build``, the
-accountant's calibration, the declared noise) on MNIST-10k, scored as an analyst would: the
-released rows in raw units scaled by the declared range (x/255), real held-out images likewise.
+"""ClustMix through its release job (``dpcore.mechanisms.run.build``, the accountant's
+calibration, the declared noise) on MNIST-10k with the service's defaults (the spec's shape
+defaults fill whatever ``--params`` leaves out, as a request does), scored as an analyst would:
+the released rows in raw units scaled by the declared range (x/255), real held-out images
+likewise. ``--upload``: the images as a 28×28 NPZ array, as flat rows with feature_shape
+[28, 28], or as flat rows without it.
 
     DPRELEASE_SHARED=/work/shared nice -n 10 python -m bench.clustmix_gaussian --epsilon 1 \
-        --params '{"clip_norm": 7, "count_share": 0.05}' --families logistic,knn,rf
+        --upload flat-shaped --families rf,hgb,knn,logistic,sklearn_mlp,cnn
 
 Prints one JSON line (figures in docs/results/moment_model.md, "Served").
 """
@@ -21,32 +24,12 @@ import numpy as np
 import torch
 
 from bench.mnist import DELTA, SHARED, load_private, load_test
+from bench.moment_model import score
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.clustmix.accounting import ClustMixDPEvent
-from dpcore.mechanisms.clustmix.params import ClustMixParams
 from dpcore.mechanisms.noise import FastNoise
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
-
-
-def _model(name: str) -> Any:
-    if name == "logistic":
-        from sklearn.linear_model import LogisticRegression
-
-        return LogisticRegression(max_iter=300)
-    if name == "knn":
-        from sklearn.neighbors import KNeighborsClassifier
-
-        return KNeighborsClassifier(n_neighbors=5, n_jobs=2)
-    if name == "rf":
-        from sklearn.ensemble import RandomForestClassifier
-
-        return RandomForestClassifier(n_estimators=100, n_jobs=2, random_state=0)
-    if name == "hgb":
-        from sklearn.ensemble import HistGradientBoostingClassifier
-
-        return HistGradientBoostingClassifier(random_state=0)
-    raise ValueError(f"unknown family {name}")
 
 
 def main() -> None:
@@ -54,14 +37,17 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--params", default="{}")
     parser.add_argument("--families", default="logistic,knn,rf")
+    parser.add_argument("--upload", choices=["array", "flat-shaped", "flat"], default="array")
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    data = load_private(Path(os.environ.get("DPRELEASE_SHARED", SHARED)))
-    params = {"model": "gaussian", "clusters_per_class": 1, **json.loads(args.params)}
+    shape = {"array": None, "flat-shaped": [28, 28], "flat": [784]}[args.upload]
+    data = load_private(Path(os.environ.get("DPRELEASE_SHARED", SHARED)), feature_shape=shape)
+    spec = registry.get("clustmix")
+    request = spec.request_params.model_validate(json.loads(args.params))
+    params = spec.resolve(request, facts_of(data)).model_dump()
     tight = registry.accountant("clustmix", "tight")
-    values = ClustMixParams.model_validate(params).model_dump()
-    keys = {k: values[k] for k in tight.key_names if k in values}
+    keys = {k: params[k] for k in tight.key_names if k in params}
     keys["n"] = len(data.labels)
     event = tight.calibrate(args.epsilon, DELTA, keys)
     assert isinstance(event, ClustMixDPEvent)
@@ -87,6 +73,7 @@ def main() -> None:
     test = test_images.reshape(len(test_images), -1) / 255.0
     result: dict[str, Any] = {
         "epsilon": args.epsilon,
+        "upload": args.upload,
         "charged": event.epsilon(DELTA),
         "params": params,
         "rows": len(X),
@@ -94,9 +81,9 @@ def main() -> None:
         "in_range": bool(raw.min() >= 0 and raw.max() <= 255 * (1 + 1e-6)),
         "release_s": round(seconds, 1),
     }
-    for family in args.families.split(","):
-        model = _model(family).fit(raw / 255.0, y)
-        result[family] = round(float((model.predict(test) == test_labels).mean()), 3)
+    scores = score(raw / 255.0, y, test, test_labels, args.families.split(","), args.seed)
+    result.update({name: round(value, 3) for name, value in scores.items()})
+    result["worst"] = min(scores.values())
     print(json.dumps(result))
 
 

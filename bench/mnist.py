@@ -21,13 +21,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
 
-def load_private(shared: Path = SHARED) -> ParsedDataset:
+def load_private(shared: Path = SHARED, feature_shape: list[int] | None = None) -> ParsedDataset:
+    """MNIST's test split as the service parses it: a 28×28 NPZ array, or (``feature_shape``
+    given) flat rows of 784 with that declared shape ([784]: no image shape)."""
     images = read_idx(shared / "datasets/mnist-t10k/t10k-images-idx3-ubyte.gz")
     labels = read_idx(shared / "datasets/mnist-t10k/t10k-labels-idx1-ubyte.gz")
+    if feature_shape is not None:
+        images = images.reshape(len(images), -1)
     buffer = io.BytesIO()
     np.savez(buffer, X=images, y=labels)
     meta = DatasetMetadata(
-        name="mnist-t10k", feature_range=(0, 255), budget=Budget(epsilon=100, delta=DELTA)
+        name="mnist-t10k",
+        feature_range=(0, 255),
+        feature_shape=feature_shape,
+        budget=Budget(epsilon=100, delta=DELTA),
     )
     return parse_dataset(
         content=buffer.getvalue(), filename="mnist.npz", metadata=meta, max_bytes=10**9

@@ -386,7 +386,11 @@ class MechanismSpec:
         fields: dict[str, Any] = {}
         for default in self.admission.shape_defaults:
             info = self.params.model_fields[default.name]
-            inner: Any = Annotated.__class_getitem__((info.annotation, *info.metadata))  # type: ignore[attr-defined]
+            inner: Any = (
+                Annotated.__class_getitem__((info.annotation, *info.metadata))  # type: ignore[attr-defined]
+                if info.metadata
+                else info.annotation
+            )
             described = f"{(info.description or '').rstrip('.')}. Default: {default.rule}"
             fields[default.name] = (inner | None, Field(default=None, description=described))
         model: type[BaseModel] = create_model(  # type: ignore[call-overload]

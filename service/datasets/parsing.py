@@ -9,6 +9,7 @@ row); NPZ positions are numpy's 0-based indices, written ``X[i]`` and ``y[i]``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -128,6 +129,11 @@ def parse_dataset(
         feature_shape = (X.shape[1],)
         as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
     assert bounds is not None  # the schema asks for feature_range or columns
+    if metadata.feature_shape is not None:
+        encoded = columns is not None and any(
+            isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
+        )
+        feature_shape = declared_shape(tuple(metadata.feature_shape), feature_shape, encoded)
 
     labels, classes = index_labels(raw_labels, declared, where, as_text)
     lo, hi = feature_bounds(bounds, names)
@@ -146,3 +152,27 @@ def parse_dataset(
         clipped_values=clipped,
         categorical_blocks=blocks,
     )
+
+
+def declared_shape(
+    declared: tuple[int, ...], found: tuple[int, ...], encoded: bool
+) -> tuple[int, ...]:
+    """The owner's ``feature_shape`` for records read as ``found``: it must hold the same
+    features (``math.prod``), an NPZ array's own record shape must agree with it, and encoded
+    categorical or missing-value columns have no image shape."""
+    if math.prod(declared) != math.prod(found):
+        raise InvalidInput(
+            f"feature_shape {list(declared)} holds {math.prod(declared)} features; the file has "
+            f"{math.prod(found)}"
+        )
+    if len(found) > 1 and declared != found:
+        raise InvalidInput(
+            f"feature_shape {list(declared)} disagrees with the NPZ array's record shape "
+            f"{list(found)}: leave it out or upload flat rows"
+        )
+    if encoded and len(declared) > 1:
+        raise InvalidInput(
+            "feature_shape: a table with categorical or missing-value columns has no image "
+            "shape (its encoded features are not pixels)"
+        )
+    return declared

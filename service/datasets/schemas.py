@@ -198,6 +198,16 @@ class DatasetMetadata(StrictBody):
         "the file are recorded for the owner's eyes only, and the dataset takes no release "
         "(every mechanism publishes labels): 409 classes_undeclared",
     )
+    feature_shape: list[Annotated[JsonInt, Field(ge=1)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4,
+        description="Public: the shape of one record, e.g. [28, 28] for images uploaded as 784 "
+        "flat columns in row-major order; its product must be the number of features. Image "
+        "shapes (two or more axes) get image defaults (a 2-D DCT basis, image clip norms), so "
+        "the same images uploaded flat with this, or as an NPZ array of that shape, get the "
+        "same release. Default: an NPZ array's own record shape, else one axis of d features",
+    )
     budget: Budget
 
     @field_validator("feature_range")

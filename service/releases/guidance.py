@@ -14,6 +14,7 @@ only the public bound is given)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
@@ -146,3 +147,22 @@ def recommendations(facts: PublicFacts, epsilon: float, delta: float) -> list[Re
             )
         )
     return out
+
+
+def shape_warnings(dataset: Dataset) -> list[dict[str, str]]:
+    """A hint for flat, all-numeric rows that could be square images: image-shaped data gets
+    other defaults (a 2-D DCT basis, image clip norms), which only a declared shape selects."""
+    shape = list(dataset.feature_shape)
+    d = shape[0] if len(shape) == 1 else 0
+    side = math.isqrt(d)
+    if d < 64 or side * side != d or declared_columns(dataset.feature_range) is not None:
+        return []
+    return [
+        {
+            "code": "shape_undeclared",
+            "message": f"these {d} features are one flat axis: if each row is a {side}×{side} "
+            f"image, upload it with metadata feature_shape [{side}, {side}] (row-major) to get "
+            "the image defaults (2-D DCT basis, image clip norm), as an NPZ array of that "
+            "shape would",
+        }
+    ]

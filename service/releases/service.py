@@ -274,6 +274,7 @@ def preview(
             }
         )
     public = facts(p.dataset, settings, request.format)
+    warnings += guidance.shape_warnings(p.dataset)
     guide = guidance.noise_guide(
         registry.get(request.mechanism),
         p.params,

@@ -286,3 +286,33 @@ def test_moment_dim_default_fits_the_basis() -> None:
     assert moment_dim(ClustMixParams(model="gaussian"), 6) == 6
     assert moment_dim(ClustMixParams(model="gaussian"), 400) == 128
     assert moment_dim(ClustMixParams(model="gaussian", moment_dim=9), 400) == 9
+
+
+@pytest.mark.parametrize(
+    ("shape", "request_params", "expected"),
+    [
+        # A request that says nothing gets model gaussian: one Gaussian per class, C = ⌈√d⌉/4
+        # on images, the table rule (⌈√d⌉/2) otherwise.
+        ((28, 28), {}, {"model": "gaussian", "clusters_per_class": 1, "clip_norm": 7.0}),
+        ((784,), {}, {"model": "gaussian", "clusters_per_class": 1, "clip_norm": 14.0}),
+        ((30,), {}, {"model": "gaussian", "clusters_per_class": 1, "clip_norm": 3.0}),
+        # spread is an option of model means: asking for it keeps model means and its rules.
+        ((28, 28), {"spread": 0.5}, {"model": "means", "clusters_per_class": 16}),
+        ((28, 28), {"model": "means"}, {"clusters_per_class": 16, "clip_norm": 28 / 3}),
+        ((28, 28), {"variant": "paper"}, {"model": "means"}),
+        ((28, 28), {"clip_norm": 5.0}, {"model": "gaussian", "clip_norm": 5.0}),
+    ],
+)
+def test_request_defaults(
+    shape: tuple[int, ...], request_params: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    from dpcore.mechanisms.spec import PublicFacts
+
+    spec = registry.get("clustmix")
+    d = int(np.prod(shape))
+    facts = PublicFacts(n=10_000, n_features=d, n_classes=10, feature_shape=shape)
+    resolved = spec.resolve(spec.request_params.model_validate(request_params), facts)
+    spec.check(resolved, facts)
+    got = resolved.model_dump()
+    for name, value in expected.items():
+        assert got[name] == (pytest.approx(value) if isinstance(value, float) else value), name

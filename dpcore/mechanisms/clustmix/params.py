@@ -87,6 +87,8 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "rest on the sums, and with model gaussian on the final step's second moments): counts "
         "need far less precision than sums of d coordinates",
     )
+    # "means" where the params model is built directly (stored releases from before model
+    # existed, tests); a request gets the shape default (gaussian for variant dp).
     model: Literal["means", "gaussian"] = Field(
         default="means",
         description="what the final step releases per kept cluster. means: its noisy sum and "
