@@ -44,14 +44,13 @@ def main() -> None:
     shape = {"array": None, "flat-shaped": [28, 28], "flat": [784]}[args.upload]
     data = load_private(Path(os.environ.get("DPRELEASE_SHARED", SHARED)), feature_shape=shape)
     spec = registry.get("clustmix")
-    request = spec.request_params.model_validate(json.loads(args.params))
-    params = spec.resolve(request, facts_of(data)).model_dump()
-    tight = registry.accountant("clustmix", "tight")
-    keys = {k: params[k] for k in tight.key_names if k in params}
-    keys["n"] = len(data.labels)
-    event = tight.calibrate(args.epsilon, DELTA, keys)
+    facts = facts_of(data)
+    resolved = spec.resolve(spec.request_params.model_validate(json.loads(args.params)), facts)
+    params = resolved.model_dump()
+    tight = spec.accountant("tight")
+    event = tight.calibrate(args.epsilon, DELTA, spec.accountant_keys(tight, resolved, facts))
     assert isinstance(event, ClustMixDPEvent)
-    noise = noise_for("clustmix", params, facts_of(data), sigma=event.sigma)
+    noise = noise_for("clustmix", params, facts, sigma=event.sigma)
     generator = SecureRandom.from_seed(args.seed)
     start = time.time()
     out = build(

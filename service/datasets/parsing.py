@@ -103,10 +103,12 @@ def parse_dataset(
     blocks: tuple[tuple[int, ...], ...] = ()
     bounds: Range | Mapping[str, Range] | None = metadata.feature_range
     columns = metadata.columns
+    # Categorical or missing-value columns: encoded features (one-hot blocks, indicators).
+    encoded = columns is not None and any(
+        isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
+    )
     if fmt == "npz":
-        if columns is not None and any(
-            isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
-        ):
+        if encoded:
             raise InvalidInput(
                 "npz uploads are all-numeric: categorical columns and missing-value policies "
                 "need a CSV or Parquet upload"
@@ -130,9 +132,6 @@ def parse_dataset(
         as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
     assert bounds is not None  # the schema asks for feature_range or columns
     if metadata.feature_shape is not None:
-        encoded = columns is not None and any(
-            isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
-        )
         feature_shape = declared_shape(tuple(metadata.feature_shape), feature_shape, encoded)
 
     labels, classes = index_labels(raw_labels, declared, where, as_text)

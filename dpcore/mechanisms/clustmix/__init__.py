@@ -13,19 +13,13 @@ fixed in advance — an algorithm nobody runs, so ``dprelease account`` only.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
 from dpcore.mechanisms import basis
-from dpcore.mechanisms.clipping import (
-    DEFAULT_RULE,
-    check_clip_norm,
-    default_clip_norm,
-    is_image,
-)
+from dpcore.mechanisms.clipping import DEFAULT_RULE, check_clip_norm, default_clip_norm
 from dpcore.mechanisms.clustmix.params import (
     PAPER_ONLY,
     ClustMixParams,
@@ -249,9 +243,7 @@ CLIP_RULE = f"⌈√d⌉/4 with model gaussian on image-shaped data (measured); 
 
 
 def clip_default(values: Mapping[str, Any], facts: PublicFacts) -> float:
-    if values.get("model") == "gaussian" and is_image(facts):
-        return max(1.0, math.ceil(math.sqrt(facts.n_features)) / 4)
-    return default_clip_norm(facts)
+    return default_clip_norm(facts, image_divisor=4 if values.get("model") == "gaussian" else 3)
 
 
 def clusters_default(values: Mapping[str, Any], facts: PublicFacts) -> int:
