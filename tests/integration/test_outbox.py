@@ -457,10 +457,21 @@ def test_a_stalled_job_still_alive_stops_once_handed_over(toy_harness: Harness) 
             assert utcnow() < deadline, "the job never started"
             threading.Event().wait(0.02)
         _free_lease(h.runtime)
-        late = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s + 1))
-        result = late.sweep()
+        # The pass's clock is ahead of the jobs': a fresh attempt started during the pass
+        # would look stalled on its last attempt to the same pass. The hand-over is recorded
+        # and sent once the pass has returned, as a broker that delivers late would.
+        recorder = Broker(down=False)
+        real, h.runtime.dispatcher = h.runtime.dispatcher, recorder
+        try:
+            late = Sweeper(h.runtime, holder="t", clock=_later(settings.sweep_running_after_s + 1))
+            result = late.sweep()
+        finally:
+            h.runtime.dispatcher = real
         assert result is not None and release_id in result.requeued
         assert release_id in result.resent
+        assert recorder.sent.count(release_id) == 1
+        for sent in recorder.sent:  # other tests' queued releases were handed over too
+            real.enqueue(sent, worker_queue(toy.NAME))
     finally:
         toy.GATE.set()  # the old attempt goes on: it must find itself superseded
     done = h.wait(owner, release_id)
