@@ -24,6 +24,7 @@ fixture included); a test without it runs in both. A test that needs one mode's 
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import json
 import os
@@ -42,6 +43,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from service import bootstrap
 from service.app import create_app
@@ -242,27 +244,28 @@ class Harness:
         return r.content
 
 
-# A SQLite database built by the migrations, once per test process (tests/integration use
-# hundreds of embedded homes; migrating each from scratch takes ~0.5 s, checking a copy that
-# is already at head ~20 ms).
-_MIGRATED_SQLITE: list[Path] = []
+@functools.cache
+def _migrated_sqlite() -> Path:
+    """A SQLite database built by the migrations, once per test process: an embedded home
+    starts from a copy, which ``bootstrap.prepare`` then finds at head (migrating every home
+    from scratch cost more than most tests; docs/results/ci_time.md)."""
+    where = tempfile.mkdtemp(prefix="dprelease-template-")
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    template = Path(where) / "template.db"
+    bootstrap.upgrade(f"sqlite:///{template}")
+    return template
 
 
-def _migrated_sqlite_copy(settings: Settings) -> None:
-    """Start an embedded home's database as a copy of the migrated template, unless the home
-    has one already (a restarted runtime keeps its data). ``bootstrap.prepare`` still runs the
-    migrations' check on it."""
-    database = settings.home / "dprelease.db"
-    if not settings.run_migrations or settings.database_url or database.exists():
+def _start_from_migrated_copy(settings: Settings) -> None:
+    """An embedded home's database as a copy of ``_migrated_sqlite``, unless the home has one
+    already (a restarted runtime keeps its data) or migrations are off."""
+    if not settings.run_migrations or settings.database_url:
         return
-    if not _MIGRATED_SQLITE:
-        where = tempfile.mkdtemp(prefix="dprelease-template-")
-        atexit.register(shutil.rmtree, where, ignore_errors=True)
-        template = Path(where) / "dprelease.db"
-        bootstrap.upgrade(f"sqlite:///{template}")
-        _MIGRATED_SQLITE.append(template)
-    settings.home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_MIGRATED_SQLITE[0], database)
+    database = Path(make_url(settings.effective_database_url).database or "")
+    if database.exists():
+        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_migrated_sqlite(), database)
 
 
 def _embedded_runtime(home: Path, **overrides: Any) -> Runtime:
@@ -270,7 +273,7 @@ def _embedded_runtime(home: Path, **overrides: Any) -> Runtime:
     # toy's gate to keep the next one queued (tests/integration/test_bounded_jobs.py runs the
     # default pool of DPRELEASE_JOB_THREADS=2).
     settings = Settings(home=home, **{"job_threads": 1, **overrides})  # type: ignore[call-arg]
-    _migrated_sqlite_copy(settings)
+    _start_from_migrated_copy(settings)
     bootstrap.prepare(settings)
     return build_runtime(settings, default_dispatcher)
 

@@ -37,12 +37,14 @@ from worker import runner
 
 class Broker:
     """A dispatcher double: down (every enqueue raises, as Celery does when Redis does not
-    answer) until brought up, then hands jobs to ``inner`` (none: only records them)."""
+    answer) until brought up, then hands jobs to ``inner`` (none: only records them, for
+    ``deliver`` to hand over later)."""
 
     def __init__(self, inner: Dispatcher | None = None, *, down: bool = True) -> None:
         self.inner, self.down = inner, down
         self.tried: list[str] = []
         self.sent: list[str] = []
+        self._queues: list[WorkerQueue] = []
         self._lock = threading.Lock()
 
     def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
@@ -51,8 +53,14 @@ class Broker:
             if self.down:
                 raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
             self.sent.append(release_id)
+            self._queues.append(queue)
         if self.inner is not None:
             self.inner.enqueue(release_id, queue)
+
+    def deliver(self, to: Dispatcher) -> None:
+        """Hand every job this broker took over to ``to``, to the queue it was sent to."""
+        for release_id, queue in zip(self.sent, self._queues, strict=True):
+            to.enqueue(release_id, queue)
 
     def shutdown(self) -> None:
         if self.inner is not None:
@@ -470,8 +478,7 @@ def test_a_stalled_job_still_alive_stops_once_handed_over(toy_harness: Harness) 
         assert result is not None and release_id in result.requeued
         assert release_id in result.resent
         assert recorder.sent.count(release_id) == 1
-        for sent in recorder.sent:  # other tests' queued releases were handed over too
-            real.enqueue(sent, worker_queue(toy.NAME))
+        recorder.deliver(real)  # with any other test's queued release the pass handed over
     finally:
         toy.GATE.set()  # the old attempt goes on: it must find itself superseded
     done = h.wait(owner, release_id)
