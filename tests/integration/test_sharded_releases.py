@@ -101,7 +101,7 @@ def test_a_sharded_release_is_one_file_one_charge(
     assert X.shape == (rows, 4) and y.shape == (rows, 3)
     assert np.isfinite(X).all()
     # No shard repeated: a repeat would duplicate ≥ 300 rows. A few exact float32 collisions
-    # are expected after denoising, which puts a class's rows on a line (rank 1 at d = 4).
+    # happen after denoising, which can keep one direction per class (a line, at d = 4).
     assert len(np.unique(X, axis=0)) >= rows - rows // 100
     assert meta["shards"]["count"] == count and sum(meta["shards"]["rows"]) == rows
     assert meta["params"]["n_samples"] == params["n_samples"]  # the release's, not a shard's
