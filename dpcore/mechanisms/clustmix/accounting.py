@@ -268,7 +268,12 @@ class ClustMixDPEvent(GaussianEvent):
     each; one moved between clusters moves two of each by ≤ 1 and two counts by 1). The counts
     take c of it, the second moments m, the sums 1 − c − m: μ_f² = 2/((1 − c − m)σ²),
     σ_c = σ·√((1 − c − m)/c), σ₂ = σ·√((1 − c − m)/m). The k-means steps keep their own split
-    (the counts' share c of each), sized against this μ_f²."""
+    (the counts' share c of each), sized against this μ_f².
+
+    Values matched (``value_share`` = v > 0, model gaussian only): the final step also releases
+    the pooled value histogram (``dpcore.mechanisms.values``), one vector whatever the
+    clusters, moved by ≤ √2 by any replacement: μ_f² gains 2/σ_v² in both cases, the sums take
+    1 − c − m − v, and σ_v = σ·√((1 − c − m − v)/v)."""
 
     sigma: float
     kmeans_steps: int
@@ -276,6 +281,7 @@ class ClustMixDPEvent(GaussianEvent):
     count_share: float
     fourier: bool = False
     moment_share: float = 0.0  # 0: model means (no second moments)
+    value_share: float = 0.0  # 0: no value histogram
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", float(self.sigma))
@@ -297,6 +303,15 @@ class ClustMixDPEvent(GaussianEvent):
                 f"{moment} (count_share {self.count_share})"
             )
         object.__setattr__(self, "moment_share", moment)
+        value = float(self.value_share)
+        if not (0 <= value < 1 and self.count_share + moment + value < 1):
+            raise ValueError(
+                f"value_share must be in [0, 1) with count_share + moment_share + value_share "
+                f"< 1, got {value} (count_share {self.count_share}, moment_share {moment})"
+            )
+        if value > 0 and moment == 0:
+            raise ValueError("value_share needs second moments (model gaussian)")
+        object.__setattr__(self, "value_share", value)
 
     @property
     def second_moments(self) -> bool:
@@ -306,7 +321,7 @@ class ClustMixDPEvent(GaussianEvent):
     @property
     def mu(self) -> float:
         """√(Σ of every step's μ²), from the declared noise itself."""
-        from dpcore.mechanisms import moments
+        from dpcore.mechanisms import moments, values
         from dpcore.mechanisms.kmeans import step_mu2
 
         s = self.scales()
@@ -314,6 +329,8 @@ class ClustMixDPEvent(GaussianEvent):
             total = moments.step_mu2(
                 sigma_counts=s["counts"], sigma_sums=s["sums"], sigma_second=s["second"]
             )
+            if "values" in s:
+                total += values.SENSITIVITY**2 / s["values"] ** 2
         else:
             total = step_mu2(sigma_sums=s["sums"], sigma_counts=s["counts"], fourier=False)
         if self.kmeans_steps:
@@ -329,13 +346,15 @@ class ClustMixDPEvent(GaussianEvent):
         c, s = self.count_share, self.kmeans_share
         ratio = math.sqrt((1 - c) / c)
         if self.second_moments:
-            # The final step's sums take 1 − c − m of its μ²: μ_f²·σ² = 2/(1 − c − m).
-            sums_share = 1 - c - self.moment_share
+            # The final step's sums take 1 − c − m − v of its μ²: μ_f²·σ² = 2/(1 − c − m − v).
+            sums_share = 1 - c - self.moment_share - self.value_share
             scales = {
                 "sums": self.sigma,
                 "counts": self.sigma * math.sqrt(sums_share / c),
                 "second": self.sigma * math.sqrt(sums_share / self.moment_share),
             }
+            if self.value_share:
+                scales["values"] = self.sigma * math.sqrt(sums_share / self.value_share)
             final = 2.0 / sums_share
         else:
             scales = {"sums": self.sigma, "counts": self.sigma * ratio}
@@ -353,6 +372,7 @@ class ClustMixDPEvent(GaussianEvent):
     def noise(self) -> NoiseDescription:
         from dpcore.mechanisms.kmeans import FOURIER_SUM_SENSITIVITY, SUM_ROW_SENSITIVITY
         from dpcore.mechanisms.moments import SECOND_SAME, SUM_SAME
+        from dpcore.mechanisms.values import SENSITIVITY as VALUES
 
         sigmas = self.scales()
         kmeans_rows = FOURIER_SUM_SENSITIVITY if self.fourier else SUM_ROW_SENSITIVITY
@@ -367,6 +387,12 @@ class ClustMixDPEvent(GaussianEvent):
                 "every final cluster's second-moment sums Σ z zᵀ over the first moment_dim "
                 "basis coordinates (upper triangle, off-diagonal × √2)",
                 SECOND_SAME,
+            ),
+            "values": (
+                "features",
+                "the histogram of every record's feature values (256 levels, pooled over the "
+                "features, each record weighing 1)",
+                VALUES,
             ),
             "kmeans_sums": (
                 "centres",
@@ -393,10 +419,13 @@ class ClustMixDPEvent(GaussianEvent):
         if self.second_moments:
             covers = covers.replace(
                 "the final noisy sums and counts",
-                "the final noisy sums, counts and second-moment sums",
+                "the final noisy sums, counts and second-moment sums"
+                + (" and the value histogram" if self.value_share else ""),
             )
         else:
             del fields["moment_share"]
+        if not self.value_share:
+            del fields["value_share"]
         return {
             "mechanism": "clustmix",
             "accountant": "tight",
@@ -542,6 +571,7 @@ def _gaussian(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
         keys["count_share"],
         fourier=keys.get("feature_map", "none") == "rff",
         moment_share=moment_share(keys),
+        value_share=value_share(keys),
     )
 
 
@@ -551,6 +581,14 @@ def moment_share(keys: Mapping[str, Any]) -> float:
     if keys.get("model", "means") != "gaussian":
         return 0.0
     return float(keys["moment_share"])
+
+
+def value_share(keys: Mapping[str, Any]) -> float:
+    """The final step's μ² share on the value histogram: ``value_share`` with model gaussian
+    and values matched, else 0 (none released)."""
+    if moment_share(keys) == 0 or keys.get("values", "model") != "matched":
+        return 0.0
+    return float(keys["value_share"])
 
 
 def kip_steps(keys: Mapping[str, Any]) -> int:

@@ -96,9 +96,9 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "noisy second-moment sums over the first moment_dim basis coordinates; each cluster "
         "becomes a Gaussian (noisy mean, noisy covariance shrunk toward its diagonal) and the "
         "released rows are drawn from it (post-processing): distinct rows, usable by trees and "
-        "nearest neighbours. Measured on MNIST at ε = 1 with one cluster per class, DCT k = 128, "
-        "clip_norm 7 (docs/results/moment_model.md), three seeds: the worst of six model "
-        "families 0.735–0.758, CNN 0.795–0.822",
+        "nearest neighbours. Measured on MNIST with one cluster per class, DCT k = 128, "
+        "clip_norm 7 and values matched (docs/results/moment_model.md), three seeds: the worst "
+        "of six model families 0.754–0.771 at ε = 1 and 0.840–0.850 at ε = 10",
     )
     moment_share: float = Field(
         default=0.5,
@@ -117,6 +117,34 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "dimension. None: min(128, the basis dimension). The noise per covariance entry does "
         "not grow with h, but the entries do (h(h + 1)/2), so the shrinkage leans harder on the "
         "diagonal for large h",
+    )
+    values: Literal["model", "matched"] = Field(
+        default="model",
+        description="model gaussian: the released feature values. model — the Gaussian's "
+        "samples mapped back from the basis, clipped to the bounds (smooth, with a grey haze "
+        "where image strokes are sharp). matched — each value mapped onto a noisy histogram "
+        "of every record's feature values (256 levels of the declared range, pooled over the "
+        "features, each record weighing 1: sensitivity √2), charged in the final step "
+        "(value_share): sampled rows keep the model's shapes and take the data's values. "
+        "Pooled over the features, so for image-shaped data only (feature_shape)",
+    )
+    value_share: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="values matched: the share of the final step's μ² spent on the value "
+        "histogram (count_share + moment_share + value_share must be < 1; the sums get the "
+        "rest)",
+    )
+    value_blend: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="values matched: w, each released value is (1 − w)·its model value + "
+        "w·its matched level (post-processing; 1: the matched level alone). On MNIST the "
+        "matched level alone sharpens the strokes, which lifts trees, linear models and MLPs "
+        "but costs kNN up to 0.07 at ε = 1; half of it keeps most of the gain for every family "
+        '(docs/results/moment_model.md, "Pixel values")',
     )
     drop_below: float = Field(
         default=2.0,
@@ -296,6 +324,9 @@ DP_ONLY: frozenset[str] = frozenset(
         "model",
         "moment_share",
         "moment_dim",
+        "values",
+        "value_share",
+        "value_blend",
         "drop_below",
         "spread",
         "basis",
@@ -322,7 +353,9 @@ def means_foreign_fields(params: ClustMixParams) -> list[str]:
 
 
 # The fields only model gaussian reads (pinned to their defaults under model means).
-GAUSSIAN_ONLY: frozenset[str] = frozenset({"moment_share", "moment_dim"})
+GAUSSIAN_ONLY: frozenset[str] = frozenset(
+    {"moment_share", "moment_dim", "values", "value_share", "value_blend"}
+)
 PAPER_ONLY: frozenset[str] = frozenset(
     {
         "cluster_size",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error, moments
+from dpcore.mechanisms import float_error, moments, values
 from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.clustmix import accounting, dpkip, paper
 from dpcore.mechanisms.clustmix.params import ClustMixParams
@@ -53,6 +53,9 @@ ASSIGN_CHUNK = 4096
 # moment_model.md). Records per chunk of the second moments (memory ≈ chunk·h²·16 bytes).
 MOMENT_DIM = 128
 MOMENT_CHUNK = 1024
+# Values matched: rows drawn from the fitted model (post-processing) whose values give the
+# sampled-value distribution that the map reads ranks from.
+VALUE_REFERENCE_ROWS = 2000
 
 
 def moment_dim(params: ClustMixParams, basis_dim: int) -> int:
@@ -149,6 +152,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK, features=fourier)
         gaussian = _gaussian_rows(
             params,
+            data,
             Z,
             assignment,
             centres.groups,
@@ -247,6 +251,7 @@ class _Sampled:
 
 def _gaussian_rows(
     params: ClustMixParams,
+    data: PrivateData,
     Z: torch.Tensor,
     assignment: torch.Tensor,
     cluster_groups: torch.Tensor,
@@ -260,7 +265,8 @@ def _gaussian_rows(
     """Model gaussian's final step: every cluster's noisy count, sum and second-moment sums
     (``moments.noisy_moments``, at the declared scales), then post-processing only — the
     small clusters pooled, a Gaussian fitted per kept cluster, n_samples (default n) rows
-    drawn from the release's secure source, mapped back to the domain."""
+    drawn from the release's secure source, mapped back to the domain (values matched: the
+    noisy value histogram is released in the same step, and every value mapped onto it)."""
     n, k = Z.shape
     h = moment_dim(params, k)
     scales = moments.Scales(
@@ -277,6 +283,14 @@ def _gaussian_rows(
         errors=moments.step_errors(row_error, n, stored=float_error.INPUT_RELATIVE),
         chunk=MOMENT_CHUNK,
     )
+    noisy_values = None
+    if params.values == "matched":
+        noisy_values = ctx.sampler(
+            values.histogram(torch.as_tensor(scale_to_unit(data.X, data.lo, data.hi))),
+            sigma=ctx.sigma("values"),
+            sensitivity=values.SENSITIVITY,
+            error=values.rounding_error(n),
+        )[0]
     # Everything below reads the noisy statistics and public facts only (the rows drawn per
     # cluster follow its noisy count).
     ctx.report(total, total, "sampling")
@@ -286,13 +300,37 @@ def _gaussian_rows(
     wanted = params.n_samples if params.n_samples is not None else n
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
     clip = params.clip_norm
+    value_map = None
+    if noisy_values is not None:
+        # F_s from a reference draw of the fitted model (no data read).
+        reference, _ = moments.sample(fitted, VALUE_REFERENCE_ROWS, ctx.generator, h)
+        value_map = values.ValueMap(
+            noisy_values, n, moments.decode(reference, basis, clip), blend=params.value_blend
+        )
 
     def decode(chunk: torch.Tensor) -> torch.Tensor:
         # C·Bz clipped to [0, 1] (the declared bounds), back to unit scale (÷ C), rows of
-        # norm ≤ 1 as the real records' (to_raw maps [0, 1/C] onto [lo, hi]).
-        unit = moments.decode(chunk, basis, clip) / clip
+        # norm ≤ 1 as the real records' (to_raw maps [0, 1/C] onto [lo, hi]); matched values
+        # keep the data's levels instead (in [0, 1], any norm).
+        x01 = moments.decode(chunk, basis, clip)
+        if value_map is not None:
+            return (value_map(x01) / clip).float()
+        unit = x01 / clip
         return (unit / unit.norm(dim=1, keepdim=True).clamp_min(1.0)).float()
 
+    described = (
+        "; each value then mapped onto the noisy histogram of the records' values (its rank "
+        f"among a reference draw of {VALUE_REFERENCE_ROWS} model rows, read off the histogram's "
+        f"isotonic distribution as one of {values.BINS} levels of the declared range"
+        + (
+            f", blended {params.value_blend:g} with the model value"
+            if params.value_blend < 1
+            else ""
+        )
+        + ")"
+        if value_map is not None
+        else ""
+    )
     return _Sampled(
         int(coefficients.shape[0]),
         sampled_rows(coefficients, classes, decode, n_classes),
@@ -304,15 +342,21 @@ def _gaussian_rows(
         "coordinates the noisy second-moment sums over the noisy count less the mean's outer "
         "product, shrunk toward its diagonal by a weight computed from the noise scales and "
         "the noisy count, eigenvalues floored at 1e-6; the other coordinates at the mean; "
-        "mapped back from the basis, clipped to [0, 1] and to norm ≤ 1 (post-processing)",
+        "mapped back from the basis, clipped to [0, 1]"
+        + (described if described else " and to norm ≤ 1")
+        + " (post-processing)",
     )
 
 
 def preprocess_test(metadata: Any, extra: Any, X: np.ndarray) -> np.ndarray:
     """Real records into a release's space: [0, 1]^D for variant paper, unit scale (rows of
-    norm ≤ 1) for variant dp."""
+    norm ≤ 1) for variant dp, and [0, 1/C]^D (no row clipping, as the released rows) with
+    values matched."""
     lo = np.asarray(metadata["feature_range"]["lo"])
     hi = np.asarray(metadata["feature_range"]["hi"])
-    if metadata["params"].get("variant", "dp") == "paper":
+    params = metadata["params"]
+    if params.get("variant", "dp") == "paper":
         return scale_to_unit(X, lo, hi)
+    if params.get("model") == "gaussian" and params.get("values") == "matched":
+        return scale_to_unit(X, lo, hi) / float(params["clip_norm"])
     return unit_features(X, lo, hi)
