@@ -173,3 +173,47 @@ def test_admission_and_defaults() -> None:
     assert resolved({}, _toy()).values == "model"
     assert resolved({"model": "means"}, _images()).values == "model"
     assert resolved({"values": "model"}, _images()).values == "model"
+
+
+def _audit(sigma_scale: float, trials: int = 20_000) -> tuple[float, float]:
+    """An empirical audit of the histogram step on its worst-case neighbours (record 0's
+    values all at level 0 in D, all at level 255 in D′): the real ``values.histogram`` and the
+    release's sampler, noise σ_v·``sigma_scale`` where σ_v is what a claim of ε = 2 at
+    δ = 10⁻² declares (μ = √2/σ_v); each trial one independent release (a row of its own
+    noise). The test scores ⟨release, Δ⟩ (Δ the exact difference), picks its threshold on one
+    half of the trials and bounds ε on the other (``dpcore.audit.stats``, 95 %)."""
+    from dpcore.accounting import gdp
+    from dpcore.audit import stats
+    from dpcore.mechanisms.noise import FastNoise
+    from dpcore.mechanisms.secure_random import SecureRandom
+
+    claim, delta = 2.0, 1e-2
+    sigma = values.SENSITIVITY / gdp.mu_for_epsilon(claim, delta)
+    rng = torch.Generator().manual_seed(5)
+    X = torch.rand((6, 8), generator=rng, dtype=torch.float64)
+    X2 = X.clone()
+    X[0], X2[0] = 0.0, 1.0
+    exact = values.histogram(X), values.histogram(X2)
+    direction = (exact[1] - exact[0])[0]
+    sampler = FastNoise(SecureRandom.from_seed(6))
+    scores = []
+    for hist in exact:
+        noisy = sampler(
+            hist.repeat(2 * trials, 1),
+            sigma=sigma * sigma_scale,
+            sensitivity=values.SENSITIVITY,
+            error=values.rounding_error(6),
+        )
+        scores.append((noisy @ direction).numpy())
+    d, d_prime = (s[:trials] for s in scores)
+    threshold = stats.choose_threshold(d, d_prime, delta, 0.05)
+    fresh = [s[trials:] for s in scores]
+    return stats.evaluate(fresh[0], fresh[1], threshold, delta, 0.05).epsilon_lower_bound, claim
+
+
+def test_audit_stays_below_the_claim_and_catches_too_little_noise() -> None:
+    bound, claim = _audit(1.0)
+    assert 1.2 < bound < claim  # below the claim, with power
+    # Calibrated as if a record moved the histogram by 1 (its own p only): σ too small by √2.
+    planted, _ = _audit(1 / math.sqrt(2))
+    assert planted > claim
