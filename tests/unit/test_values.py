@@ -217,3 +217,17 @@ def test_audit_stays_below_the_claim_and_catches_too_little_noise() -> None:
     # Calibrated as if a record moved the histogram by 1 (its own p only): σ too small by √2.
     planted, _ = _audit(1 / math.sqrt(2))
     assert planted > claim
+
+
+def test_schema_pins_the_matched_fields() -> None:
+    """A body the schema allows is one admission accepts: the histogram's fields only with
+    values matched set."""
+    from dpcore.mechanisms import registry
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = registry.get("clustmix").params.model_json_schema()
+    valid = jsonschema.Draft202012Validator(schema).is_valid
+    assert valid({"model": "gaussian", "values": "matched", "value_share": 0.1, "value_blend": 1})
+    assert not valid({"model": "gaussian", "values": "model", "value_blend": 1})
+    assert not valid({"model": "gaussian", "value_share": 0.1})
+    assert valid({"model": "gaussian", "values": "model"})

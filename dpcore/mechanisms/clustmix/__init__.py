@@ -30,6 +30,7 @@ from dpcore.mechanisms.clustmix.params import (
     ClustMixParams,
     foreign_fields,
     means_foreign_fields,
+    unmatched_foreign_fields,
 )
 from dpcore.mechanisms.spec import (
     Accounting,
@@ -229,11 +230,12 @@ def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
                 "values matched pools every feature's values into one histogram: it needs "
                 "image-shaped data (declare feature_shape, e.g. [28, 28]); use values model"
             )
-    else:
-        fields = type(params).model_fields
-        for name in ("value_share", "value_blend"):
-            if getattr(params, name) != fields[name].default:
-                raise InvalidParams(f"{name} applies to values matched only")
+    matched_only = unmatched_foreign_fields(params)
+    if matched_only:
+        raise InvalidParams(
+            f"{', '.join(matched_only)} {'applies' if len(matched_only) == 1 else 'apply'} "
+            "to values matched only"
+        )
     from dpcore.mechanisms.clustmix.release import BASIS_DIM
 
     dim = basis.dimension(params, facts, BASIS_DIM)

@@ -25,6 +25,7 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     rff = {"properties": {"feature_map": {"const": "rff"}}, "required": ["feature_map"]}
     one = {"properties": {"clusters_per_class": {"const": 1}}, "required": ["clusters_per_class"]}
     gaussian = {"properties": {"model": {"const": "gaussian"}}, "required": ["model"]}
+    matched = {"properties": {"values": {"const": "matched"}}, "required": ["values"]}
     schema["allOf"] = [
         BASIS_RULE,
         {"if": paper, "then": pinned(DP_ONLY), "else": pinned(PAPER_ONLY)},
@@ -34,6 +35,8 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
             "then": {"properties": {"spread": {"const": 0}}},
             "else": pinned(GAUSSIAN_ONLY),
         },
+        # The value histogram's fields are read with values matched only.
+        {"if": matched, "else": pinned(MATCHED_ONLY)},
         # DP-KIP adapts centres in the records' space: not with Fourier-feature centres.
         {"if": rff, "then": {"properties": {"dpkip_steps": {"const": 0}}}},
         # ... nor with one cluster per class (nothing to adapt).
@@ -309,9 +312,13 @@ class ClustMixParams(BasisParams, ClipNormParams):
 def foreign_fields(params: ClustMixParams) -> list[str]:
     """The fields of the other variant set away from their defaults (refused by the spec's
     check, after the dataset is known: a body the schema allows is never a 422 of parsing)."""
-    own = PAPER_ONLY if params.variant == "dp" else DP_ONLY
+    return _changed(params, PAPER_ONLY if params.variant == "dp" else DP_ONLY)
+
+
+def _changed(params: ClustMixParams, names: frozenset[str]) -> list[str]:
+    """Those of ``names`` set away from their defaults, sorted."""
     fields = type(params).model_fields
-    return sorted(name for name in own if getattr(params, name) != fields[name].default)
+    return sorted(name for name in names if getattr(params, name) != fields[name].default)
 
 
 # The fields only one variant reads (n_samples applies to both).
@@ -348,14 +355,22 @@ def means_foreign_fields(params: ClustMixParams) -> list[str]:
     """The fields of model gaussian set away from their defaults under model means."""
     if params.model == "gaussian":
         return []
-    fields = type(params).model_fields
-    return sorted(n for n in GAUSSIAN_ONLY if getattr(params, n) != fields[n].default)
+    return _changed(params, GAUSSIAN_ONLY)
+
+
+def unmatched_foreign_fields(params: ClustMixParams) -> list[str]:
+    """The fields of values matched set away from their defaults under values model."""
+    if params.values == "matched":
+        return []
+    return _changed(params, MATCHED_ONLY)
 
 
 # The fields only model gaussian reads (pinned to their defaults under model means).
 GAUSSIAN_ONLY: frozenset[str] = frozenset(
     {"moment_share", "moment_dim", "values", "value_share", "value_blend"}
 )
+# The fields only values matched reads (pinned to their defaults under values model).
+MATCHED_ONLY: frozenset[str] = frozenset({"value_share", "value_blend"})
 PAPER_ONLY: frozenset[str] = frozenset(
     {
         "cluster_size",
