@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -9,6 +10,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, pool
 
 import migrations
 from service.auth.service import ensure_admin_key, generate_key
@@ -26,7 +30,29 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+@functools.cache
+def _head() -> str | None:
+    """The migrations' head revision, read once per process (alembic compiles every revision
+    script to find it)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def at_head(database_url: str) -> bool:
+    """Whether the database's recorded revision is the migrations' head (read-only)."""
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision() == _head()
+    finally:
+        engine.dispose()
+
+
 def upgrade(database_url: str) -> None:
+    """Migrate to head; a database already there is left untouched without running alembic's
+    environment (each start of a worker or an embedded service would otherwise load every
+    revision script again)."""
+    if at_head(database_url):
+        return
     command.upgrade(alembic_config(database_url), "head")
 
 

@@ -64,6 +64,23 @@ def test_migrations_postgres() -> None:
         _upgrade_check_downgrade(url)
 
 
+def test_upgrade_runs_alembic_only_below_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert not bootstrap.at_head(url)
+    bootstrap.upgrade(url)
+    assert bootstrap.at_head(url)
+    ran: list[str] = []
+    monkeypatch.setattr(command, "upgrade", lambda config, target: ran.append(target))
+    bootstrap.upgrade(url)
+    assert ran == []  # at head: left untouched
+    command.downgrade(bootstrap.alembic_config(url), "-1")
+    assert not bootstrap.at_head(url)
+    bootstrap.upgrade(url)
+    assert ran == ["head"]
+
+
 def test_openapi_is_committed_and_current() -> None:
     committed = (ROOT / "openapi" / "openapi.json").read_text()
     assert committed == openapi_export.render(), "run `make openapi` and commit the result"
