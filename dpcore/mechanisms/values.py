@@ -17,7 +17,8 @@ record weighs 1), made non-decreasing by isotonic regression and clipped to [0, 
 first averages the per-level noise that clamping each level at 0 would turn into mass; F_s, the
 distribution of the sampled values, from a reference draw of the model (no data read). Each
 sampled value v becomes the level F̂⁻¹(F_s(v)) (ties share their mid rank), blended with v:
-(1 − w)·v + w·F̂⁻¹(F_s(v)). Monotone in v, within [0, 1].
+(1 − w)·v + w·F̂⁻¹(F_s(v)). Monotone in v, within [0, 1]. ``automatic_blend`` picks w from
+the fit's shrinkage weights when the request does not.
 
 Only where every feature shares one range and meaning (image pixels): one pooled histogram.
 
@@ -54,6 +55,18 @@ def rounding_error(n: int) -> float:
     sensitivity: the counts are exact integers (n·d < 2⁵³), each divided by d once, a relative
     error ≤ 2⁻⁵³ per level, over two histograms of total mass n."""
     return 2.0 * n * 2.0**-53
+
+
+def automatic_blend(shrink_weights: list[float]) -> float:
+    """The blend w when the request leaves it unset: clamp(2·(1 − mean λ), ½, 1) over the fitted
+    covariances' shrinkage weights λ (post-processing of the noisy statistics). λ measures how
+    much of a covariance is noise; mapped onto the data's levels, that noise becomes
+    full-contrast speckle that nearest-neighbour models read, so the blend falls to ½ as λ
+    rises past ¾ and is 1 once λ ≤ ½. No fitted covariance (nothing kept): ½."""
+    if not shrink_weights:
+        return 0.5
+    mean = sum(shrink_weights) / len(shrink_weights)
+    return min(1.0, max(0.5, 2.0 * (1.0 - mean)))
 
 
 class ValueMap:

@@ -152,6 +152,24 @@ def test_release_draws_the_charged_noise_onto_the_levels() -> None:
     assert "blended 0.5" in out.preprocessing["rows"]
 
 
+def test_an_unset_blend_follows_the_fits_shrinkage() -> None:
+    assert values.automatic_blend([]) == 0.5
+    assert values.automatic_blend([1.0, 0.9]) == 0.5
+    assert values.automatic_blend([0.8]) == 0.5
+    assert values.automatic_blend([0.6, 0.6]) == pytest.approx(0.8)
+    assert values.automatic_blend([0.5]) == 1.0
+    assert values.automatic_blend([0.1, 0.3]) == 1.0
+    params = {"model": "gaussian", "clusters_per_class": 1, "clip_norm": 3.0, "values": "matched"}
+    # Little noise: the covariances are kept (λ small), every value on the data's levels.
+    out, _ = _release(params, sigma=1e-3, data=_images())
+    levels = out.transform.to_raw(_rows(out)[0]) * (values.BINS - 1)
+    assert np.abs(levels - np.round(levels)).max() < 1e-3
+    assert "blended" not in out.preprocessing["rows"]
+    # Much noise: the covariances are mostly shrunk away (λ near 1), half the matched level.
+    out, _ = _release(params, sigma=2.0, data=_images())
+    assert "blended 0.5 with the model value (w = clamp(" in out.preprocessing["rows"]
+
+
 def test_admission_and_defaults() -> None:
     from dpcore.mechanisms import registry
 

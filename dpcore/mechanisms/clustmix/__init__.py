@@ -350,13 +350,14 @@ SPEC = MechanismSpec(
         "owner-only research releases",
         output="X: n rows (or n_samples) drawn from each kept cluster's Gaussian fitted to its "
         "noisy first and second moments (model gaussian), in proportion to the noisy counts, "
-        "clipped into the declared bounds (on images, each pixel value half mapped onto a noisy "
-        "histogram of the data's pixel values: values matched); with model means one row per "
+        "clipped into the declared bounds (on images, each pixel value mapped onto a noisy "
+        "histogram of the data's pixel values, half-way where the fitted covariances are "
+        "mostly noise: values matched); with model means one row per "
         "kept cluster (or n_samples rows, clusters repeated by their noisy counts): noisy "
         "cluster means, unit scale; y: their one-hot classes (exact)",
         good_for="Labelled images and tables for any model family: on MNIST with the "
         "defaults, random forest, HGB, kNN, logistic, MLP and CNN score 0.75–0.84 on real test "
-        "images at ε = 1 and 0.84–0.93 at ε = 10, all rows distinct and within the bounds "
+        "images at ε = 1 and 0.86–0.93 at ε = 10, all rows distinct and within the bounds "
         "(docs/results/moment_model.md; images uploaded flat need feature_shape); model means "
         "suits linear models and MLPs only (trees need spread 0.5)",
         reference='T. Madl, W. Xu, O. Choudhury, M. Howard, "Approximate, Adapt, Anonymize '

@@ -139,15 +139,17 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "histogram (count_share + moment_share + value_share must be < 1; the sums get the "
         "rest)",
     )
-    value_blend: float = Field(
-        default=0.5,
+    value_blend: float | None = Field(
+        default=None,
         ge=0,
         le=1,
         description="values matched: w, each released value is (1 − w)·its model value + "
-        "w·its matched level (post-processing; 1: the matched level alone). On MNIST the "
-        "matched level alone sharpens the strokes, which lifts trees, linear models and MLPs "
-        "but costs kNN up to 0.07 at ε = 1; half of it keeps most of the gain for every family "
-        '(docs/results/moment_model.md, "Pixel values")',
+        "w·its matched level (post-processing; 1: the matched level alone). Unset: chosen "
+        "from the fit's covariance shrinkage weights λ (noisy statistics only), "
+        "w = clamp(2·(1 − mean λ), ½, 1): the matched level alone sharpens strokes, which lifts "
+        "trees, linear models and MLPs, but where the covariances are mostly noise (λ near 1, "
+        "low ε) it turns the samples' spread into speckle that costs kNN up to 0.07; half of it "
+        'keeps most of the gain there (docs/results/moment_model.md, "Pixel values")',
     )
     drop_below: float = Field(
         default=2.0,

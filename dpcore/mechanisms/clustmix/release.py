@@ -301,11 +301,16 @@ def _gaussian_rows(
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
     clip = params.clip_norm
     value_map = None
+    blend = (
+        params.value_blend
+        if params.value_blend is not None
+        else values.automatic_blend(fitted.shrink_weights)
+    )
     if noisy_values is not None:
         # F_s from a reference draw of the fitted model (no data read).
         reference, _ = moments.sample(fitted, VALUE_REFERENCE_ROWS, ctx.generator, h)
         value_map = values.ValueMap(
-            noisy_values, n, moments.decode(reference, basis, clip), blend=params.value_blend
+            noisy_values, n, moments.decode(reference, basis, clip), blend=blend
         )
 
     def decode(chunk: torch.Tensor) -> torch.Tensor:
@@ -323,8 +328,13 @@ def _gaussian_rows(
         f"among a reference draw of {VALUE_REFERENCE_ROWS} model rows, read off the histogram's "
         f"isotonic distribution as one of {values.BINS} levels of the declared range"
         + (
-            f", blended {params.value_blend:g} with the model value"
-            if params.value_blend < 1
+            f", blended {blend:.3g} with the model value"
+            + (
+                " (w = clamp(2·(1 − mean shrinkage weight), ½, 1))"
+                if params.value_blend is None
+                else ""
+            )
+            if blend < 1
             else ""
         )
         + ")"
