@@ -36,6 +36,11 @@ PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --max
 PYTEST_ENV = $(if $(filter 0,$(PYTEST_WORKERS)),,OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
 # 1: pytest's exit status 5 ("no tests collected") counts as success (used by .ci/run).
 ALLOW_NO_TESTS ?= 0
+# The installer (uv) writes no bytecode, and where PYTHONDONTWRITEBYTECODE is set Python writes
+# none either: every test process, and every server, worker or CLI a test starts, would compile
+# torch, scipy and the rest from source again (~6 s of CPU each on 2 cores). Written on first
+# import, it is read by every later process (docs/results/ci_time.md).
+unexport PYTHONDONTWRITEBYTECODE
 
 # Where the integration tests find Postgres and Redis (scripts/ensure_services.sh starts them
 # and creates the database named at the end of the URL).
