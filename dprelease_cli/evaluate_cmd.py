@@ -83,9 +83,10 @@ def _line(name: str, row: dict[str, Any]) -> str:
     type=click.Choice([*CLASSIFIERS, "all"]),
     multiple=True,
     help=f"Model family, repeatable; default {', '.join(DEFAULT_CLASSIFIERS)}. logistic, "
-    "sklearn_mlp, hgb: scikit-learn's LogisticRegression, MLPClassifier and "
-    "HistGradientBoostingClassifier with default settings (class-mixture labels as per-class "
-    "weighted rows, exact labels as they are); linear: "
+    "sklearn_mlp, hgb, random_forest, knn: scikit-learn's LogisticRegression, MLPClassifier, "
+    "HistGradientBoostingClassifier, RandomForestClassifier and KNeighborsClassifier with "
+    "default settings (class-mixture labels as per-class weighted rows, kNN by their argmax; "
+    "exact labels as they are); linear: "
     "ridge on the label matrix; mlp, cnn: small torch networks (cnn: image-shaped data only, "
     "refused otherwise). 'all': every family that applies.",
 )

@@ -1,5 +1,6 @@
 """The model families a release is measured with: ridge regression on the label matrix,
-scikit-learn classifiers (soft labels as weighted rows) and small torch networks."""
+scikit-learn classifiers (soft labels as weighted rows; kNN by their argmax) and small torch
+networks."""
 
 from __future__ import annotations
 
@@ -80,12 +81,14 @@ def weighted_rows(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return X[rows[keep]], classes[keep], w[keep]
 
 
-def _sklearn(make: Callable[[int], Any]) -> Trainer:
+def _sklearn(make: Callable[[int], Any], weights: bool = True) -> Trainer:
     """A scikit-learn classifier with its default settings: on soft labels (class mixtures)
-    through per-class weighted rows (``weighted_rows``), else on hard labels (argmax of Y)."""
+    through per-class weighted rows (``weighted_rows``), else on hard labels (argmax of Y).
+    ``weights`` False: a model that takes no sample weights (kNN) reads class mixtures by
+    their argmax — the weighted rows would stack every row once per class, equidistant."""
 
     def train(data: TrainingSet) -> Prediction:
-        weighted = weighted_rows(data.X, data.Y) if data.soft else None
+        weighted = weighted_rows(data.X, data.Y) if data.soft and weights else None
         y = data.hard_labels() if weighted is None else weighted[1]
         present = np.unique(y)
         if len(present) < 2:
@@ -140,6 +143,18 @@ def _hgb(seed: int) -> Any:
     return HistGradientBoostingClassifier(random_state=seed)
 
 
+def _random_forest(seed: int) -> Any:
+    from sklearn.ensemble import RandomForestClassifier
+
+    return RandomForestClassifier(random_state=seed)
+
+
+def _knn(seed: int) -> Any:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    return KNeighborsClassifier()
+
+
 def _torch_family(kind: str) -> Trainer:
     def train(data: TrainingSet) -> Prediction:
         if kind == "cnn" and data.shape is None:
@@ -151,7 +166,7 @@ def _torch_family(kind: str) -> Trainer:
 
 NOT_IMAGES = (
     "cnn needs image-shaped data (a 2-D feature shape, or d a perfect square ≥ 64 such as 784); "
-    "this release is tabular: use logistic, hgb or sklearn_mlp"
+    "this release is tabular: use logistic, hgb, random_forest, knn or sklearn_mlp"
 )
 
 #: Every model family ``evaluate`` can train, by name: the one table the CLI, the worker's
@@ -161,6 +176,8 @@ FAMILIES: dict[str, Trainer] = {
     "logistic": _sklearn(_logistic),
     "sklearn_mlp": _sklearn(_sklearn_mlp),
     "hgb": _sklearn(_hgb),
+    "random_forest": _sklearn(_random_forest),
+    "knn": _sklearn(_knn, weights=False),
     "mlp": _torch_family("mlp"),
     "cnn": _torch_family("cnn"),
 }
@@ -172,6 +189,7 @@ SKLEARN_MODELS: dict[str, Callable[[int], Any]] = {
     "logistic": _logistic,
     "sklearn_mlp": _sklearn_mlp,
     "hgb": _hgb,
+    "random_forest": _random_forest,
 }
 #: What ``dprelease evaluate`` trains unless told: scikit-learn models as an analyst would use
 #: them, quick on CPU; the torch networks only when asked.

@@ -87,7 +87,7 @@ def test_cnn_needs_image_shaped_data(toy: tuple[Release, np.ndarray, np.ndarray]
     assert families_for(release, ("all",)) == CLASSIFIERS
 
 
-@pytest.mark.parametrize("family", ["logistic", "sklearn_mlp", "hgb"])
+@pytest.mark.parametrize("family", ["logistic", "sklearn_mlp", "hgb", "random_forest", "knn"])
 def test_one_class_release_predicts_that_class(
     toy: tuple[Release, np.ndarray, np.ndarray], family: str
 ) -> None:
@@ -98,6 +98,19 @@ def test_one_class_release_predicts_that_class(
         Release(release.X, Y, release.metadata), X_test, y_test, classifiers=(family,)
     )
     assert report["accuracy"][family] == pytest.approx(float(np.mean(y_test == 1)))
+
+
+def test_knn_reads_class_mixtures_by_their_argmax(
+    toy: tuple[Release, np.ndarray, np.ndarray],
+) -> None:
+    release, X_test, y_test = toy
+    # Mixtures that keep each row's class on top (0.6 of it, 0.2 to each other class): kNN
+    # learns as from the exact labels, where weighted rows (each row once per class) would
+    # leave every neighbour tied.
+    mixed = Release(release.X, release.Y * 0.4 + 0.2, release.metadata)
+    exact = evaluate(release, X_test, y_test, classifiers=("knn",))
+    report = evaluate(mixed, X_test, y_test, classifiers=("knn",))
+    assert report["accuracy"]["knn"] == exact["accuracy"]["knn"] > 0.9
 
 
 def test_hard_labels_are_the_argmax_of_signed_rows(

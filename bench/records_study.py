@@ -1,0 +1,267 @@
+"""Records study: every served mechanism's default release of four tables, scored as an analyst
+scores it, by every model family ``dprelease evaluate`` trains.
+
+    OMP_NUM_THREADS=1 python -m bench.records_study --out docs/results [--epsilons 1 10]
+        [--datasets ...] [--mechanisms ...] [--rows 10000]
+
+Data: ``bench/tabular_data.py`` (breast-cancer, wine, digits, and make_classification as a
+mixed CSV with declared categorical columns and gaps; 70 % private, 30 % held-out, stratified).
+``--rows`` sets make_classification's n (10 000 here: its 7 000 private rows keep a release's
+seven families within a minute on one core). δ = 1/n² for n private rows.
+
+Releases: each mechanism's ``defaults`` (no parameter set: the service's shape defaults, as
+``POST /releases`` resolves them), T = n, made by ``bench.sweet_spot.make_release`` (the
+``tight`` accountant calibrated to ε, the secure sampler, the worker's post-processing); DPGM
+in its cheapest sensible settings (``bench.tabular.DPGM_CHEAP``: its defaults take minutes per
+release on one core). Scored by ``dpcore.evaluation.evaluate`` — the code of ``dprelease
+evaluate``: the release as served and the held-out rows through its public transform, both
+scaled per column by the declared bounds — with every family that applies to a table (ridge on
+the label matrix, logistic, sklearn MLP, HGB, random forest, kNN, torch MLP; 20 epochs, seed 0).
+
+Per release: accuracy per family and the worst family; ``distinct``, the share of released rows
+that differ from every other; ``in_domain``, the share of released rows whose every value lies
+within the declared bounds (rows in the data's units only; blank for releases in another space:
+signed combinations, projections). ``non-private``: the same families on the private rows.
+
+Writes OUT/records_study.csv and OUT/records_study.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.sweet_spot import make_release
+from bench.tabular import DPGM_CHEAP
+from bench.tabular_data import DATASETS, Table
+from dpcore.evaluation import Release, evaluate, families_for
+from dpcore.mechanisms import registry
+from dpcore.preprocessing import RowTransform
+
+EPSILONS = (1.0, 10.0)
+FAMILY_NAMES = {
+    "linear": "ridge",
+    "logistic": "logistic",
+    "sklearn_mlp": "sklearn MLP",
+    "hgb": "HGB",
+    "random_forest": "random forest",
+    "knn": "kNN",
+    "mlp": "torch MLP",
+}
+FAMILY_KEYS = tuple(FAMILY_NAMES)
+FIELDS = [
+    "dataset",
+    "mechanism",
+    "config",
+    "epsilon",
+    "charge",
+    "rows",
+    "distinct",
+    "in_domain",
+    *FAMILY_KEYS,
+    "worst",
+    "seconds",
+    "note",
+]
+TOLERANCE = 1e-6  # of the declared width: float32 storage of values at a bound
+
+
+def distinct_share(X: np.ndarray) -> float:
+    if len(X) == 0:
+        return 0.0
+    return len(np.unique(np.asarray(X, dtype=np.float32), axis=0)) / len(X)
+
+
+def in_domain_share(release: Release) -> float | None:
+    """Rows whose every value lies within the declared bounds; None when the release is not in
+    the data's units (its transform's output is not raw)."""
+    transform = release.metadata.get("transform")
+    if transform is None or transform.get("output", "raw") != "raw" or len(release.X) == 0:
+        return None
+    lo = np.asarray(transform["lo"], dtype=np.float64)
+    hi = np.asarray(transform["hi"], dtype=np.float64)
+    slack = TOLERANCE * (hi - lo)
+    X = np.asarray(release.X, dtype=np.float64)
+    inside = np.logical_and(np.greater_equal(X, lo - slack), np.less_equal(X, hi + slack))
+    return float(inside.all(axis=1).mean())
+
+
+def _accuracies(report: dict[str, Any], families: tuple[str, ...]) -> dict[str, float]:
+    return {f: float(report["accuracy"][f]) for f in families if f in report["accuracy"]}
+
+
+def run_release(table: Table, mechanism: str, epsilon: float) -> dict[str, Any]:
+    start = time.perf_counter()
+    cheap = mechanism == "dpgm"
+    request = dict(DPGM_CHEAP) if cheap else {}
+    row: dict[str, Any] = {
+        "dataset": table.name,
+        "mechanism": mechanism,
+        "config": "cheap" if cheap else "defaults",
+        "epsilon": epsilon,
+        "note": "",
+    }
+    delta = 1.0 / table.private.n_rows**2
+    try:
+        release, event = make_release(mechanism, request, table.private, epsilon, delta)
+    except (ValueError, ArithmeticError) as exc:
+        row["note"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:200]
+        return row
+    families = families_for(release, FAMILY_KEYS)
+    report = evaluate(release, table.X_test, table.y_test, classifiers=families, seed=0)
+    scores = _accuracies(report, families)
+    row.update(scores)
+    row.update(
+        charge=round(event.epsilon(delta), 4),
+        rows=len(release.X),
+        distinct=round(distinct_share(release.X), 3),
+        in_domain=in_domain_share(release),
+        worst=min(scores.values()) if scores else None,
+        seconds=round(time.perf_counter() - start, 1),
+    )
+    if row["in_domain"] is not None:
+        row["in_domain"] = round(row["in_domain"], 3)
+    return row
+
+
+def non_private(table: Table) -> dict[str, Any]:
+    """The families trained on the private rows themselves, through the same evaluation (the
+    private rows as a release of exact labels in raw units)."""
+    p = table.private
+    start = time.perf_counter()
+    classes = [c for c in p.classes]
+    metadata = {
+        "mechanism": "non-private",
+        "params": {},
+        "classes": classes,
+        "feature_shape": list(p.feature_shape),
+        # Raw units, no row clip: the records themselves, scaled by the declared bounds.
+        "transform": RowTransform.unit_range(p.lo, p.hi, None).to_metadata(),
+        "label_kind": "exact",
+    }
+    Y = np.eye(len(classes))[p.labels]
+    release = Release(np.asarray(p.X, dtype=np.float64), Y, metadata)
+    families = families_for(release, FAMILY_KEYS)
+    report = evaluate(release, table.X_test, table.y_test, classifiers=families, seed=0)
+    scores = _accuracies(report, families)
+    return {
+        "dataset": table.name,
+        "mechanism": "non-private",
+        "config": "",
+        "epsilon": float("inf"),
+        "rows": p.n_rows,
+        "distinct": round(distinct_share(p.X), 3),
+        "in_domain": 1.0,
+        **scores,
+        "worst": min(scores.values()),
+        "seconds": round(time.perf_counter() - start, 1),
+        "note": "",
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "# Records study: default releases of four tables, every model family",
+        "",
+        f"Made by: `{command}`",
+        "",
+        (__doc__ or "").split("Writes OUT")[0].strip(),
+        "",
+    ]
+    header = ["mechanism", "ε", "charged", "rows", "distinct", "in domain"]
+    header += [FAMILY_NAMES[f] for f in FAMILY_KEYS] + ["worst", "s", "note"]
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == dataset]
+        lines += [f"## {dataset}", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        for r in mine:
+            cells = [r["mechanism"] + (f" ({r['config']})" if r.get("config") == "cheap" else "")]
+            cells += [_cell(r.get("epsilon")), _cell(r.get("charge")), _cell(r.get("rows"))]
+            cells += [_cell(r.get("distinct")), _cell(r.get("in_domain"))]
+            cells += [_cell(r.get(f)) for f in FAMILY_KEYS]
+            cells += [_cell(r.get("worst")), _cell(r.get("seconds")), r.get("note") or ""]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _typed(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row back to the types the table prints (numbers as floats, blanks as None)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in ("dataset", "mechanism", "config", "note"):
+            out[key] = value
+        elif value == "":
+            out[key] = None
+        else:
+            number = float(value)
+            out[key] = int(number) if key == "rows" else number
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
+    parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
+    parser.add_argument("--mechanisms", nargs="+", default=[s.name for s in registry.served()])
+    parser.add_argument("--rows", type=int, default=10_000, help="make_classification's n")
+    parser.add_argument("--name", default="records_study", help="output files' stem")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="CSV",
+        help="write OUT/NAME.csv and .md from these runs' CSVs (runs of disjoint datasets made "
+        "in parallel) instead of running",
+    )
+    args = parser.parse_args(argv)
+    command = "python -m bench.records_study " + " ".join(argv or sys.argv[1:])
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        merged: list[dict[str, Any]] = []
+        for path in args.merge:
+            with path.open() as handle:
+                merged += [_typed(r) for r in csv.DictReader(handle)]
+        with (args.out / f"{args.name}.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(merged)
+        (args.out / f"{args.name}.md").write_text(markdown(merged, command.strip()))
+        return
+    rows: list[dict[str, Any]] = []
+    with (args.out / f"{args.name}.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        for dataset in args.datasets:
+            table = DATASETS[dataset](args.rows)
+            plan = [(m, e) for e in args.epsilons for m in args.mechanisms]
+            for row in [non_private(table)] + [run_release(table, m, e) for m, e in plan]:
+                writer.writerow(row)
+                handle.flush()
+                rows.append(row)
+                print(
+                    f"{row['dataset']} {row['mechanism']} ε={row['epsilon']}: worst "
+                    f"{_cell(row.get('worst'))} ({row.get('seconds')} s) {row['note']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    (args.out / f"{args.name}.md").write_text(markdown(rows, command.strip()))
+
+
+if __name__ == "__main__":
+    main()
