@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,7 @@ FIELDS = [
     "mechanism",
     "config",
     "epsilon",
+    "repeat",
     "charge",
     "rows",
     "distinct",
@@ -165,12 +167,44 @@ def non_private(table: Table) -> dict[str, Any]:
     }
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, spec: str = ".3f") -> str:
     if value is None or value == "":
         return "—"
-    if isinstance(value, float):
-        return f"{value:.3f}"
+    if isinstance(value, int | float):
+        return format(value, spec)
     return str(value)
+
+
+def _mean(values: list[Any]) -> float | None:
+    numbers = [float(v) for v in values if v is not None and v != ""]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (dataset, mechanism, config, ε): each figure's mean over the repeats; the
+    worst family is the lowest mean, ``worst_range`` the repeats' own worst families."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        key = (r["dataset"], r["mechanism"], r.get("config"), r.get("epsilon"))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (dataset, mechanism, config, epsilon), mine in groups.items():
+        row: dict[str, Any] = {
+            "dataset": dataset,
+            "mechanism": mechanism,
+            "config": config,
+            "epsilon": epsilon,
+            "repeats": len(mine),
+            "note": next((r["note"] for r in mine if r.get("note")), ""),
+        }
+        for key in ("charge", "rows", "distinct", "in_domain", *FAMILY_KEYS, "seconds"):
+            row[key] = _mean([r.get(key) for r in mine])
+        scores = [row[f] for f in FAMILY_KEYS if row[f] is not None]
+        row["worst"] = min(scores) if scores else None
+        worsts = [float(r["worst"]) for r in mine if r.get("worst") not in (None, "")]
+        row["worst_range"] = f"{min(worsts):.3f}–{max(worsts):.3f}" if len(worsts) > 1 else ""
+        out.append(row)
+    return out
 
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
@@ -181,19 +215,24 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "",
         (__doc__ or "").split("Writes OUT")[0].strip(),
         "",
+        "Cells: means over the repeats (fresh secure randomness each); worst: the family with "
+        "the lowest mean; its range: the worst family of each repeat, lowest and highest.",
+        "",
     ]
-    header = ["mechanism", "ε", "charged", "rows", "distinct", "in domain"]
-    header += [FAMILY_NAMES[f] for f in FAMILY_KEYS] + ["worst", "s", "note"]
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = [r for r in rows if r["dataset"] == dataset]
+    header = ["mechanism", "ε", "rows", "distinct", "in domain"]
+    header += [FAMILY_NAMES[f] for f in FAMILY_KEYS] + ["worst", "worst range", "s", "note"]
+    summary = summarise(rows)
+    for dataset in dict.fromkeys(r["dataset"] for r in summary):
+        mine = [r for r in summary if r["dataset"] == dataset]
         lines += [f"## {dataset}", "", "| " + " | ".join(header) + " |"]
         lines.append("|" + "---|" * len(header))
         for r in mine:
             cells = [r["mechanism"] + (f" ({r['config']})" if r.get("config") == "cheap" else "")]
-            cells += [_cell(r.get("epsilon")), _cell(r.get("charge")), _cell(r.get("rows"))]
+            cells += [_cell(r.get("epsilon"), "g"), _cell(r.get("rows"), ".0f")]
             cells += [_cell(r.get("distinct")), _cell(r.get("in_domain"))]
             cells += [_cell(r.get(f)) for f in FAMILY_KEYS]
-            cells += [_cell(r.get("worst")), _cell(r.get("seconds")), r.get("note") or ""]
+            cells += [_cell(r.get("worst")), r["worst_range"], _cell(r.get("seconds"), ".1f")]
+            cells.append(r.get("note") or "")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -209,7 +248,7 @@ def _typed(row: dict[str, str]) -> dict[str, Any]:
             out[key] = None
         else:
             number = float(value)
-            out[key] = int(number) if key == "rows" else number
+            out[key] = int(number) if key in ("rows", "repeat") else number
     return out
 
 
@@ -220,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--mechanisms", nargs="+", default=[s.name for s in registry.served()])
     parser.add_argument("--rows", type=int, default=10_000, help="make_classification's n")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--name", default="records_study", help="output files' stem")
     parser.add_argument(
         "--merge",
@@ -249,8 +289,14 @@ def main(argv: list[str] | None = None) -> None:
         writer.writeheader()
         for dataset in args.datasets:
             table = DATASETS[dataset](args.rows)
-            plan = [(m, e) for e in args.epsilons for m in args.mechanisms]
-            for row in [non_private(table)] + [run_release(table, m, e) for m, e in plan]:
+            plan = [
+                (m, e, r)
+                for e in args.epsilons
+                for m in args.mechanisms
+                for r in range(args.repeats)
+            ]
+            releases = (dict(run_release(table, m, e), repeat=r) for m, e, r in plan)
+            for row in itertools.chain([non_private(table)], releases):
                 writer.writerow(row)
                 handle.flush()
                 rows.append(row)

@@ -42,9 +42,10 @@ base σ meeting a target ε with ``dpcore.calibration.smallest_noise`` (never ab
 
 Everything after the noisy outputs is post-processing: per cluster, mean m = S1/N,
 covariance Σ = S2/N − m_h m_hᵀ (symmetrised), shrunk toward its diagonal (or isotropic) target
-with a weight computed from the noise scales, h and the noisy count only (``fit``), eigenvalues
-floored; n rows (n public) drawn ∝ noisy counts from N(m, Σ) (coordinates past h at the mean),
-mapped back (C·B z), clipped to [0, 1], labelled with their cluster's class.
+with a weight computed from the noise scales, h and the noisy count only (``fit``; the diagonal
+target's variances themselves shrunk alike toward all clusters' count-weighted variances),
+eigenvalues floored; n rows (n public) drawn ∝ noisy counts from N(m, Σ) (coordinates past h
+at the mean), mapped back (C·B z), clipped to [0, 1], labelled with their cluster's class.
 
 Written by hand: no library releases noisy second moments per cluster.
 """
@@ -319,6 +320,10 @@ class FitOptions:
     floor: float = 1e-6
     temperature: float = 1.0
     min_count: float = 1.0
+    # The diagonal target's variances shrunk toward all clusters' count-weighted variances
+    # (known-noise weight): with few records per cluster the noise of each variance (σ₂/N) can
+    # exceed the variance itself, while the pooled ones carry the noise of all N records.
+    shrink_diagonal: bool = True
 
 
 @dataclass
@@ -379,12 +384,21 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
             tail_std[c] = (torch.clamp(shrunk, min=options.floor) * options.temperature).sqrt()
     cov = (cov + cov.transpose(1, 2)) / 2
     factors, lambdas = [], []
+    # Every cluster's variances weighted by its noisy count: the same coordinates' spread with
+    # the noise of all N records rather than one cluster's.
+    weight = torch.clamp(counts, min=0.0)
+    pooled_diagonal = (weight[:, None] * torch.diagonal(cov, dim1=1, dim2=2)).sum(0) / max(
+        float(weight.sum()), 1.0
+    )
     for c in range(cov.shape[0]):
         sigma_entry = scales.second / float(noise_counts[c])
         mean_noise = 2.0 * float((mh[c] ** 2).sum()) * (scales.sums / float(counts[c])) ** 2
         S = cov[c]
         if options.shrink == "diagonal":
-            target = torch.diag(torch.clamp(torch.diagonal(S), min=options.floor))
+            d = torch.diagonal(S)
+            if options.shrink_diagonal:
+                d = _toward(d, pooled_diagonal, sigma_entry**2 * h, options.shrink_scale)
+            target = torch.diag(torch.clamp(d, min=options.floor))
             noise = sigma_entry**2 * h * (h - 1) / 2 + mean_noise * (h - 1) / h
         else:
             target = torch.eye(h, dtype=S.dtype) * max(float(torch.trace(S)) / h, options.floor)
@@ -407,6 +421,14 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
         stats.groups[keep],
         lambdas,
     )
+
+
+def _toward(d: torch.Tensor, target: torch.Tensor, noise: float, scale: float) -> torch.Tensor:
+    """The variances ``d`` shrunk toward ``target`` with the known-noise weight (``noise``: the
+    expected squared noise over the h entries)."""
+    gap = float(((d - target) ** 2).sum())
+    lam = 1.0 if gap <= 0 else min(1.0, scale * noise / gap)
+    return (1 - lam) * d + lam * target
 
 
 def sample(

@@ -208,3 +208,31 @@ def test_sample_nothing_left() -> None:
     )
     rows, labels = moments.sample(model, 10, SecureRandom.from_seed(5), 3)
     assert rows.shape == (0, 5) and labels.shape == (0,)
+
+
+@pytest.mark.parametrize("shrink_diagonal", [True, False])
+def test_noisy_variances_shrink_toward_the_pooled_ones(shrink_diagonal: bool) -> None:
+    """Each cluster's diagonal target moves toward the clusters' count-weighted variances by the
+    known-noise weight: kept when the second moments' noise is negligible, pulled all the way
+    in when it dwarfs their differences."""
+    generator = torch.Generator().manual_seed(0)
+    spreads = torch.tensor([[0.4, 0.2, 0.1, 0.05], [0.05, 0.1, 0.2, 0.4]], dtype=torch.float64)
+    assignment = torch.arange(800) % 2
+    noise = torch.randn((800, 4), generator=generator, dtype=torch.float64)
+    X = (0.5 + spreads[assignment] * noise).clamp(0, 1)
+    s = stats(X, assignment, 2, Basis(None, "identity"), 2.0)
+    options = moments.FitOptions(shrink_diagonal=shrink_diagonal)
+    variances = {}
+    for second in (1e-6, 1e3):
+        scales = moments.Scales(counts=1.0, sums=1e-6, second=second)
+        factors = moments.fit(s, scales, options).factors
+        variances[second] = torch.stack([torch.diagonal(f @ f.T) for f in factors])
+    exact = variances[1e-6]
+    # Negligible noise: each cluster keeps its own variances (they differ by 16× or more).
+    assert exact[0, 0] > 10 * exact[0, 3] and exact[1, 3] > 10 * exact[1, 0]
+    noisy = variances[1e3]
+    if shrink_diagonal:
+        pooled = exact.mean(dim=0)  # equal counts
+        assert torch.allclose(noisy, pooled.expand(2, 4), rtol=1e-6)
+    else:
+        assert torch.allclose(noisy, exact, rtol=1e-6)

@@ -4,6 +4,7 @@ bounds, only for releases in the data's units) and one release scored end to end
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench import records_study, tabular_data
 from dpcore.evaluation import Release
@@ -48,3 +49,20 @@ def test_a_default_release_is_scored_by_every_table_family() -> None:
     assert row["rows"] == table.private.n_rows  # T = n
     assert row["in_domain"] == 1.0 and row["distinct"] >= 0.9
     assert abs(row["charge"] - 4.0) < 1e-3 and row["charge"] <= 4.0
+
+
+def test_the_table_averages_repeats_and_names_the_worst_family() -> None:
+    base = {"dataset": "t", "mechanism": "m", "config": "defaults", "epsilon": 1.0, "note": ""}
+    scores = [
+        {f: 0.8 for f in records_study.FAMILY_KEYS} | {"knn": 0.5, "worst": 0.5},
+        {f: 0.9 for f in records_study.FAMILY_KEYS} | {"hgb": 0.6, "worst": 0.6},
+    ]
+    rows = [{**base, "repeat": i, "rows": 10, **s} for i, s in enumerate(scores)]
+    (summary,) = records_study.summarise(rows)
+    assert summary["repeats"] == 2 and summary["rows"] == 10
+    assert summary["knn"] == pytest.approx(0.7) and summary["hgb"] == pytest.approx(0.7)
+    assert summary["logistic"] == pytest.approx(0.85)
+    # The lowest mean, not the mean of the repeats' worst families (0.55).
+    assert summary["worst"] == pytest.approx(0.7)
+    assert summary["worst_range"] == "0.500–0.600"
+    assert "| m | 1 | 10 | — | — | 0.850 |" in records_study.markdown(rows, "cmd")

@@ -356,7 +356,7 @@ SPEC = MechanismSpec(
         "kept cluster (or n_samples rows, clusters repeated by their noisy counts): noisy "
         "cluster means, unit scale; y: their one-hot classes (exact)",
         good_for="Labelled images and tables for any model family: on MNIST with the "
-        "defaults, random forest, HGB, kNN, logistic, MLP and CNN score 0.75–0.84 on real test "
+        "defaults, random forest, HGB, kNN, logistic, MLP and CNN score 0.73–0.84 on real test "
         "images at ε = 1 and 0.86–0.93 at ε = 10, all rows distinct and within the bounds "
         "(docs/results/moment_model.md; images uploaded flat need feature_shape); model means "
         "suits linear models and MLPs only (trees need spread 0.5)",

@@ -350,8 +350,10 @@ def _gaussian_rows(
         "in proportion to their noisy counts (largest remainders), from the release's secure "
         f"source: mean the noisy sum over the noisy count; covariance over the first {h} basis "
         "coordinates the noisy second-moment sums over the noisy count less the mean's outer "
-        "product, shrunk toward its diagonal by a weight computed from the noise scales and "
-        "the noisy count, eigenvalues floored at 1e-6; the other coordinates at the mean; "
+        "product, shrunk toward its diagonal (whose variances are shrunk toward all clusters' "
+        "count-weighted ones) by "
+        "weights computed from the noise scales and the noisy count, eigenvalues floored at "
+        "1e-6; the other coordinates at the mean; "
         "mapped back from the basis, clipped to [0, 1]"
         + (described if described else " and to norm ≤ 1")
         + " (post-processing)",
