@@ -378,8 +378,7 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
             v = var[c]
             target = torch.clamp(v.mean(), min=options.floor)
             noise = (k - h) * (scales.second / float(noise_counts[c])) ** 2
-            gap = float(((v - target) ** 2).sum())
-            lam = 1.0 if gap <= 0 else min(1.0, options.shrink_scale * noise / gap)
+            lam = _weight(v, target, noise, options.shrink_scale)
             shrunk = (1 - lam) * v + lam * target
             tail_std[c] = (torch.clamp(shrunk, min=options.floor) * options.temperature).sqrt()
     cov = (cov + cov.transpose(1, 2)) / 2
@@ -397,7 +396,8 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
         if options.shrink == "diagonal":
             d = torch.diagonal(S)
             if options.shrink_diagonal:
-                d = _toward(d, pooled_diagonal, sigma_entry**2 * h, options.shrink_scale)
+                toward = _weight(d, pooled_diagonal, sigma_entry**2 * h, options.shrink_scale)
+                d = (1 - toward) * d + toward * pooled_diagonal
             target = torch.diag(torch.clamp(d, min=options.floor))
             noise = sigma_entry**2 * h * (h - 1) / 2 + mean_noise * (h - 1) / h
         else:
@@ -406,8 +406,7 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
         if options.shrink_fixed is not None:
             lam = options.shrink_fixed
         else:
-            gap = float(((S - target) ** 2).sum())
-            lam = 1.0 if gap <= 0 else min(1.0, options.shrink_scale * noise / gap)
+            lam = _weight(S, target, noise, options.shrink_scale)
         shrunk = (1 - lam) * S + lam * target
         values, vectors = torch.linalg.eigh(shrunk)
         values = torch.clamp(values, min=options.floor) * options.temperature
@@ -423,12 +422,12 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
     )
 
 
-def _toward(d: torch.Tensor, target: torch.Tensor, noise: float, scale: float) -> torch.Tensor:
-    """The variances ``d`` shrunk toward ``target`` with the known-noise weight (``noise``: the
-    expected squared noise over the h entries)."""
-    gap = float(((d - target) ** 2).sum())
-    lam = 1.0 if gap <= 0 else min(1.0, scale * noise / gap)
-    return (1 - lam) * d + lam * target
+def _weight(x: torch.Tensor, target: torch.Tensor, noise: float, scale: float) -> float:
+    """The known-noise shrinkage weight of ``x`` toward ``target``: min(1, scale·noise/gap), gap
+    the squared distance between them, ``noise`` the expected squared noise of x's entries
+    (Ledoit–Wolf's form with the noise variance known; 1 when they coincide)."""
+    gap = float(((x - target) ** 2).sum())
+    return 1.0 if gap <= 0 else min(1.0, scale * noise / gap)
 
 
 def sample(
