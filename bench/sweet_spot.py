@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import hints  # noqa: E402
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
-from dpcore.categorical import category_proportions  # noqa: E402
+from dpcore.domain import into_domain  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.contract import ReleaseOutput  # noqa: E402
@@ -173,14 +173,15 @@ def make_release(
     X32, Y32, _, _ = materialise(output)
     X, Y = X32.astype(np.float64), Y32.astype(np.float64)
     metadata = release_metadata(mechanism, params, parsed, output.transform)
-    # Declared categorical columns decode to proportions, as the worker serves them — only for
-    # records (or their means) in the dataset's own feature space (worker/writing.py::RowSteps); the
+    # Rows in the dataset's own units go into the declared domain, as the worker serves them
+    # (worker/writing.py::RowSteps: values clipped to the bounds, one category per row); the
     # blocks travel in the metadata so a study can map test rows alike.
     blocks = getattr(parsed, "categorical_blocks", ())
     same_space = list(output.feature_names) == list(parsed.feature_names)
-    if blocks and same_space and (output.transform is None or output.transform.output == "raw"):
-        X = category_proportions(X, blocks)
-        metadata["categorical_blocks"] = [list(b) for b in blocks]
+    if same_space and (output.transform is None or output.transform.output == "raw"):
+        X = into_domain(X, parsed.lo, parsed.hi, blocks, np.random.default_rng())
+        if blocks:
+            metadata["categorical_blocks"] = [list(b) for b in blocks]
     return Release(X, Y, metadata, output.extra), event
 
 

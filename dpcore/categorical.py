@@ -1,9 +1,10 @@
 """Decoding declared categorical columns in a release.
 
 An upload's categorical column is one-hot encoded into one feature per declared category; a
-released row holds a noisy mixture of such blocks. Reading each block as the mixture's
+drawn row holds a noisy mixture of such blocks. Reading each block as the mixture's
 category proportions (negative parts set to 0, then scaled to sum to 1) is post-processing
-of the release: it reads nothing but the released values, so it costs no privacy.
+of the release: it reads nothing but the released values, so it costs no privacy. A release
+serves one category per row drawn from them (``dpcore.domain``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DECODING = (
-    "each categorical column's one-hot features '<column>=<category>' hold the row's category "
-    "proportions: the released block with negative values set to 0, scaled to sum to 1 "
-    "(uniform where nothing positive is left); post-processing of the release. Sampling one "
-    "category per row from these proportions is further post-processing a reader may do"
+    "each categorical column's one-hot features '<column>=<category>' hold one category per "
+    "row (1 on it, 0 elsewhere), drawn from the released block's proportions (negative values "
+    "set to 0, scaled to sum to 1; uniform where nothing positive is left): post-processing "
+    "of the rows as drawn, which the owner's raw copy keeps"
 )
 
 

@@ -243,6 +243,16 @@ class Harness:
         assert r.status_code == 200, r.text
         return r.content
 
+    def as_drawn(self, key: str, release_id: str) -> bytes | None:
+        """The owner's copy of the rows as drawn, where the release differs from them (None:
+        the release is the rows as drawn)."""
+        r = self.client.get(
+            f"/releases/{release_id}/raw", headers=self.headers(key), follow_redirects=False
+        )
+        if r.status_code == 404 and "no separate raw copy" in r.text:
+            return None
+        return self.download(key, release_id, "raw")
+
 
 @functools.cache
 def _migrated_sqlite() -> Path:

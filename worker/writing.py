@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from dpcore.categorical import category_proportions
+from dpcore.domain import DESCRIPTION as DOMAIN
+from dpcore.domain import into_domain
 from dpcore.mechanisms import registry, sharding
 from dpcore.mechanisms.contract import ExtraArtifact, ReleaseOutput
 from dpcore.mechanisms.noise import NoiseSampler, SecureNoise
@@ -107,8 +109,9 @@ def write_release(
         progress.report(0, output.rows, ROWS_PHASE)
     check_artifacts(output.artifacts)
     width = len(output.feature_names) + len(classes)
+    steps = RowSteps.of(output, parsed)
     post = output.postprocess is not None
-    check_disk(runtime, path.parent, disk_need(output.rows, width, job.fmt, post))
+    check_disk(runtime, path.parent, disk_need(output.rows, width, job.fmt, post, steps.maps_rows))
     # The table's columns: the dataset's names, the label as its kind allows.
     layout = release_layout(job, output.feature_names, classes)
     meta = release_metadata(
@@ -124,7 +127,9 @@ def write_release(
         transform=output.transform,
         layout=layout.describe(),
     )
-    raw_path = _write_rows(job, output, RowSteps.of(output, parsed), meta, layout, path, progress)
+    if steps.maps_rows:
+        meta = {**meta, "preprocessing": {**meta["preprocessing"], "domain": DOMAIN}}
+    raw_path = _write_rows(job, output, steps, meta, layout, path, progress)
     extras = list(format_companions(job.fmt, path.parent, meta, output.extra))
     extras += _mechanism_files(output.artifacts, path.parent)
     if isinstance(sampler, SecureNoise):
@@ -170,29 +175,43 @@ def _engine(
 @dataclass(frozen=True)
 class RowSteps:
     """What becomes of each drawn chunk on its way into the files, all post-processing: back
-    to raw units (the public transform's inverse), then each declared categorical column's
-    block as class proportions."""
+    to raw units (the public transform's inverse), then, for rows in the dataset's own units,
+    into the declared domain (``dpcore.domain``: values clipped to the declared bounds, one
+    category per row of each declared categorical column)."""
 
     transform: RowTransform | None
     blocks: tuple[tuple[int, ...], ...]
+    # The declared (lo, hi) per feature where the rows are the dataset's own features in raw
+    # units; None for releases in another space (projections, signed combinations).
+    bounds: tuple[np.ndarray, np.ndarray] | None = None
+    # Draws the categories: post-processing randomness, independent of the data.
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
 
     @classmethod
     def of(cls, output: ReleaseOutput, parsed: ParsedDataset) -> RowSteps:
         # Only a release of records (or their means) in the dataset's own feature space has
-        # the categorical blocks (random projection's features are projections, SGDRM's
-        # signed combinations: nothing to decode there).
+        # the declared domain (random projection's features are projections, SGDRM's signed
+        # combinations: nothing to map there).
         transform = output.transform
         same_space = list(output.feature_names) == list(parsed.feature_names) and (
             transform is None or transform.output == "raw"
         )
-        return cls(transform, parsed.categorical_blocks if same_space else ())
+        if not same_space:
+            return cls(transform, ())
+        return cls(transform, parsed.categorical_blocks, (parsed.lo, parsed.hi))
+
+    @property
+    def maps_rows(self) -> bool:
+        return self.bounds is not None
 
     def raw_units(self, x: np.ndarray) -> np.ndarray:
         return self.transform.to_raw(x) if self.transform is not None else x
 
     def decode(self, x: np.ndarray) -> np.ndarray:
         x = self.raw_units(x)
-        return category_proportions(x, self.blocks) if self.blocks else x
+        if self.bounds is None:
+            return x
+        return into_domain(x, *self.bounds, self.blocks, self.rng)
 
 
 def _write_rows(
@@ -204,13 +223,15 @@ def _write_rows(
     path: Path,
     progress: Progress,
 ) -> Path | None:
-    """Stream the output's chunks into the artifact file at ``path``. Post-processed: the
-    drawn rows go to the owner's raw file (returned) and to a scratch copy the post-processing
-    reads twice (fit, transform); the release file is written from it."""
+    """Stream the output's chunks into the artifact file at ``path``. The drawn rows go to
+    the owner's raw file (returned) whenever the release's rows are not them: post-processed
+    (through a scratch copy the post-processing reads twice: fit, transform), or mapped into
+    the declared domain where that changed any value (otherwise the raw file is dropped)."""
     post = output.postprocess
     counts_rows = output.progress == "rows"
     writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
-    raw_path = path.parent / f"raw.{job.fmt}" if post is not None else None
+    keep_raw = post is not None or steps.maps_rows
+    raw_path = path.parent / f"raw.{job.fmt}" if keep_raw else None
     raw_meta = {
         **meta,
         "preprocessing": {**meta["preprocessing"], "postprocess": "none: the rows as drawn"},
@@ -218,20 +239,35 @@ def _write_rows(
     }
     raw_layout = replace(layout, as_drawn=True)
     done = 0
-    with (
-        ArtifactWriter(
-            job.fmt,
-            raw_path or path,
-            metadata=raw_meta if post else meta,
-            layout=raw_layout if post else layout,
-            **writer_args,
-        ) as writer,
-        RowsCopy(path.parent, output.rows, enabled=post is not None) as copy,
-    ):
+    altered = post is not None
+    with ExitStack() as stack:
+        writer = stack.enter_context(
+            ArtifactWriter(
+                job.fmt,
+                raw_path or path,
+                metadata=raw_meta if keep_raw else meta,
+                layout=raw_layout if keep_raw else layout,
+                **writer_args,
+            )
+        )
+        copy = stack.enter_context(RowsCopy(path.parent, output.rows, enabled=post is not None))
+        # Mapped into the domain only: the release is written in the same pass.
+        direct = None
+        if keep_raw and post is None:
+            direct = stack.enter_context(
+                ArtifactWriter(job.fmt, path, metadata=meta, layout=layout, **writer_args)
+            )
         for mixed_x, mixed_y in output.chunks:
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
-            # The owner's raw copy keeps the rows as drawn; the release decodes categories.
-            writer.write(steps.raw_units(x) if post is not None else steps.decode(x), y)
+            if not keep_raw:
+                writer.write(steps.decode(x), y)
+            else:  # the owner's raw copy keeps the rows as drawn
+                drawn = steps.raw_units(x)
+                writer.write(drawn, y)
+                if direct is not None:
+                    mapped = steps.decode(x)
+                    altered = altered or not np.array_equal(mapped, drawn)
+                    direct.write(mapped, y)
             if post is not None:
                 post.fit(x, y)
                 copy.write(x, y)
@@ -248,6 +284,9 @@ def _write_rows(
                     px, py = post.transform(x, y)
                     processed.write(steps.decode(px), py)
                     progress.tick()
+    if raw_path is not None and not altered:
+        raw_path.unlink()  # every drawn row was already in the domain: the release is them
+        return None
     return raw_path
 
 
@@ -266,14 +305,15 @@ def _mechanism_files(artifacts: tuple[ExtraArtifact, ...], where: Path) -> list[
     return extras
 
 
-def disk_need(rows: int, width: int, fmt: str, postprocessed: bool) -> int:
+def disk_need(rows: int, width: int, fmt: str, postprocessed: bool, mapped: bool = False) -> int:
     """Bytes of disk a job writes for ``rows`` rows of ``width`` values: the release file (an
-    NPZ twice over while it is written: its float32 memory maps, then the zip of them), and
-    for a post-processed release also the owner's raw file and a float32 scratch copy."""
+    NPZ twice over while it is written: its float32 memory maps, then the zip of them); for
+    rows mapped into the domain also the owner's raw file; for a post-processed release that
+    and a float32 scratch copy."""
     one = rows * width * VALUE_BYTES[fmt] * (2 if fmt == "npz" else 1)
-    if not postprocessed:
-        return one
-    return 2 * one + rows * width * 4
+    if postprocessed:
+        return 2 * one + rows * width * 4
+    return 2 * one if mapped else one
 
 
 def check_disk(runtime: Runtime, where: Path, need: int) -> None:

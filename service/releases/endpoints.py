@@ -172,7 +172,10 @@ def download_raw_release(
     _require_succeeded(release)
     key = keys.raw(release.id, release.format)
     if not runtime.store.exists(key):
-        raise NotFound(f"release {release_id} was not post-processed: its download is the raw rows")
+        raise NotFound(
+            f"release {release_id} has no separate raw copy: its download is the rows as drawn "
+            "(no post-processing or mapping into the declared domain changed them)"
+        )
     filename = f"release-{release.id}-raw.{release.format}"
     return _serve(runtime, key, filename, _MEDIA[release.format])
 

@@ -364,11 +364,14 @@ def test_a_shard_dying_is_drawn_again(crash: Crash) -> None:
     assert events["shard_0_drawn"] == 1 and events["shard_2_drawn"] == 1
     assert events["shard_1_drawn"] == 2 and events["crash:shard_1_drawn"] == 1
     stored = crash.objects(rid)
-    assert set(stored) == {"release.npz", "metadata.json"}  # the parts are gone
+    # The parts are gone; the owner's copy of the rows as drawn stays (clipped in the release).
+    assert set(stored) == {"release.npz", "raw.npz", "metadata.json"}
     with np.load(io.BytesIO(crash.harness.download(ADMIN_KEY, rid)), allow_pickle=False) as z:
         assert z["X"].shape == (3 * SHARD_ROWS, 4)
-        assert len(np.unique(z["X"], axis=0)) == 3 * SHARD_ROWS
         assert json.loads(bytes(z["metadata"]))["shards"]["count"] == 3
+    # No shard twice: the rows as drawn are all distinct (clipping merges some in the release).
+    with np.load(io.BytesIO(stored["raw.npz"]), allow_pickle=False) as z:
+        assert len(np.unique(z["X"], axis=0)) == 3 * SHARD_ROWS
 
 
 def _one_release(h: Harness) -> tuple[str, str]:

@@ -321,10 +321,21 @@ def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
     # The owner only: the analyst, granted the release, does not see the raw rows.
     denied = h.client.get(f"/releases/{rid}/raw", headers=h.headers(analyst))
     assert denied.status_code == 404
-    # A release asked without post-processing has no separate raw copy.
+    # Without post-processing the noisy mixtures are clipped into the declared bounds; the
+    # owner's raw copy holds them as drawn.
     body["params"] = {"mixture_degree": 4, "n_samples": 30, "postprocess": "none"}
     r = h.client.post("/releases", json=body, headers=h.headers(owner))
     plain = h.wait(owner, r.json()["id"])
     assert plain["status"] == "succeeded", plain
-    none = h.client.get(f"/releases/{plain['id']}/raw", headers=h.headers(owner))
-    assert none.status_code == 404 and "not post-processed" in none.text
+    X, _, meta = rows(h.download(owner, plain["id"]))
+    X_raw, _, _ = rows(h.download(owner, plain["id"], "raw"))
+    lo, hi = np.asarray(meta["feature_range"]["lo"]), np.asarray(meta["feature_range"]["hi"])
+    assert ((lo <= X) & (hi >= X)).all() and not ((X_raw >= lo) & (X_raw <= hi)).all()
+    assert np.array_equal(X, np.clip(X_raw, lo, hi).astype(X.dtype))
+    # Rows drawn within the domain (ClustMix's sampled records) have no separate raw copy.
+    body.update(mechanism="clustmix", params={})
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    inside = h.wait(owner, r.json()["id"])
+    assert inside["status"] == "succeeded", inside
+    none = h.client.get(f"/releases/{inside['id']}/raw", headers=h.headers(owner))
+    assert none.status_code == 404 and "no separate raw copy" in none.text

@@ -68,7 +68,7 @@ def _refused(h: Harness, owner: str, content: bytes, filename: str, meta: dict[s
 
 
 @pytest.mark.modes("real")
-def test_patients_csv_uploads_and_releases_one_hot_proportions(harness: Harness) -> None:
+def test_patients_csv_uploads_and_releases_one_category_per_row(harness: Harness) -> None:
     h = harness
     owner, _ = h.new_key("owner")
     r = h.upload(owner, _csv(patients()), filename="patients.csv", metadata=dict(META))
@@ -89,11 +89,16 @@ def test_patients_csv_uploads_and_releases_one_hot_proportions(harness: Harness)
     assert meta["feature_names"] == FEATURES
     assert [c["name"] for c in meta["declared_columns"]] == ["sex", "ward", "age"]
     assert meta["declared_columns"][1]["categories"] == ["A", "B", "C", "D"]
-    assert "proportions" in meta["categorical_decoding"]
+    assert "one category per row" in meta["categorical_decoding"]
+    assert meta["preprocessing"]["domain"].startswith("rows in the declared domain")
     for block in ([0, 1], [2, 3, 4, 5]):
         part = X[:, block]
-        assert ((part >= 0) & (part <= 1)).all()
-        assert np.allclose(part.sum(axis=1), 1.0, atol=1e-5)
+        assert set(np.unique(part)) <= {0.0, 1.0}
+        assert (part.sum(axis=1) == 1).all()
+    # The owner's raw copy keeps the noisy mixtures as drawn.
+    with np.load(io.BytesIO(h.download(owner, done["id"], "raw"))) as npz:
+        drawn = npz["X"]
+    assert drawn.shape == X.shape and not set(np.unique(drawn[:, [2, 3, 4, 5]])) <= {0.0, 1.0}
 
 
 def test_a_projection_of_declared_columns_is_not_decoded(embedded: Harness) -> None:

@@ -38,3 +38,9 @@ def test_disk_need_counts_every_copy_a_job_writes() -> None:
     assert disk_need(rows, width, "csv", False) == rows * width * 16
     # Post-processed: the raw file, the release file and a float32 scratch copy.
     assert disk_need(rows, width, "npz", True) == 2 * rows * width * 8 + rows * width * 4
+
+
+def test_disk_need_counts_the_raw_copy_of_rows_mapped_into_the_domain() -> None:
+    rows, width = 1000, 7
+    assert disk_need(rows, width, "parquet", False, mapped=True) == 2 * rows * width * 4
+    assert disk_need(rows, width, "npz", True, mapped=True) == disk_need(rows, width, "npz", True)

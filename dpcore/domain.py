@@ -1,0 +1,65 @@
+"""Released rows in the data's domain: every value within its declared bounds, every declared
+categorical column one category per row.
+
+A mechanism that releases rows in the dataset's own units (records, their means, their noisy
+mixtures) may draw values outside the declared bounds and categorical blocks that are noisy
+mixtures of one-hot vectors. Mapping each row into the domain reads nothing but the drawn row
+and fresh randomness independent of the data, so it is post-processing: it costs no privacy
+(docs/privacy.md, "Rows in the data's domain"). The rows as drawn stay the owner's copy.
+
+Per row: each categorical block is read as the row's category proportions
+(``categorical.category_proportions``: negative parts set to 0, scaled to sum to 1, uniform
+where nothing is positive) and replaced by the one-hot vector of one category drawn from them;
+then each value is clipped to its column's declared [lo, hi].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpcore.categorical import category_proportions
+
+DESCRIPTION = (
+    "rows in the declared domain (post-processing of the rows as drawn): each value clipped "
+    "to its column's declared bounds, each declared categorical column one category per row, "
+    "drawn from the row's category proportions (the block's negative parts set to 0, scaled "
+    "to sum to 1); the owner's raw copy keeps the rows as drawn"
+)
+
+
+def sample_categories(
+    X: np.ndarray, blocks: Sequence[Sequence[int]], rng: np.random.Generator
+) -> np.ndarray:
+    """``X`` (a copy) with each block replaced by the one-hot vector of one category per row,
+    drawn with the probabilities ``category_proportions`` reads off the block."""
+    out = category_proportions(X, blocks)
+    for block in blocks:
+        idx = list(block)
+        cumulative = np.cumsum(out[:, idx], axis=1, dtype=np.float64)
+        # One uniform per row against the cumulative proportions: category j with probability
+        # p_j (the last cumulative is 1 up to rounding; the clamp keeps a u above it in range).
+        u = rng.random(len(out))[:, None] * cumulative[:, -1:]
+        chosen = np.minimum((u >= cumulative).sum(axis=1), len(idx) - 1)
+        out[:, idx] = 0
+        out[np.arange(len(out)), np.asarray(idx)[chosen]] = 1
+    return out
+
+
+def into_domain(
+    X: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    blocks: Sequence[Sequence[int]],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Rows ``X`` (raw units, one column per feature) mapped into the declared domain:
+    categorical blocks sampled from the drawn proportions, then values clipped to [lo, hi]
+    column by column (a one-hot block is within its [0, 1] bounds). Same dtype."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    if X.shape[1] != lo.shape[0] or lo.shape != hi.shape:
+        raise ValueError(f"rows of width {X.shape[1]} against {lo.shape[0]} declared bounds")
+    out = sample_categories(X, blocks, rng) if blocks else X
+    return np.clip(out, lo.astype(X.dtype), hi.astype(X.dtype))
