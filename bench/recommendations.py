@@ -10,9 +10,11 @@ Sources: docs/results/tabular.csv (bench/tabular.py: one row per release; datase
 params — the explicitly set ones —, epsilon, delta, ``<model>_<metric>`` columns; ``n``, ``d``,
 ``classes`` when present, else the study's known shapes by dataset name) and
 docs/results/sweet_spot.csv (bench/sweet_spot.py: MNIST, n = 10 000, 784 features, 10 classes,
-image; one accuracy column per model family; the swept parameter in ``ell``). Rows of ε = ∞
-(non-private) are references, not candidates; sweet_spot.csv's rows of a mechanism whose served
-model changed since (``STALE_IN_SWEET_SPOT``) are left out.
+image; one accuracy column per model family; the swept parameter in ``ell``) and the MNIST rows
+of docs/results/records_study.csv (bench/records_study.py: each mechanism's defaults at T = n,
+every model family), which supersede sweet_spot.csv's rows of the mechanisms they measured.
+Rows of ε = ∞ (non-private) are references, not candidates; sweet_spot.csv's rows of a
+mechanism whose served model changed since (``STALE_IN_SWEET_SPOT``) are left out.
 
 A configuration is (mechanism, its params as the study sent them): the recorded params, plus
 ``n_samples = n`` where the mechanism has that parameter and the row does not set it (both
@@ -46,6 +48,10 @@ from dpcore.mechanisms.recommend import ROWS_PARAM, TABLE  # noqa: E402
 
 TABULAR = Path("docs/results/tabular.csv")
 SWEET_SPOT = Path("docs/results/sweet_spot.csv")
+RECORDS = Path("docs/results/records_study.csv")
+# bench/records_study.py's config "cheap" for DPGM (bench/tabular.py's DPGM_CHEAP, not
+# imported: it loads the service's parser; a unit test keeps the two equal).
+DPGM_CHEAP = {"hidden": 64, "epochs": 5.0}
 COMMAND = "python bench/recommendations.py"
 MNIST_DELTA = 1e-5  # bench/mnist.py's DELTA (not imported: it loads the service's parser)
 
@@ -105,9 +111,9 @@ def _value(row: Mapping[str, str], column: str) -> float | None:
 
 # Mechanisms whose sweet_spot.csv rows no longer describe what they serve: ClustMix's rows were
 # all measured with model means, before model gaussian became its default (measured in
-# docs/results/moment_model.md: every family of that table scores higher with it). Their
-# recommendation for images comes from the tables' entries (flagged) until the MNIST sweep is
-# measured again.
+# docs/results/moment_model.md: every family of that table scores higher with it). Left out
+# whether or not the records study measured them; every mechanism the records study measured
+# on MNIST is left out of sweet_spot.csv too (``made``).
 STALE_IN_SWEET_SPOT = frozenset({"clustmix"})
 
 
@@ -194,6 +200,41 @@ def sweet_spot_runs(path: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def records_runs(path: Path) -> list[dict[str, Any]]:
+    """One run per MNIST release of records_study.csv (bench/records_study.py: each
+    mechanism's defaults, T = n, one accuracy column per model family). Its tables are left to
+    tabular.csv, whose sweep measures more than the defaults."""
+    meta = {"dataset", "mechanism", "config", "epsilon", "repeat", "charge", "rows"}
+    meta |= {"distinct", "in_domain", "worst", "seconds", "note"}
+    n, d, classes, image = KNOWN["mnist"]
+    with path.open() as handle:
+        reader = csv.DictReader(handle)
+        families = [f for f in reader.fieldnames or () if f not in meta]
+        runs = []
+        for row in reader:
+            epsilon = float(row["epsilon"])
+            if row["dataset"] != "mnist" or not math.isfinite(epsilon):
+                continue
+            if (row.get("note") or "").strip():
+                continue  # refused: no figures to rank
+            params = dict(DPGM_CHEAP) if row.get("config") == "cheap" else {}
+            runs.append(
+                {
+                    "dataset": "mnist",
+                    "shape": (n, d, classes, image),
+                    "epsilon": epsilon,
+                    "delta": MNIST_DELTA,
+                    "mechanism": row["mechanism"],
+                    "params": _with_rows(row["mechanism"], params, n),
+                    "values": {
+                        (f, "accuracy"): v for f in families if (v := _value(row, f)) is not None
+                    },
+                    "source": str(path),
+                }
+            )
+    return runs
+
+
 def _round(x: float) -> float:
     return round(float(x), DIGITS)
 
@@ -266,14 +307,27 @@ def render(table: Mapping[str, Any]) -> str:
     return json.dumps(table, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def made(root: Path = ROOT, sources: Iterable[Path] = (TABULAR, SWEET_SPOT)) -> str:
-    """The table's text from the CSVs under ``root`` (paths recorded relative to it)."""
+def made(root: Path = ROOT, sources: Iterable[Path] = (TABULAR, SWEET_SPOT, RECORDS)) -> str:
+    """The table's text from the CSVs under ``root`` (paths recorded relative to it). The
+    records study's MNIST releases supersede sweet_spot.csv's rows of the same mechanisms:
+    they are the defaults at T = n, scored by every family."""
     runs: list[dict[str, Any]] = []
     for source in sources:
         path = root / source
-        reader = sweet_spot_runs if source.name.startswith("sweet_spot") else tabular_runs
+        if source.name.startswith("sweet_spot"):
+            reader = sweet_spot_runs
+        elif source.name.startswith("records_study"):
+            reader = records_runs
+        else:
+            reader = tabular_runs
         for run in reader(path):
             runs.append({**run, "source": str(source)})
+    measured = {r["mechanism"] for r in runs if r["source"].endswith("records_study.csv")}
+    runs = [
+        r
+        for r in runs
+        if not (r["source"].endswith("sweet_spot.csv") and r["mechanism"] in measured)
+    ]
     return render(build(runs))
 
 

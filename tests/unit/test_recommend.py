@@ -91,7 +91,7 @@ def test_shipped_table_is_fresh_against_the_csvs() -> None:
 def test_stale_check_fails_when_a_csv_changes(tmp_path: Path) -> None:
     results = tmp_path / "docs" / "results"
     results.mkdir(parents=True)
-    for name in ("tabular.csv", "sweet_spot.csv"):
+    for name in ("tabular.csv", "sweet_spot.csv", "records_study.csv"):
         shutil.copy(ROOT / "docs" / "results" / name, results / name)
     assert builder.main(["--root", str(tmp_path), "--check"]) == 0
     # One measured accuracy changes: the best wine clustmix configuration's score moves.
@@ -110,6 +110,45 @@ def test_stale_check_fails_when_a_csv_changes(tmp_path: Path) -> None:
     out = tmp_path / "table.json"
     assert builder.main(["--root", str(tmp_path), "--out", str(out)]) == 0
     assert builder.main(["--root", str(tmp_path), "--out", str(out), "--check"]) == 0
+
+
+def test_records_study_mnist_rows_supersede_the_sweep_of_their_mechanisms(tmp_path: Path) -> None:
+    from bench.tabular import DPGM_CHEAP
+
+    assert builder.DPGM_CHEAP == DPGM_CHEAP
+    results = tmp_path / "docs" / "results"
+    results.mkdir(parents=True)
+    for name in ("tabular.csv", "sweet_spot.csv"):
+        shutil.copy(ROOT / "docs" / "results" / name, results / name)
+    fields = ["dataset", "mechanism", "config", "epsilon", "note", "logistic", "hgb", "cnn"]
+    with (results / "records_study.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow(
+            dict(zip(fields, ["mnist", "dpcda", "defaults", "1.0", "", "0.5", "0.4", "0.6"]))
+        )
+        writer.writerow(
+            dict(zip(fields, ["mnist", "dpgm", "cheap", "1.0", "", "0.7", "0.6", "0.8"]))
+        )
+        writer.writerow(
+            dict(zip(fields, ["mnist", "dpmix", "defaults", "1.0", "refused", "", "", ""]))
+        )
+        writer.writerow(
+            dict(zip(fields, ["wine", "dpmix", "defaults", "1.0", "", "0.9", "0.9", ""]))
+        )
+    out = tmp_path / "table.json"
+    assert builder.main(["--root", str(tmp_path), "--out", str(out)]) == 0
+    entries = json.loads(out.read_text())["entries"]
+    mnist = {e["mechanism"]: e for e in entries if e["dataset"] == "mnist" and e["epsilon"] == 1.0}
+    # The defaults at T = n replace the sweep's ℓ = 64 with 2 000 rows; DPGM's cheap settings.
+    assert mnist["dpcda"]["params"] == {"n_samples": 10_000}
+    assert mnist["dpcda"]["source"].endswith("records_study.csv")
+    assert mnist["dpgm"]["params"] == {**DPGM_CHEAP, "n_samples": 10_000}
+    # Not measured there (refused, or another dataset): the sweep's rows stay.
+    assert mnist["dpmix"]["source"].endswith("sweet_spot.csv")
+    assert not any(
+        e["source"].endswith("records_study.csv") for e in entries if e["dataset"] == "wine"
+    )
 
 
 def test_builder_ranks_by_mean_over_models_and_prefers_balanced_accuracy() -> None:
