@@ -118,3 +118,59 @@ def test_default_dpcda_is_admitted_alike_on_neighbours(embedded: Harness) -> Non
     assert f"at least {FLOOR} records" in r.json()["neighbour_relation"]
     r = h.client.post("/releases/preview", json=_body(ids[1], declared), headers=h.headers(owner))
     assert r.status_code == 422 and "not a lower bound" in r.text, r.text
+
+
+# Small tables: the class counts of breast-cancer (569 rows, 212/357) and wine (178 rows,
+# 59/71/48), with features of their widths. At ε = 1 the public count-noise rule alone cost
+# more than the target there; the default request is admitted with count_noise chosen for it.
+SMALL_TABLES = {"breast_cancer": (30, (212, 357)), "wine": (13, (59, 71, 48))}
+
+
+def test_the_default_at_epsilon_1_is_admitted_on_small_tables_and_says_what_it_did(
+    embedded: Harness,
+) -> None:
+    from dpcore.mechanisms.dpcda.params import default_count_noise
+
+    h = embedded
+    owner, _ = h.new_key("owner")
+    rng = np.random.default_rng(5)
+    for name, (d, counts) in SMALL_TABLES.items():
+        y = np.concatenate([np.full(c, i) for i, c in enumerate(counts)]).astype(np.int64)
+        X = rng.uniform(0.0, 1.0, size=(y.size, d))
+        r = h.upload(
+            owner,
+            npz_bytes(X, y),
+            metadata={
+                "name": name,
+                "feature_range": [0.0, 1.0],
+                "classes": list(range(len(counts))),
+                "budget": {"epsilon": 10.0, "delta": 1e-5},
+            },
+        )
+        assert r.status_code == 201, r.text
+        body = {"dataset_id": r.json()["id"], "mechanism": "dpcda", "params": {}, "epsilon": 1.0}
+        preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
+        assert preview.status_code == 200, preview.text
+        params = preview.json()["params"]
+        public = default_count_noise(params["min_class_size"], len(counts))
+        assert params["count_noise"] > public, name
+        created = h.client.post("/releases", json=body, headers=h.headers(owner))
+        assert created.status_code == 202, created.text
+        release = created.json()
+        assert release["params"] == params
+        assert release["charge"]["epsilon"] == preview.json()["charge"]["epsilon"] <= 1.0
+        counts_noise = {s["name"]: s["sigma"] for s in release["noise"]["scales"]}["counts"]
+        assert counts_noise == params["count_noise"]
+        done = h.wait(owner, release["id"])
+        assert done["status"] == "succeeded", done
+        with np.load(io.BytesIO(h.download(owner, done["id"]))) as z:
+            meta = json.loads(str(z["metadata"]))
+        sizes = meta["preprocessing"]
+        assert meta["params"] == params
+        assert sizes["count_noise"] == params["count_noise"]
+        if name == "wine":
+            # The bounds sit about 6·count_noise below the noisy counts, far more than the
+            # classes (≤ 71 records) exceed m = 29 by: mixing has negligible probability.
+            assert sizes["mixed"] is False
+        if not sizes["mixed"]:
+            assert f"below min_class_size {params['min_class_size']}" in sizes["not_mixed"]

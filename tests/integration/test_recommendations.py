@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dpcore.mechanisms import registry
+from dpcore.mechanisms.dpcda.params import default_count_noise
 from tests.conftest import Harness, npz_bytes
 
 BASELINES = {s.name for s in registry.served() if s.guidance.kind == "baseline"}
@@ -60,21 +61,21 @@ def test_every_recommendation_is_admissible(embedded: Harness, kind: str) -> Non
     owner, _ = h.new_key("owner")
     X, y, hi = _shape(kind)
     ds = _upload(h, owner, X, y, hi)
-    # dpcda's DP class counts cost more than ε = 1 on their own at these sizes (m ≤ 99: a
-    # count noise of m/(4·6.1) ≤ 4.1, μ ≥ 0.35): no configuration of it is admissible there,
-    # so none is recommended; at ε = 8 it is.
+    # dpcda's DP class counts at the public count-noise rule cost more than ε = 1 on their own
+    # at these sizes (m ≤ 99: m/(4·6.1) ≤ 4.1, μ ≥ 0.35); left out, count_noise is chosen for
+    # the target, so its defaults are admissible and it is recommended too.
     epsilon = 8.0 if kind == "mnist_like" else 1.0
     recommended = _recommended(h, owner, ds, epsilon)
     names = [r["mechanism"] for r in recommended]
     assert len(names) == len(set(names))
     served = {s.name for s in registry.served()}
-    if kind == "mnist_like":
-        assert set(names) == served
-    else:
-        assert set(names) == served - {"dpcda"}
+    assert set(names) == served
+    if kind != "mnist_like":
         body = {"dataset_id": ds, "mechanism": "dpcda", "params": {}, "epsilon": epsilon}
-        r = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
-        assert r.status_code == 422 and "the noisy class counts" in r.text, r.text
+        out = _preview(h, owner, body)
+        m = out["params"]["min_class_size"]
+        assert out["params"]["count_noise"] > default_count_noise(m, 2)
+        assert out["charge"]["epsilon"] <= epsilon
     for r in recommended:
         assert (r["kind"] == "baseline") == (r["mechanism"] in BASELINES)
         assert r["why"].strip()

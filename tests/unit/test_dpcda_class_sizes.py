@@ -4,6 +4,7 @@ neighbour restriction."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,14 +13,21 @@ import torch
 from dp_accounting.pld import privacy_loss_distribution as pldm
 from scipy import special
 
-from dpcore.accounting import pld
+from dpcore.accounting import gdp, pld
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpcda.accounting import DPCDAEvent
 from dpcore.mechanisms.dpcda.accounting_counts import DPCountsMixing, lower_bounds
+from dpcore.mechanisms.dpcda.params import (
+    COUNT_NOISE_RULE,
+    COUNTS_MU2_SHARE,
+    count_noise_for_target,
+    default_count_noise,
+)
 from dpcore.mechanisms.noise import FastNoise
+from dpcore.mechanisms.planning import Target
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
-from dpcore.mechanisms.spec import InvalidParams
+from dpcore.mechanisms.spec import InvalidParams, PublicFacts
 from service.datasets.parsing import ParsedDataset
 
 TIGHT = registry.accountant("dpcda", "tight")
@@ -177,8 +185,57 @@ def test_dp_release_replaces_mixtures_by_noise_below_the_floor() -> None:
     and the job publishes noise alone: no record enters the output."""
     out, X = _release([60, 45], {**PARAMS, "min_class_size": 50})
     assert out.preprocessing["mixed"] is False
+    assert "below min_class_size 50" in out.preprocessing["not_mixed"]
     assert X.shape == (3000, 4)
     assert abs(X.mean()) < 0.05 and abs(X.std() - 0.5) < 0.05
+
+
+def test_default_release_at_a_small_target_succeeds_and_says_it_did_not_mix() -> None:
+    """Admission's plan (count_noise chosen for ε = 1) then the job on its stored parameters
+    and noise: the larger count noise puts the bounds below m = 40 on classes of 60 and 80,
+    and the release succeeds with noise alone, saying why in its metadata."""
+    data = _data([60, 80])
+    spec = registry.get("dpcda")
+    facts = facts_of(data)
+    request = spec.request_params.model_validate({"min_class_size": 40, "mixture_degree": 4})
+    planned = spec.plan(request, facts, Target("tight", epsilon=1.0, delta=1e-5))
+    stored = planned.stored_params()
+    assert stored["count_noise"] == count_noise_for_target(40, 2, 1.0, 1e-5)
+    generator = SecureRandom.from_seed(0)
+    out = build(
+        "dpcda",
+        stored,
+        data,
+        noise=planned.noise,
+        sampler=FastNoise(generator),
+        generator=generator,
+        device=torch.device("cpu"),
+    )
+    X = torch.cat([x for x, _ in out.chunks]).numpy()
+    meta = out.preprocessing
+    assert meta["mixed"] is False
+    assert meta["count_noise"] == stored["count_noise"]
+    assert max(meta["dp_class_size_lower_bounds"]) < 40
+    assert "below min_class_size 40" in meta["not_mixed"]
+    assert "noise alone" in meta["not_mixed"]
+    assert X.shape == (stored["n_samples"], 4)
+
+
+def test_the_job_refuses_a_count_noise_other_than_the_charged_one() -> None:
+    data = _data([60, 80])
+    params = {**PARAMS, "min_class_size": 40}
+    noise = noise_for("dpcda", {**params, "count_noise": 2.0}, facts_of(data), sigma=0.5)
+    generator = SecureRandom.from_seed(0)
+    with pytest.raises(ValueError, match="charged counts' noise"):
+        build(
+            "dpcda",
+            params,
+            data,
+            noise=noise,
+            sampler=FastNoise(generator),
+            generator=generator,
+            device=torch.device("cpu"),
+        )
 
 
 def test_declared_refuses_on_private_counts_and_states_its_restriction() -> None:
@@ -213,16 +270,134 @@ def test_default_failure_prob_follows_the_target_so_high_epsilon_is_reachable() 
     assert TIGHT.at_sigma(0.3, undeclared).failure_prob == 1e-9  # type: ignore[attr-defined]
 
 
-def test_a_target_the_counts_alone_exceed_is_refused_with_the_reason() -> None:
-    # breast-cancer's shape: n = 398, K = 2, m = 99 → count_noise 4.05, μ_c = 0.35.
+def test_an_explicit_count_noise_the_target_cannot_afford_is_refused_with_the_reason() -> None:
+    # breast-cancer's shape: n = 398, K = 2, m = 99; count_noise 4.05 (the public rule's value
+    # there), μ_c = 0.35: the counts alone cost more than ε = 1.
     keys = {"n": 398, "mixture_degree": 12, "n_samples": 398, "clip_norm": 1.0, "n_classes": 2}
     keys["min_class_size"] = 99
-    with pytest.raises(ValueError, match=r"alone cost ε 1\.3"):
-        TIGHT.calibrate(1.0, DELTA, keys)
-    assert TIGHT.calibrate(4.0, DELTA, keys).epsilon(DELTA) <= 4.0
-    # A larger count_noise, or the opt-in declared class sizes, meet ε = 1.
+    public = default_count_noise(99, 2)
+    assert public == pytest.approx(4.05, abs=0.01)
+    with pytest.raises(ValueError, match=r"count_noise 4\.05.*alone cost ε 1\.3"):
+        TIGHT.calibrate(1.0, DELTA, {**keys, "count_noise": public})
+    assert TIGHT.calibrate(4.0, DELTA, {**keys, "count_noise": public}).epsilon(DELTA) <= 4.0
+    # A larger count_noise, the default (chosen for the target) or the opt-in declared class
+    # sizes meet ε = 1.
     assert TIGHT.calibrate(1.0, DELTA, {**keys, "count_noise": 40.0}).epsilon(DELTA) <= 1.0
+    assert TIGHT.calibrate(1.0, DELTA, keys).epsilon(DELTA) <= 1.0
     assert TIGHT.calibrate(1.0, DELTA, {**keys, "class_sizes": "declared"}).epsilon(DELTA) <= 1
+
+
+# The small tables where the public count_noise rule alone cost more than ε = 1 (breast-cancer
+# 1.38, wine 7.68, digits 2.71 at their train splits, docs/results/tabular.csv): the default
+# request's shape (n, features, classes), at δ = 1/n².
+SMALL_TABLES = [
+    ("breast-cancer", 569, 30, 2),
+    ("breast-cancer train", 398, 30, 2),
+    ("wine", 178, 13, 3),
+    ("wine train", 124, 13, 3),
+    ("digits train", 1257, 64, 10),
+]
+
+
+def _plan_default(n: int, d: int, k: int, epsilon: float, **params: object) -> tuple:  # type: ignore[type-arg]
+    spec = registry.get("dpcda")
+    facts = PublicFacts(n=n, n_features=d, n_classes=k)
+    delta = 1.0 / n**2
+    request = spec.request_params.model_validate(params)
+    planned = spec.plan(request, facts, Target("tight", epsilon=epsilon, delta=delta))
+    return spec, facts, delta, planned
+
+
+@pytest.mark.parametrize(("name", "n", "d", "k"), SMALL_TABLES)
+def test_the_default_request_at_epsilon_1_is_admitted_on_small_tables(
+    name: str, n: int, d: int, k: int
+) -> None:
+    """The default request (params {}) goes through admission's path (shape defaults, checks,
+    ``prepare``, calibration): count_noise is chosen for the target, larger than the public
+    rule, the counts take at most a tenth of the target's μ², and the charge meets ε = 1."""
+    spec, facts, delta, planned = _plan_default(n, d, k, 1.0)
+    stored = planned.stored_params()
+    m = stored["min_class_size"]
+    assert stored["class_sizes"] == "dp"
+    chosen = stored["count_noise"]
+    assert chosen > default_count_noise(m, k)  # the public rule alone cost more than ε = 1
+    assert chosen == count_noise_for_target(m, k, 1.0, delta)
+    mu = gdp.mu_for_epsilon(1.0, delta)
+    assert (math.sqrt(2) / chosen) ** 2 == pytest.approx(COUNTS_MU2_SHARE * mu**2, rel=1e-9)
+    assert planned.epsilon <= 1.0
+    # The job, the accountant and the preview see one release: the stored parameters carry
+    # the chosen count_noise and β, and rebuild the charged event exactly at its σ.
+    event = planned.event
+    assert isinstance(event, DPCountsMixing)
+    assert event.count_noise == chosen == planned.noise.sigma("counts")
+    assert stored["class_size_failure_prob"] == event.failure_prob
+    again = spec.event_at(
+        Target("tight", sigma=planned.sigma), spec.params.model_validate(stored), facts
+    )
+    assert again == event
+    assert again.epsilon(delta) == planned.epsilon
+
+
+def test_the_default_count_noise_keeps_the_public_rule_where_it_is_cheaper() -> None:
+    """Large classes or a large ε: the public rule already takes less than the share, and
+    stays (n = 10⁴, K = 10, m = 500 at ε = 4)."""
+    _, _, _, planned = _plan_default(10_000, 8, 10, 4.0)
+    m = planned.stored_params()["min_class_size"]
+    assert planned.stored_params()["count_noise"] == default_count_noise(m, 10)
+    assert planned.epsilon <= 4.0
+
+
+def test_an_explicit_count_noise_is_kept() -> None:
+    _, _, _, planned = _plan_default(10_000, 8, 10, 1.0, count_noise=50.0)
+    assert planned.stored_params()["count_noise"] == 50.0
+    assert planned.noise.sigma("counts") == 50.0
+    # Too small for the target: refused, with the reason and the way out.
+    with pytest.raises(ValueError, match=r"alone cost ε .*leave it out"):
+        _plan_default(398, 30, 2, 1.0, count_noise=default_count_noise(99, 2))
+
+
+def test_the_default_count_noise_leaves_room_for_dp_statistics() -> None:
+    """With standardization 'dp' the counts take a share of what the statistics leave; only
+    statistics that alone exceed the target are refused, and then named as the reason."""
+    keys = {
+        "n": 569,
+        "mixture_degree": 16,
+        "n_samples": 568,
+        "clip_norm": 1.0,
+        "n_classes": 2,
+        "min_class_size": 142,
+        "standardization": "dp",
+        "d_x": 30,
+    }
+    delta = 1 / 569**2
+    mu2 = gdp.mu_for_epsilon(1.0, delta) ** 2
+    stats_noise = math.sqrt(2 * 30 / (0.5 * mu2))  # the statistics take half the target's μ²
+    event = TIGHT.calibrate(1.0, delta, {**keys, "stats_noise": stats_noise})
+    assert isinstance(event, DPCountsMixing)
+    assert event.epsilon(delta) <= 1.0
+    assert (math.sqrt(2) / event.count_noise) ** 2 == pytest.approx(
+        COUNTS_MU2_SHARE * 0.5 * mu2, rel=1e-6
+    )
+    too_noisy = math.sqrt(2 * 30 / (1.1 * mu2))  # the statistics alone exceed the target
+    with pytest.raises(ValueError, match=r"DP statistics .*raise stats_noise"):
+        TIGHT.calibrate(1.0, delta, {**keys, "stats_noise": too_noisy})
+
+
+def test_cli_account_chooses_the_same_count_noise() -> None:
+    """`dprelease account --epsilon` prepares like admission: the same count_noise and cost."""
+    from click.testing import CliRunner
+
+    from dprelease_cli.main import cli
+
+    delta = 1 / 569**2
+    pairs = ["n=569", "mixture_degree=16", "n_samples=568", "clip_norm=1", "n_classes=2"]
+    args = ["account", "dpcda", "--delta", str(delta), "--epsilon", "1", *pairs]
+    result = CliRunner().invoke(cli, [*args, "min_class_size=142"], env={"DPRELEASE_KEY": ""})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["event"]["count_noise"] == count_noise_for_target(142, 2, 1.0, delta)
+    assert out["noise"]["analysis"]["count_noise"] == out["event"]["count_noise"]
+    assert out["epsilon"] <= 1.0
 
 
 def test_the_request_schema_states_the_defaults_and_the_relation() -> None:
@@ -231,7 +406,9 @@ def test_the_request_schema_states_the_defaults_and_the_relation() -> None:
     props = schema["properties"]
     assert props["class_sizes"]["default"] == "dp"
     assert "narrower neighbour" in props["class_sizes"]["description"]
-    assert "Default: class_sizes dp: min_class_size / (4·Φ⁻¹" in props["count_noise"]["description"]
+    assert f"Default: {COUNT_NOISE_RULE}" in props["count_noise"]["description"]
+    assert "chosen at admission for the target" in COUNT_NOISE_RULE
+    assert "10% of the target's μ²" in COUNT_NOISE_RULE
     # Declared statistics are published verbatim: said where they are declared.
     for name in ("feature_mean", "feature_std"):
         assert "published verbatim" in props[name]["description"]

@@ -313,12 +313,16 @@ def test_builder_reads_the_extended_tabular_columns(tmp_path: Path) -> None:
     assert (small["n"], small["d"], small["classes"]) == (500, 8, 2)
 
 
-def test_a_target_the_defaults_cannot_meet_drops_the_mechanism() -> None:
-    """dpcda's default DP class counts (count noise m/(4·6.1)) cost ε 1.3 on their own at
-    n = 398, K = 2 (m = 99): with the target (ε, δ) known no candidate is admissible there, so
-    none is recommended; at ε = 4, or without the target (admission checks only), it is."""
+def test_a_target_the_public_count_noise_cannot_meet_keeps_the_defaults_admissible() -> None:
+    """dpcda's DP class counts at the public count-noise rule (m/(4·6.1) = 4.05 at n = 398,
+    K = 2, m = 99) cost ε 1.3 on their own; left out, count_noise is chosen for the target
+    (``accounting.prepare``), so the defaults stay admissible at ε = 1 and dpcda is
+    recommended. An explicit count noise the target cannot afford is still not admissible."""
     dpcda = registry.get("dpcda")
     facts = PublicFacts(n=398, n_features=30, n_classes=2)
-    assert recommend(dpcda, facts, 1.0, delta=1e-5) is None
+    assert recommend(dpcda, facts, 1.0, delta=1e-5) is not None
     assert recommend(dpcda, facts, 4.0, delta=1e-5) is not None
     assert recommend(dpcda, facts, 1.0) is not None
+    admissible(dpcda, {}, facts, (1.0, 1e-5))
+    with pytest.raises(ValueError, match="alone cost ε"):
+        admissible(dpcda, {"count_noise": 4.05}, facts, (1.0, 1e-5))

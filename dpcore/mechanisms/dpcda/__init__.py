@@ -13,12 +13,7 @@ from typing import TYPE_CHECKING
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.mechanisms import basis
 from dpcore.mechanisms.clipping import DEFAULT_RULE, check_clip_norm, default_clip_norm
-from dpcore.mechanisms.dpcda.params import (
-    COUNT_NOISE_RULE,
-    DPCDAParams,
-    default_count_noise,
-    neighbour_relation,
-)
+from dpcore.mechanisms.dpcda.params import DPCDAParams, neighbour_relation
 from dpcore.mechanisms.postprocess import RELEASE_ONLY
 from dpcore.mechanisms.sharding import ShardSpec
 from dpcore.mechanisms.spec import (
@@ -75,7 +70,9 @@ _KEYS = (
     Key.of(
         DPCDAParams,
         "count_noise",
-        help="dp class sizes: noise std of each class count (default: m/(4·Φ⁻¹(1 − 10⁻⁹/K)))",
+        help="dp class sizes: noise std of each class count (default: when calibrating, the "
+        "larger of m/(4·Φ⁻¹(1 − 10⁻⁹/K)) and the noise at which the counts take a tenth of the "
+        "target's GDP μ²; at a given σ, the first)",
     ),
     Key.of(
         DPCDAParams,
@@ -209,8 +206,9 @@ SPEC = MechanismSpec(
         "ε = 1: 0.77–0.81 with every model family, trees included; on the tables of "
         "docs/results/tabular.md: 0.90 logistic balanced accuracy on breast-cancer at ε = 4, "
         "0.68 on make_classification at ε = 1); the default DP class sizes add noisy counts, "
-        "which small classes at small ε may not afford (refused at ε ≤ 1 on breast-cancer, "
-        "wine and digits)",
+        "whose noise grows at small ε (they take at most a tenth of the target's μ²), so "
+        "small classes at small ε may not reach min_class_size: such a release is noise "
+        "alone (metadata mixed: false)",
         reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
         "Through Randomized Mixing",
         feature_noise=_feature_noise,
@@ -219,8 +217,11 @@ SPEC = MechanismSpec(
         title="DPCDARequest",
         shape_defaults=(
             # Half a balanced class: public figures only. With class sizes 'dp' (the default) a
-            # class of ≥ 1.25 of it (plus a few count_noise) mixes, with the default count_noise;
-            # with 'declared' admission checks it against the private counts.
+            # class mixes when its DP lower bound reaches it (≥ 1.25 of it plus a few
+            # count_noise at the public count_noise rule; more where the target raises
+            # count_noise); with 'declared' admission checks it against the private counts.
+            # count_noise is no shape default: it depends on the target (ε, δ), so the
+            # accountant's ``prepare`` chooses it (``params.count_noise_for_target``).
             ShapeDefault(
                 "min_class_size",
                 "max(⌊n / (2·classes)⌋, mixture_degree if given, 1): half of a balanced class "
@@ -228,15 +229,6 @@ SPEC = MechanismSpec(
                 "for the release to mix, with declared it is checked against the class counts",
                 lambda values, facts: max(
                     facts.n // (2 * max(1, facts.n_classes)), values.get("mixture_degree") or 1, 1
-                ),
-            ),
-            ShapeDefault(
-                "count_noise",
-                COUNT_NOISE_RULE,
-                lambda values, facts: (
-                    default_count_noise(values["min_class_size"], facts.n_classes)
-                    if values.get("class_sizes", "dp") == "dp"
-                    else None
                 ),
             ),
             ShapeDefault(

@@ -120,7 +120,9 @@ def paper(sigma: float, keys: Mapping[str, Any]) -> Event:
 
 
 def count_noise_of(keys: Mapping[str, Any]) -> float:
-    """The request's count_noise, or the parameters' default rule on the same public keys
+    """The keys' count_noise: the request's, or the one ``prepare`` chose for the target
+    (``params.count_noise_for_target``; admission stores it with the parameters). Left out
+    with no target (a release at a given σ), the public rule on the same keys
     (``params.default_count_noise``), so the CLI and the service cost the same release."""
     from dpcore.mechanisms.dpcda.params import default_count_noise
 
@@ -168,34 +170,59 @@ def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
     )
 
 
+def _statistics_mu2(keys: Mapping[str, Any]) -> float:
+    """μ² of the DP standardisation statistics (0 without them)."""
+    if keys.get("stats_noise") is None or keys.get("d_x") is None:
+        return 0.0
+    return 2 * keys["d_x"] / float(keys["stats_noise"]) ** 2
+
+
 def prepare(keys: dict[str, Any], epsilon: float, delta: float) -> dict[str, Any]:
-    """Before calibrating a 'dp' release: choose β for the target when none is given
-    (``params.default_failure_prob``; the event's analysis carries it, and admission stores
-    it with the parameters), and refuse, with the reason, a target that the noisy class
-    counts (and DP statistics) alone already exceed — no feature noise can meet it. Public
-    keys only."""
+    """Before calibrating a 'dp' release: choose, for the target, β when none is given
+    (``params.default_failure_prob``) and count_noise when none is given
+    (``params.count_noise_for_target``: the counts take at most a fixed share of the target,
+    so a default request is never refused for them); the event's analysis carries both, and
+    admission stores them with the parameters. Then refuse, with the reason, a target that
+    the noisy class counts (at a count_noise the request gave) and DP statistics alone
+    already exceed — no feature noise can meet it. Public keys only."""
     if class_sizes_of(keys) == "declared":
         return keys
-    if keys.get("class_size_failure_prob") is None:
-        from dpcore.mechanisms.dpcda.params import default_failure_prob
+    from dpcore.mechanisms.dpcda.params import count_noise_for_target, default_failure_prob
 
+    if keys.get("class_size_failure_prob") is None:
         keys = {**keys, "class_size_failure_prob": default_failure_prob(epsilon, delta)}
+    stats_mu2 = _statistics_mu2(keys)
+    chosen = keys.get("count_noise") is None
+    if chosen:
+        keys = {
+            **keys,
+            "count_noise": count_noise_for_target(
+                keys["min_class_size"], keys["n_classes"], epsilon, delta, stats_mu2
+            ),
+        }
     from dpcore.accounting.gdp import delta_of, epsilon_of
 
     sigma_c = count_noise_of(keys)
-    mu2 = (COUNT_SENSITIVITY / sigma_c) ** 2
-    if keys.get("stats_noise") is not None and keys.get("d_x") is not None:
-        mu2 += 2 * keys["d_x"] / float(keys["stats_noise"]) ** 2
+    mu2 = (COUNT_SENSITIVITY / sigma_c) ** 2 + stats_mu2
     # The counts are a marginal of the release: at the target ε they alone need δ(ε) of
     # μ-GDP, so a larger one than δ leaves nothing for the mixing.
     if delta_of(math.sqrt(mu2), epsilon) > delta:
         floor = epsilon_of(math.sqrt(mu2), delta)
+        if chosen:
+            # The chosen count noise takes a share of what the statistics leave: only they
+            # can exceed the target.
+            raise ValueError(
+                f"standardization 'dp': the DP statistics (stats_noise {keys['stats_noise']:.4g})"
+                f" and the noisy class counts alone cost ε {floor:.3g} at δ {delta:g}, not "
+                f"below the target {epsilon:g}: raise stats_noise or ε, or declare the "
+                "standardisation statistics"
+            )
         raise ValueError(
             f"class_sizes 'dp': the noisy class counts (count_noise {sigma_c:.4g}"
             + (", and the DP statistics" if keys.get("stats_noise") is not None else "")
             + f") alone cost ε {floor:.3g} at δ {delta:g}, not below the target {epsilon:g}: "
             "raise count_noise (the lower bounds then sit further below the counts: lower "
-            "min_class_size with it), raise ε, or opt in to class_sizes 'declared' (a "
-            "narrower neighbour relation)"
+            "min_class_size with it) or leave it out (chosen for the target), raise ε, or opt "
+            "in to class_sizes 'declared' (a narrower neighbour relation)"
         )
     return keys

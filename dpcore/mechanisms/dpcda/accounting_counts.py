@@ -29,7 +29,8 @@ P[M(D) ∈ S] ≤ P[M̃(D) ∈ S] + β ≤ e^ε·P[M̃(D′) ∈ S] + δ̃ + β 
 answer is ε̃(δ − (1 + e^ε̄)·β) ≤ ε̄, valid since e^ε ≤ e^ε̄ there.
 
 The charge is fixed at admission: σ (features) is calibrated for the target with m, σ_c
-and β as given; the job never changes it. The RDP curve is not on the cost: β is an additive
+and β as given (or, left out, chosen for the target by ``accounting.prepare``); the job never
+changes it. The RDP curve is not on the cost: β is an additive
 δ no Rényi curve carries, so the ledger composes this entry by its (ε, δ).
 """
 
@@ -152,7 +153,12 @@ class DPCountsMixing:
         return NoiseDescription(
             scales=tuple(scales),
             calibrated="features",
-            analysis={"class_size_failure_prob": self.failure_prob},
+            # Both chosen for the target when the request left them out (``prepare``): the
+            # parameters stored with the release carry them, and the job reads them back.
+            analysis={
+                "class_size_failure_prob": self.failure_prob,
+                "count_noise": self.count_noise,
+            },
         )
 
     def describe(self) -> dict[str, Any]:

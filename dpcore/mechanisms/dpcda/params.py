@@ -21,8 +21,8 @@ def _null_or_empty() -> dict[str, Any]:
 
 # The model validator below, for clients and for schema-driven tests: declared statistics go
 # with (and only with) 'declared', stats_noise with (and only with) 'dp', count_noise never
-# with class sizes 'declared' (with 'dp', the default, it may be left out: filled in from the
-# public shape at admission, ``default_count_noise``).
+# with class sizes 'declared' (with 'dp', the default, it may be left out: chosen for the
+# target at admission, ``count_noise_for_target``).
 _DPCDA_RULES: dict[str, Any] = {
     "allOf": [
         BASIS_RULE,
@@ -61,6 +61,74 @@ _DPCDA_RULES: dict[str, Any] = {
 }
 
 
+#: β of the default count_noise's margin (a reference: a release's own β may be smaller).
+REFERENCE_FAILURE_PROB = 1e-9
+
+
+def default_count_noise(min_class_size: int, n_classes: int) -> float:
+    """count_noise when a 'dp' request gives none (public figures only): m / (4·z) with
+    z = Φ⁻¹(1 − 10⁻⁹/K), so the DP lower bounds sit about m/4 below the noisy counts and a
+    class of ≥ 1.25·m records (plus a few count_noise) mixes. Cheap where m is large
+    (μ = √2/σ_c: 0.07 at m = 500, K = 10), costly where m is small: at a target, the default
+    is the larger of this and the target's own rule (``count_noise_for_target``); this rule
+    alone applies to a release at a given σ (no target)."""
+    z = -NormalDist().inv_cdf(REFERENCE_FAILURE_PROB / max(1, n_classes))
+    return min_class_size / (4.0 * z)
+
+
+#: The share of the target's μ² that a default count_noise lets the noisy counts take (see
+#: ``count_noise_for_target``).
+COUNTS_MU2_SHARE = 0.1
+
+
+def count_noise_for_target(
+    min_class_size: int,
+    n_classes: int,
+    epsilon: float,
+    delta: float,
+    other_mu2: float = 0.0,
+) -> float:
+    """count_noise when a 'dp' request at a target (ε, δ) gives none: the larger of the public
+    rule (``default_count_noise``) and √2/√(s·(μ² − other_mu2)), s = ``COUNTS_MU2_SHARE``, μ
+    the GDP μ whose (ε, δ) is the target (``gdp.mu_for_epsilon``) and ``other_mu2`` the μ² of
+    the other Gaussian steps before the mixing (DP statistics). The counts are then μ_c-GDP
+    with μ_c² ≤ s·(μ² − other_mu2): they alone never reach the target, whatever m, and leave
+    the mixing at least (1 − s) of the μ² budget in GDP terms (μ² adds under composition).
+
+    Why s = 0.1 (a trade-off, not an optimum): a larger share leaves the mixing less (its
+    noise grows), a smaller one widens the margin σ_c·Φ⁻¹(1 − β/K) by which the DP lower
+    bounds sit below the counts (∝ 1/√s), so that fewer datasets reach min_class_size and mix
+    (the others get the noise-only release, ``mixed: false``). At 10 % the counts take a tenth
+    of the μ² budget and the mixing keeps ≥ 90 % of it (≥ 0.95 of μ). Where the public rule
+    is already cheaper (large m or large ε) it is kept. Public figures and the target only
+    (no private count)."""
+    from dpcore.accounting.gdp import mu_for_epsilon
+
+    floor = default_count_noise(min_class_size, n_classes)
+    if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
+        return floor  # no target to share: calibration refuses it with its own reason
+    mu = mu_for_epsilon(epsilon, delta)
+    room = mu * mu - other_mu2
+    if not room > 0:
+        # The other steps alone exceed the target: ``accounting.prepare`` refuses it.
+        return floor
+    # √2: the counts' L2 sensitivity under replace-one (``accounting_counts``).
+    return max(floor, math.sqrt(2.0) / math.sqrt(COUNTS_MU2_SHARE * room))
+
+
+#: How ``count_noise_for_target`` and ``default_count_noise`` read, for the schema's
+#: description.
+COUNT_NOISE_RULE = (
+    "class_sizes dp: chosen at admission for the target (ε, δ), the larger of "
+    "min_class_size / (4·Φ⁻¹(1 − 10⁻⁹ / classes)) (the DP lower bounds then sit about a quarter "
+    "of min_class_size below the noisy counts) and the noise at which the counts take at most "
+    f"{COUNTS_MU2_SHARE:.0%} of the target's μ² (μ: the Gaussian-DP μ whose (ε, δ) is the "
+    "target; with standardization dp, of what the statistics' μ² leaves of it), so the counts "
+    "alone never use the target up; stored with the release's parameters. A release at a "
+    "given noise takes the first rule alone. null with declared"
+)
+
+
 class DPCDAParams(ReleaseOnlyParams):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_DPCDA_RULES)
 
@@ -97,7 +165,7 @@ class DPCDAParams(ReleaseOnlyParams):
         default=None,
         gt=0,
         description="dp class sizes: noise std on each class count (replace-one moves two "
-        "counts by 1: μ = √2/count_noise); null with 'declared'",
+        "counts by 1: μ = √2/count_noise); null with 'declared'. Default: " + COUNT_NOISE_RULE,
     )
     class_size_failure_prob: float | None = Field(
         default=None,
@@ -152,33 +220,11 @@ class DPCDAParams(ReleaseOnlyParams):
         return self
 
 
-#: β of the default count_noise's margin (a reference: a release's own β may be smaller).
-REFERENCE_FAILURE_PROB = 1e-9
-
-
-def default_count_noise(min_class_size: int, n_classes: int) -> float:
-    """count_noise when a 'dp' request gives none (public figures only): m / (4·z) with
-    z = Φ⁻¹(1 − 10⁻⁹/K), so the DP lower bounds sit about m/4 below the noisy counts and a
-    class of ≥ 1.25·m records (plus a few count_noise) mixes. Cheap where m is large
-    (μ = √2/σ_c: 0.07 at m = 500, K = 10), costly where m is small (the accountant refuses a
-    target the counts alone exceed)."""
-    z = -NormalDist().inv_cdf(REFERENCE_FAILURE_PROB / max(1, n_classes))
-    return min_class_size / (4.0 * z)
-
-
 def default_failure_prob(epsilon: float, delta: float) -> float:
     """β when a 'dp' request gives none, for its target (ε, δ): (1 + e^ε)·β, the δ it takes,
     stays at most a thousandth of δ (with 1e-9 fixed, ε could not pass ln(δ/(2β)): 8.5 at
     δ = 1e-5)."""
     return min(REFERENCE_FAILURE_PROB, 1e-3 * delta / (1.0 + math.exp(min(epsilon, 700.0))))
-
-
-#: How ``default_count_noise`` reads, for the schema's description.
-COUNT_NOISE_RULE = (
-    "class_sizes dp: min_class_size / (4·Φ⁻¹(1 − 10⁻⁹ / classes)), so the DP lower bounds sit "
-    "about a quarter of min_class_size below the noisy counts (classes of ≥ 1.25·min_class_size "
-    "plus a few count_noise records mix); null with declared"
-)
 
 
 def neighbour_relation(params: Mapping[str, Any]) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy import special
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis, basis_for
@@ -17,7 +18,7 @@ from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
 from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features, statistics_step
 from dpcore.mechanisms.dpcda.generate import generate
-from dpcore.mechanisms.dpcda.params import DPCDAParams, default_count_noise
+from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
@@ -168,26 +169,49 @@ def _dp_class_sizes(
     bound reaches min_class_size. The decision reads the noisy counts only — except that a
     class too small to hold a mixture never mixes, which can differ only in the failure event
     the accountant charges β for."""
-    # Admission stores the resolved count_noise; parameters that left it out take the same
-    # public rule the accountant applies (``params.default_count_noise``).
-    count_noise = params.count_noise or default_count_noise(params.min_class_size, len(counts))
+    # The count noise as charged: the accountant's "counts" scale (the request's count_noise,
+    # or the one chosen for the target at admission and stored with the parameters). The
+    # margin of the bounds must use the σ the counts were drawn with.
+    count_noise = ctx.sigma("counts")
+    if params.count_noise is not None and not math.isclose(
+        params.count_noise, count_noise, rel_tol=1e-12
+    ):
+        raise ValueError(
+            f"count_noise {params.count_noise} differs from the charged counts' noise {count_noise}"
+        )
     # β as charged: the accountant's (chosen for the target when the request gave none).
     beta = float(ctx.noise.analysis["class_size_failure_prob"])
     exact = torch.as_tensor(counts.astype(np.float64))[None, :]
-    noisy = ctx.sampler(exact, sigma=ctx.sigma("counts"), sensitivity=COUNT_SENSITIVITY).numpy()[0]
+    noisy = ctx.sampler(exact, sigma=count_noise, sensitivity=COUNT_SENSITIVITY).numpy()[0]
     bounds = lower_bounds(noisy, count_noise, beta)
-    mix = bool(bounds.min() >= params.min_class_size) and bool(
-        counts.min() >= params.mixture_degree
-    )
-    return mix, {
+    reached = bool(bounds.min() >= params.min_class_size)
+    mix = reached and bool(counts.min() >= params.mixture_degree)
+    out: dict[str, Any] = {
         "class_sizes": "dp: noisy per-class counts (charged with the release) give lower "
         "bounds, all correct with probability >= 1 - class_size_failure_prob; mixtures "
         "only when every bound reaches min_class_size, else rows of noise alone",
         "class_size_failure_prob": beta,
+        "count_noise": count_noise,
         "dp_class_counts": noisy.tolist(),
         "dp_class_size_lower_bounds": bounds.tolist(),
         "mixed": mix,
     }
+    if not mix:
+        # What happened, in published terms: the bounds and ``mixed`` already tell the two
+        # cases apart (bounds ≥ m and not mixed: some class holds fewer than ℓ records,
+        # possible only in the failure event β covers).
+        out["not_mixed"] = (
+            f"a DP lower bound ({int(bounds.min())}) is below min_class_size "
+            f"{params.min_class_size} (the bounds sit count_noise·Φ⁻¹(1 − β/K) = "
+            f"{count_noise * float(-special.ndtri(beta / len(counts))):.4g} below the noisy "
+            "counts): every row is noise alone, with no record in it, charged as a mixed "
+            "release. A smaller min_class_size, a larger ε (a smaller default count_noise) or "
+            "an explicit smaller count_noise (charged more) lets such a dataset mix"
+            if not reached
+            else "a class holds fewer than mixture_degree records: every row is noise alone, "
+            "with no record in it, charged as a mixed release"
+        )
+    return mix, out
 
 
 def _noise_only(
