@@ -179,7 +179,8 @@ def make_release(
     blocks = getattr(parsed, "categorical_blocks", ())
     same_space = list(output.feature_names) == list(parsed.feature_names)
     if same_space and (output.transform is None or output.transform.output == "raw"):
-        X = into_domain(X, parsed.lo, parsed.hi, blocks, np.random.default_rng())
+        indicators = getattr(parsed, "missing_indicators", ())
+        X = into_domain(X, parsed.lo, parsed.hi, blocks, np.random.default_rng(), indicators)
         if blocks:
             metadata["categorical_blocks"] = [list(b) for b in blocks]
     return Release(X, Y, metadata, output.extra), event

@@ -10,23 +10,67 @@ and fresh randomness independent of the data, so it is post-processing: it costs
 Per row: each categorical block is read as the row's category proportions
 (``categorical.category_proportions``: negative parts set to 0, scaled to sum to 1, uniform
 where nothing is positive) and replaced by the one-hot vector of one category drawn from them;
-then each value is clipped to its column's declared [lo, hi].
+then each value is clipped to its column's declared [lo, hi]; then each missing-value
+indicator becomes 0 or 1 (1 with its value as probability), and where it is 1 the column
+holds what the upload writes for a missing entry (its declared fill).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from dpcore.categorical import category_proportions
+from dpcore.categorical import category_proportions, fill_missing
 
 DESCRIPTION = (
     "rows in the declared domain (post-processing of the rows as drawn): each value clipped "
     "to its column's declared bounds, each declared categorical column one category per row, "
     "drawn from the row's category proportions (the block's negative parts set to 0, scaled "
-    "to sum to 1); the owner's raw copy keeps the rows as drawn"
+    "to sum to 1), each missing-value indicator 0 or 1 (1 with its clipped value as "
+    "probability; the column then holds its declared fill, as an upload encodes a missing "
+    "entry); the owner's raw copy keeps the rows as drawn"
 )
+
+
+@dataclass(frozen=True)
+class MissingIndicator:
+    """A declared column's missing-value indicator feature and what the upload encodes a
+    missing entry as: the column's features and their declared fill (public)."""
+
+    indicator: int
+    features: tuple[int, ...]
+    fill: tuple[float, ...]
+
+
+def missing_indicators(declared: Sequence[Mapping[str, Any]]) -> tuple[MissingIndicator, ...]:
+    """The indicator features of a declaration (``declared_columns``: dicts as the release
+    metadata holds them), in ``categorical.encoded_names`` order, each with the encoding of a
+    missing entry (``categorical.fill_missing`` on one row)."""
+    out = []
+    j = 0
+    for column in declared:
+        categories = column.get("categories") if column["type"] != "numeric" else None
+        width = 1 if categories is None else len(categories)
+        missing = column.get("missing") or {}
+        if missing.get("policy") == "indicator":
+            block = np.zeros((1, width))
+            bounds = column.get("bounds")
+            fill_missing(
+                block,
+                np.array([True]),
+                column["name"],
+                missing,
+                bounds=bounds,
+                categories=categories,
+            )
+            features = tuple(range(j, j + width))
+            out.append(MissingIndicator(j + width, features, tuple(float(v) for v in block[0])))
+            j += 1
+        j += width
+    return tuple(out)
 
 
 def sample_categories(
@@ -53,13 +97,22 @@ def into_domain(
     hi: np.ndarray,
     blocks: Sequence[Sequence[int]],
     rng: np.random.Generator,
+    indicators: Sequence[MissingIndicator] = (),
 ) -> np.ndarray:
     """Rows ``X`` (raw units, one column per feature) mapped into the declared domain:
     categorical blocks sampled from the drawn proportions, then values clipped to [lo, hi]
-    column by column (a one-hot block is within its [0, 1] bounds). Same dtype."""
+    column by column (a one-hot block is within its [0, 1] bounds), then each missing-value
+    indicator drawn as 0 or 1 with its clipped value as the probability of 1, the column's
+    features set to their declared fill where it is 1 (as the upload encodes a missing
+    entry). Same dtype."""
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     if X.shape[1] != lo.shape[0] or lo.shape != hi.shape:
         raise ValueError(f"rows of width {X.shape[1]} against {lo.shape[0]} declared bounds")
     out = sample_categories(X, blocks, rng) if blocks else X
-    return np.clip(out, lo.astype(X.dtype), hi.astype(X.dtype))
+    out = np.clip(out, lo.astype(X.dtype), hi.astype(X.dtype))
+    for rule in indicators:
+        gaps = rng.random(len(out)) < np.clip(out[:, rule.indicator], 0.0, 1.0)
+        out[:, rule.indicator] = gaps
+        out[np.ix_(gaps, list(rule.features))] = np.asarray(rule.fill, dtype=out.dtype)
+    return out

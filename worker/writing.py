@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpcore.domain import DESCRIPTION as DOMAIN
-from dpcore.domain import into_domain
+from dpcore.domain import MissingIndicator, into_domain
 from dpcore.mechanisms import registry, sharding
 from dpcore.mechanisms.contract import ExtraArtifact, ReleaseOutput
 from dpcore.mechanisms.noise import NoiseSampler, SecureNoise
@@ -184,7 +184,10 @@ class RowSteps:
     # The declared (lo, hi) per feature where the rows are the dataset's own features in raw
     # units; None for releases in another space (projections, signed combinations).
     bounds: tuple[np.ndarray, np.ndarray] | None = None
-    # Draws the categories: post-processing randomness, independent of the data.
+    # The declared missing-value indicators (their features and fills).
+    indicators: tuple[MissingIndicator, ...] = ()
+    # Draws the categories and indicators: post-processing randomness, independent of the
+    # data.
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
 
     @classmethod
@@ -198,7 +201,12 @@ class RowSteps:
         )
         if not same_space:
             return cls(transform, ())
-        return cls(transform, parsed.categorical_blocks, (parsed.lo, parsed.hi))
+        return cls(
+            transform,
+            parsed.categorical_blocks,
+            (parsed.lo, parsed.hi),
+            parsed.missing_indicators,
+        )
 
     @property
     def maps_rows(self) -> bool:
@@ -211,7 +219,7 @@ class RowSteps:
         x = self.raw_units(x)
         if self.bounds is None:
             return x
-        return into_domain(x, *self.bounds, self.blocks, self.rng)
+        return into_domain(x, *self.bounds, self.blocks, self.rng, self.indicators)
 
 
 def _write_rows(

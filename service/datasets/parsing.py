@@ -16,6 +16,7 @@ from pathlib import PurePath
 
 import numpy as np
 
+from dpcore.domain import MissingIndicator, missing_indicators
 from service.datasets.parse_labels import Label, feature_bounds, index_labels
 from service.datasets.parse_limits import Limits
 from service.datasets.parse_npz import read_npz
@@ -48,6 +49,9 @@ class ParsedDataset:
     # The feature indices of each declared categorical column's one-hot
     # block, in declaration order (empty without `columns`): a release decodes them.
     categorical_blocks: tuple[tuple[int, ...], ...] = ()
+    # Each declared missing-value indicator feature, with its column's features and fill: a
+    # release maps indicators to 0/1 and fills (``dpcore.domain``).
+    missing_indicators: tuple[MissingIndicator, ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -150,6 +154,9 @@ def parse_dataset(
         hi=hi,
         clipped_values=clipped,
         categorical_blocks=blocks,
+        missing_indicators=()
+        if columns is None
+        else missing_indicators([c.model_dump(mode="json") for c in columns]),
     )
 
 

@@ -169,9 +169,15 @@ def test_patients_table_every_mechanism_every_format_raw_units_and_auc(
                 # keeps the std below the noise it hides).
                 released_age = frame["age"].to_numpy(dtype=float)
                 assert released_age.min() >= 0 and released_age.max() <= 100, (mechanism, fmt)
+                # The indicator is 0 or 1; a missing age holds the upload's fill (the middle
+                # of its bounds: no fill declared).
+                gaps = frame["age_missing"].to_numpy(dtype=float)
+                assert set(np.unique(gaps)) <= {0.0, 1.0}, (mechanism, fmt)
+                assert (released_age[gaps == 1] == 50).all(), (mechanism, fmt)
                 drawn = h.as_drawn(owner, done["id"])
                 age = released_age if drawn is None else _read(drawn, fmt)[0]["age"].to_numpy(float)
-                assert np.array_equal(np.clip(age, 0, 100), released_age), (mechanism, fmt)
+                kept = gaps == 0
+                assert np.array_equal(np.clip(age, 0, 100)[kept], released_age[kept]), mechanism
                 assert not np.isnan(age).any()
                 slack = 20 + 5 * 1.2533 * age.std() / math.sqrt(len(age))
                 assert abs(np.median(age) - real_age) < slack, (mechanism, fmt, slack)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpcore.domain import into_domain, sample_categories
+from dpcore.domain import MissingIndicator, into_domain, missing_indicators, sample_categories
 
 
 def test_values_are_clipped_column_by_column_in_their_dtype() -> None:
@@ -45,3 +45,51 @@ def test_bounds_must_match_the_rows() -> None:
 
 def _rng() -> np.random.Generator:
     return np.random.default_rng(7)
+
+
+DECLARED = [
+    {"name": "age", "type": "numeric", "bounds": [0, 100], "missing": {"policy": "indicator"}},
+    {"name": "dose", "type": "numeric", "bounds": [0, 10]},
+    {
+        "name": "ward",
+        "type": "categorical",
+        "categories": ["A", "B", "C"],
+        "missing": {"policy": "indicator", "fill": "B"},
+    },
+    {
+        "name": "sex",
+        "type": "categorical",
+        "categories": ["F", "M"],
+        "missing": {"policy": "indicator"},
+    },
+]
+
+
+def test_missing_indicators_name_their_columns_and_the_uploads_fill() -> None:
+    # Features: age, age_missing, dose, ward=A, ward=B, ward=C, ward_missing, sex=F, sex=M,
+    # sex_missing (categorical.encoded_names).
+    rules = missing_indicators(DECLARED)
+    assert rules == (
+        MissingIndicator(1, (0,), (50.0,)),  # no fill: the middle of the bounds
+        MissingIndicator(6, (3, 4, 5), (0.0, 1.0, 0.0)),  # the declared fill category
+        MissingIndicator(9, (7, 8), (0.0, 0.0)),  # no fill: no category
+    )
+
+
+def test_an_indicator_is_drawn_with_its_value_and_a_missing_entry_holds_the_fill() -> None:
+    n = 40_000
+    lo = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float64)
+    hi = np.array([100, 1, 10, 1, 1, 1, 1, 1, 1, 1], dtype=np.float64)
+    row = [70.0, 0.3, 12.0, 0.2, 0.2, 0.6, 1.7, 0.5, 0.5, -0.4]
+    out = into_domain(
+        np.tile(row, (n, 1)), lo, hi, [(3, 4, 5), (7, 8)], _rng(), missing_indicators(DECLARED)
+    )
+    age_gap, ward_gap = out[:, 1] == 1, out[:, 6] == 1
+    assert set(np.unique(out[:, [1, 6, 9]])) <= {0.0, 1.0}
+    assert age_gap.mean() == pytest.approx(0.3, abs=0.01)  # its value as the probability
+    assert ward_gap.all() and not (out[:, 9] == 1).any()  # clipped to 1 and to 0 first
+    assert (out[age_gap, 0] == 50).all() and (out[~age_gap, 0] == 70).all()
+    assert (out[:, 3:6] == [0, 1, 0]).all()  # every ward missing: the declared fill B
+    assert (out[:, 2] == 10).all()  # a column without a policy is only clipped
+    sex = out[:, 7:9]
+    assert (sex.sum(axis=1) == 1).all()  # not missing: one category drawn

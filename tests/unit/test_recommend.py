@@ -125,16 +125,32 @@ def test_records_study_mnist_rows_supersede_the_sweep_of_their_mechanisms(tmp_pa
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerow(
-            dict(zip(fields, ["mnist", "dpcda", "defaults", "1.0", "", "0.5", "0.4", "0.6"]))
+            dict(
+                zip(
+                    fields,
+                    ["mnist", "dpcda", "defaults", "1.0", "", "0.5", "0.4", "0.6"],
+                    strict=True,
+                )
+            )
         )
         writer.writerow(
-            dict(zip(fields, ["mnist", "dpgm", "cheap", "1.0", "", "0.7", "0.6", "0.8"]))
+            dict(
+                zip(fields, ["mnist", "dpgm", "cheap", "1.0", "", "0.7", "0.6", "0.8"], strict=True)
+            )
         )
         writer.writerow(
-            dict(zip(fields, ["mnist", "dpmix", "defaults", "1.0", "refused", "", "", ""]))
+            dict(
+                zip(
+                    fields,
+                    ["mnist", "dpmix", "defaults", "1.0", "refused", "", "", ""],
+                    strict=True,
+                )
+            )
         )
         writer.writerow(
-            dict(zip(fields, ["wine", "dpmix", "defaults", "1.0", "", "0.9", "0.9", ""]))
+            dict(
+                zip(fields, ["wine", "dpmix", "defaults", "1.0", "", "0.9", "0.9", ""], strict=True)
+            )
         )
     out = tmp_path / "table.json"
     assert builder.main(["--root", str(tmp_path), "--out", str(out)]) == 0
