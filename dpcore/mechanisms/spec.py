@@ -151,6 +151,9 @@ class FeatureNoise:
 
 
 FeatureNoiseOf = Callable[[Any, PublicFacts, "NoiseDescription"], FeatureNoise]
+#: A mechanism's own preview warnings for a request (its validated params, the public facts,
+#: the noise as charged): [{"code", "message"}], public figures only.
+WarningsOf = Callable[[Any, PublicFacts, "NoiseDescription"], list[dict[str, str]]]
 
 
 def row_shrink(n_features: int, max_norm: float = 1.0) -> float:
@@ -336,7 +339,8 @@ class Guidance:
     recommended choice; ``good_for``: one sentence, the data and uses it suits, from the
     measured results; ``reference``: the paper it implements; ``feature_noise``: the noise on
     released feature values, per column (the preview's signal-to-noise; ``FeatureNoise``),
-    None where the mechanism declares none."""
+    None where the mechanism declares none; ``warnings``: what the preview should tell the
+    owner about a request before it is charged (``WarningsOf``)."""
 
     summary: str
     output: str
@@ -344,6 +348,7 @@ class Guidance:
     good_for: str = ""
     reference: str = ""
     feature_noise: FeatureNoiseOf | None = None
+    warnings: WarningsOf | None = None
 
     def validate(self, mechanism: str) -> None:
         if self.kind not in ("mechanism", "baseline"):

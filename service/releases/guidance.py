@@ -149,6 +149,16 @@ def recommendations(facts: PublicFacts, epsilon: float, delta: float) -> list[Re
     return out
 
 
+def mechanism_warnings(
+    spec: MechanismSpec, params: Mapping[str, Any], facts: PublicFacts, noise: NoiseDescription
+) -> list[dict[str, str]]:
+    """The mechanism's own warnings for this request (``Guidance.warnings``): public facts
+    and the noise as charged only."""
+    if spec.guidance.warnings is None:
+        return []
+    return spec.guidance.warnings(spec.params.model_validate(dict(params)), facts, noise)
+
+
 def shape_warnings(dataset: Dataset) -> list[dict[str, str]]:
     """A hint for flat, all-numeric rows that could be square images: image-shaped data gets
     other defaults (a 2-D DCT basis, image clip norms), which only a declared shape selects."""

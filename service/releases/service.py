@@ -275,6 +275,8 @@ def preview(
         )
     public = facts(p.dataset, settings, request.format)
     warnings += guidance.shape_warnings(p.dataset)
+    spec = registry.get(request.mechanism)
+    warnings += guidance.mechanism_warnings(spec, p.params, public, p.event.noise())
     guide = guidance.noise_guide(
         registry.get(request.mechanism),
         p.params,

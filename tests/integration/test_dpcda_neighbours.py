@@ -76,6 +76,10 @@ def test_default_dpcda_is_admitted_alike_on_neighbours(embedded: Harness) -> Non
         assert r.status_code == 200, r.text
         previews.append(r.json())
     assert _published(previews[0]) == _published(previews[1])
+    # Public figures only: the same warnings on both; none about mixing, since a balanced
+    # class (1 000) holds well over min_class_size plus the DP bounds' margin.
+    assert previews[0]["warnings"] == previews[1]["warnings"]
+    assert "classes_may_not_mix" not in [w["code"] for w in previews[0]["warnings"]]
     params = previews[0]["params"]
     assert params["class_sizes"] == "dp" and params["min_class_size"] == FLOOR
     assert params["count_noise"] is not None and params["count_noise"] > 0
@@ -152,6 +156,9 @@ def test_the_default_at_epsilon_1_is_admitted_on_small_tables_and_says_what_it_d
         preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
         assert preview.status_code == 200, preview.text
         params = preview.json()["params"]
+        # The owner is told before paying that such classes are unlikely to mix.
+        codes = [w["code"] for w in preview.json()["warnings"]]
+        assert "classes_may_not_mix" in codes, name
         public = default_count_noise(params["min_class_size"], len(counts))
         assert params["count_noise"] > public, name
         created = h.client.post("/releases", json=body, headers=h.headers(owner))

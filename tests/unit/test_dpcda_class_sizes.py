@@ -430,3 +430,25 @@ def test_the_request_schema_states_the_defaults_and_the_relation() -> None:
     assert "every class has at least 40 records" in declared
     assert spec.neighbours({"min_class_size": 40}) == declared
     assert registry.get("dpmix").neighbours({}) == "replace-one (n public)"
+
+
+@pytest.mark.parametrize(("name", "n", "d", "k"), SMALL_TABLES)
+def test_the_preview_warns_where_classes_are_unlikely_to_reach_their_bounds(
+    name: str, n: int, d: int, k: int
+) -> None:
+    """At ε = 1 on a small table the DP bounds' margin passes three quarters of a balanced
+    class: the preview warns, naming the size a class needs; at MNIST's shape it does not."""
+    spec, facts, _, planned = _plan_default(n, d, k, 1.0)
+    params = spec.params.model_validate(planned.stored_params())
+    (warning,) = spec.guidance.warnings(params, facts, planned.noise)  # type: ignore[misc]
+    assert warning["code"] == "classes_may_not_mix"
+    margin = planned.noise.sigma("counts") * float(
+        -special.ndtri(planned.stored_params()["class_size_failure_prob"] / k)
+    )
+    assert f"about {params.min_class_size + margin:.0f} records or more" in warning["message"]
+    spec, facts, _, planned = _plan_default(10_000, 784, 10, 1.0)
+    params = spec.params.model_validate(planned.stored_params())
+    assert spec.guidance.warnings(params, facts, planned.noise) == []  # type: ignore[misc]
+    stored = {**planned.stored_params(), "class_sizes": "declared", "count_noise": None}
+    declared = spec.params.model_validate(stored)
+    assert spec.guidance.warnings(declared, facts, planned.noise) == []  # type: ignore[misc]

@@ -152,6 +152,44 @@ def _check(params: DPCDAParams, facts: PublicFacts) -> None:
     facts.check_rows(k * (-(-params.n_samples // k)))
 
 
+#: A class this close to the size it must certify (relative to a balanced class) is likely to
+#: miss it: the preview warns below it.
+MIX_WARNING_SHARE = 0.75
+
+
+def _warnings(
+    params: DPCDAParams, facts: PublicFacts, noise: NoiseDescription
+) -> list[dict[str, str]]:
+    """With DP class sizes, the size every class must hold for the release to mix: its DP
+    lower bound sits count_noise·Φ⁻¹(1 − β/K) below the noisy count (``accounting_counts``),
+    so a class mixes only from about min_class_size plus that margin. Warned when that
+    exceeds three quarters of a balanced class (n/K: public): the release is then likely
+    noise alone, charged all the same."""
+    from scipy import special
+
+    if params.class_sizes != "dp":
+        return []
+    classes = max(1, facts.n_classes)
+    beta = float(noise.analysis["class_size_failure_prob"])
+    margin = noise.sigma("counts") * float(-special.ndtri(beta / classes))
+    need = params.min_class_size + margin
+    balanced = facts.n / classes
+    if need <= MIX_WARNING_SHARE * balanced:
+        return []
+    return [
+        {
+            "code": "classes_may_not_mix",
+            "message": f"with class_sizes 'dp' each class's DP lower bound sits about "
+            f"{margin:.0f} records below its noisy count, so this release mixes only if every "
+            f"class holds about {need:.0f} records or more (min_class_size "
+            f"{params.min_class_size} plus that margin; a balanced class here holds "
+            f"{balanced:.0f}). Otherwise every row is noise alone, charged all the same: "
+            "lower min_class_size, raise ε, or declare the class sizes (class_sizes "
+            "'declared', a narrower neighbour relation)",
+        }
+    ]
+
+
 def _feature_noise(
     params: DPCDAParams, facts: PublicFacts, noise: NoiseDescription
 ) -> FeatureNoise:
@@ -212,6 +250,7 @@ SPEC = MechanismSpec(
         reference="DP-CDA: An Algorithm for Enhanced Privacy Preservation in Dataset Synthesis "
         "Through Randomized Mixing",
         feature_noise=_feature_noise,
+        warnings=_warnings,
     ),
     admission=Admission(
         title="DPCDARequest",
