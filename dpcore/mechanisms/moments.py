@@ -277,10 +277,24 @@ def noisy_moments(
     )
 
 
-def survivors(stats: NoisyMoments, *, drop_below: float, sigma_counts: float) -> NoisyMoments:
+def survivors(
+    stats: NoisyMoments,
+    *,
+    drop_below: float,
+    sigma_counts: float,
+    pad_lost_groups: bool = False,
+) -> NoisyMoments:
     """The clusters kept (``kmeans.pools``, at the counts' noise): a merged cluster's noisy
     counts, sums and second-moment sums are added. Per-cluster statistics only (not
-    ``pooled``)."""
+    ``pooled``).
+
+    ``pad_lost_groups``: a group (class) none of whose clusters is kept is kept all the same,
+    as one cluster whose statistics are its own noisy ones plus τ pseudo-records at every
+    record's noisy mean and second moment (τ: the keep threshold, ``kmeans.drop_threshold``;
+    its count max(noisy count, 0) + τ). So a class too small to see at this noise still gets
+    rows, shrunk toward the data's overall distribution (an estimator with a prior count:
+    post-processing of the noisy statistics), where otherwise it would vanish from the
+    release."""
     if stats.pooled:
         raise ValueError("survivors merges per-cluster second moments: not with pooled")
     keep, merged = kmeans.pools(
@@ -297,6 +311,20 @@ def survivors(stats: NoisyMoments, *, drop_below: float, sigma_counts: float) ->
         sums.append(stats.sums[small].sum(dim=0, keepdim=True))
         second.append(stats.second[small].sum(dim=0, keepdim=True))
         groups.append(stats.groups[small][:1])
+    if pad_lost_groups:
+        present = torch.cat(groups)
+        pad = kmeans.drop_threshold(drop_below, sigma_counts)
+        total = stats.counts.sum().clamp_min(1.0)
+        overall_sum = stats.sums.sum(dim=0, keepdim=True) / total
+        overall_second = stats.second.sum(dim=0, keepdim=True) / total
+        for g in torch.unique(stats.groups).tolist():
+            if bool((present == g).any()):
+                continue
+            mine = stats.groups == g
+            counts.append(stats.counts[mine].sum().clamp_min(0.0)[None] + pad)
+            sums.append(stats.sums[mine].sum(dim=0, keepdim=True) + pad * overall_sum)
+            second.append(stats.second[mine].sum(dim=0, keepdim=True) + pad * overall_second)
+            groups.append(stats.groups[mine][:1])
     return NoisyMoments(
         torch.cat(counts),
         torch.cat(sums),

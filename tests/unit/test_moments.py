@@ -236,3 +236,40 @@ def test_noisy_variances_shrink_toward_the_pooled_ones(shrink_diagonal: bool) ->
         assert torch.allclose(noisy, pooled.expand(2, 4), rtol=1e-6)
     else:
         assert torch.allclose(noisy, exact, rtol=1e-6)
+
+
+def test_a_class_too_small_to_keep_is_padded_toward_the_overall_moments() -> None:
+    """Threshold τ = 2 × 5 = 10. Class 0 (count 40) is kept as it is; class 1 (noisy count 4,
+    below τ) would vanish, and with ``pad_lost_groups`` is kept as its own statistics plus τ
+    pseudo-records at every record's noisy mean and second moment (totals over the counts 44)."""
+    stats = moments.NoisyMoments(
+        counts=torch.tensor([40.0, 4.0], dtype=torch.float64),
+        sums=torch.tensor([[40.0, 0.0], [0.0, 4.0]], dtype=torch.float64),
+        second=torch.tensor([[40.0, 0.0, 0.0], [0.0, 0.0, 4.0]], dtype=torch.float64),
+        groups=torch.tensor([0, 1]),
+        second_dim=2,
+    )
+    dropped = moments.survivors(stats, drop_below=2.0, sigma_counts=5.0)
+    assert dropped.groups.tolist() == [0]
+    kept = moments.survivors(stats, drop_below=2.0, sigma_counts=5.0, pad_lost_groups=True)
+    assert kept.groups.tolist() == [0, 1]
+    assert kept.counts.tolist() == [40.0, 14.0]
+    overall = torch.tensor([40.0, 4.0], dtype=torch.float64) / 44
+    assert torch.allclose(
+        kept.sums[1], torch.tensor([0.0, 4.0], dtype=torch.float64) + 10 * overall
+    )
+    second = torch.tensor([40.0, 0.0, 4.0], dtype=torch.float64) / 44
+    assert torch.allclose(
+        kept.second[1], torch.tensor([0.0, 0.0, 4.0], dtype=torch.float64) + 10 * second
+    )
+    # A negative noisy count counts as none: the pseudo-records alone set the count.
+    stats = moments.NoisyMoments(
+        stats.counts * torch.tensor([1.0, -1.0], dtype=torch.float64),
+        stats.sums,
+        stats.second,
+        stats.groups,
+        2,
+    )
+    assert moments.survivors(
+        stats, drop_below=2.0, sigma_counts=5.0, pad_lost_groups=True
+    ).counts.tolist() == [40.0, 10.0]

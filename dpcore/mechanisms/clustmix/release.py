@@ -295,7 +295,9 @@ def _gaussian_rows(
     # cluster follow its noisy count).
     ctx.report(total, total, "sampling")
     threshold = drop_threshold(params.drop_below, scales.counts)
-    kept = moments.survivors(stats, drop_below=params.drop_below, sigma_counts=scales.counts)
+    kept = moments.survivors(
+        stats, drop_below=params.drop_below, sigma_counts=scales.counts, pad_lost_groups=True
+    )
     fitted = moments.fit(kept, scales, moments.FitOptions())
     wanted = params.n_samples if params.n_samples is not None else n
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
@@ -353,7 +355,9 @@ def _gaussian_rows(
         "product, shrunk toward its diagonal (whose variances are shrunk toward all clusters' "
         "count-weighted ones) by "
         "weights computed from the noise scales and the noisy count, eigenvalues floored at "
-        "1e-6; the other coordinates at the mean; "
+        "1e-6; the other coordinates at the mean; a class none of whose clusters is kept is "
+        f"drawn all the same, its statistics padded with {threshold:.4g} pseudo-records at all "
+        "records' noisy mean and second moment; "
         "mapped back from the basis, clipped to [0, 1]"
         + (described if described else " and to norm ≤ 1")
         + " (post-processing)",
