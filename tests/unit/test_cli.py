@@ -470,8 +470,9 @@ def test_release_waits_with_progress_then_downloads(
 ) -> None:
     target = tmp_path / "out" / "release.npz"
     result = run(
-        "release", "ds-1", "-p", "mixture_degree=64", "-p", "n_samples=10000",
-        "-p", "lr=0.5", "-p", "mode=fast", "--epsilon", "1", "--delta", "1e-5",
+        "release", "ds-1", "--mechanism", "dpmix", "-p", "mixture_degree=64",
+        "-p", "n_samples=10000", "-p", "lr=0.5", "-p", "mode=fast",
+        "--epsilon", "1", "--delta", "1e-5",
         "--accountant", "tight", "--noise-ratio", "2", "--output", str(target),
         "--poll-interval", "0",
     )  # fmt: skip
@@ -656,7 +657,9 @@ def test_connection_error(api: FakeApi) -> None:
 
 
 def test_preview(run: Callable[..., Result], api: FakeApi) -> None:
-    result = run("preview", "ds-1", "-p", "mixture_degree=8", "--epsilon", "0.5")
+    result = run(
+        "preview", "ds-1", "--mechanism", "dpmix", "-p", "mixture_degree=8", "--epsilon", "0.5"
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(api.only("POST", "/releases/preview").content) == {
         "dataset_id": "ds-1",

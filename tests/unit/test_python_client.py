@@ -56,11 +56,16 @@ def test_the_lazy_evaluate_command_is_listed_with_its_own_short_help() -> None:
     assert cli.get_command(ctx, "evaluate") is evaluate_command
 
 
-def test_the_cli_default_mechanism_is_the_registry_first() -> None:
-    from dpcore.mechanisms.registry import BUILTIN
+def test_the_cli_default_mechanism_is_the_one_the_records_study_measures_best() -> None:
+    from dpcore.mechanisms import recommend, registry
     from dprelease_cli.main import DEFAULT_MECHANISM
 
-    assert BUILTIN[0] == DEFAULT_MECHANISM
+    assert registry.get(DEFAULT_MECHANISM).guidance.kind == "mechanism"
+    measured = [e for e in recommend.table() if e.source.endswith("records_study.csv")]
+    assert {e.epsilon for e in measured} >= {1.0, 10.0}
+    for epsilon in {e.epsilon for e in measured}:
+        mine = [e for e in measured if e.epsilon == epsilon]
+        assert max(mine, key=lambda e: e.score).mechanism == DEFAULT_MECHANISM
 
 
 def test_the_standalone_packaging_depends_on_httpx_only() -> None:
