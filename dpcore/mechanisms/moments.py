@@ -417,6 +417,10 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
     pooled_diagonal = (weight[:, None] * torch.diagonal(cov, dim1=1, dim2=2)).sum(0) / max(
         float(weight.sum()), 1.0
     )
+    # The pooled variances' noise std (per entry: the second moments' noise over all records),
+    # capped by their mean.
+    pooled_noise = scales.second / max(float(weight.sum()), 1.0)
+    pooled_level = min(pooled_noise, max(float(pooled_diagonal.mean()), 0.0))
     for c in range(cov.shape[0]):
         sigma_entry = scales.second / float(noise_counts[c])
         mean_noise = 2.0 * float((mh[c] ** 2).sum()) * (scales.sums / float(counts[c])) ** 2
@@ -426,6 +430,12 @@ def fit(stats: NoisyMoments, scales: Scales, options: FitOptions) -> Model:
             if options.shrink_diagonal:
                 toward = _weight(d, pooled_diagonal, sigma_entry**2 * h, options.shrink_scale)
                 d = (1 - toward) * d + toward * pooled_diagonal
+                # A variance the noise drove near zero would leave the class's samples nearly
+                # constant along that coordinate (which trees read as a perfect, spurious
+                # split): at least half the pooled variance, itself taken as at least the
+                # noise std of its estimate (below that, zero and the truth cannot be told
+                # apart), but no more than the mean pooled variance.
+                d = torch.maximum(d, 0.5 * torch.clamp(pooled_diagonal, min=pooled_level))
             target = torch.diag(torch.clamp(d, min=options.floor))
             noise = sigma_entry**2 * h * (h - 1) / 2 + mean_noise * (h - 1) / h
         else:

@@ -273,3 +273,29 @@ def test_a_class_too_small_to_keep_is_padded_toward_the_overall_moments() -> Non
     assert moments.survivors(
         stats, drop_below=2.0, sigma_counts=5.0, pad_lost_groups=True
     ).counts.tolist() == [40.0, 10.0]
+
+
+def test_a_variance_lost_in_the_noise_is_floored_at_half_the_pooled_level() -> None:
+    """Noise that dwarfs the second moments (σ₂ = 10³ over 800 records) pulls each cluster's
+    variances to the pooled ones; a coordinate whose pooled variance is also near zero keeps at
+    least half the pooled level (min(noise std, mean pooled variance)), so no class is drawn
+    as a constant along it. Without the pooled shrinkage (``shrink_diagonal`` off) the old
+    behaviour stays: the cluster's own (zero) variance, floored at 1e-6."""
+    generator = torch.Generator().manual_seed(0)
+    assignment = torch.arange(800) % 2
+    X = torch.full((800, 4), 0.5, dtype=torch.float64)
+    spread = 0.2 * torch.randn(800, generator=generator, dtype=torch.float64)
+    X[:, 0] = (0.5 + spread * assignment).clamp(0, 1)  # class 1 varies, class 0 is constant
+    s = stats(X, assignment, 2, Basis(None, "identity"), 2.0)
+    scales = moments.Scales(counts=1.0, sums=1e-6, second=1e3)
+    fitted = moments.fit(s, scales, moments.FitOptions())
+    variances = torch.stack([torch.diagonal(f @ f.T) for f in fitted.factors])
+    exact = moments.fit(s, moments.Scales(1.0, 1e-6, 1e-6), moments.FitOptions()).factors
+    own = torch.stack([torch.diagonal(f @ f.T) for f in exact])
+    pooled = own.mean(dim=0)  # equal counts
+    level = float(pooled.mean())  # below the noise std 10³/800
+    floor = 0.5 * torch.clamp(pooled, min=level)
+    assert torch.allclose(variances, torch.maximum(pooled, floor).expand(2, 4), rtol=1e-2)
+    assert bool((variances[0] >= 0.5 * level * (1 - 1e-2)).all())
+    plain = moments.fit(s, scales, moments.FitOptions(shrink_diagonal=False)).factors
+    assert float(torch.diagonal(plain[0] @ plain[0].T)[1]) <= 1e-6 * (1 + 1e-9)
