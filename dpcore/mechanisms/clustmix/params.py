@@ -157,7 +157,10 @@ class ClustMixParams(BasisParams, ClipNormParams):
         description="clusters whose noisy count is below drop_below × the counts' noise std "
         "are pooled, per class, into one (their noisy sums and counts added), itself dropped "
         "when its pooled count is below drop_below × its pooled noise std (post-processing of "
-        "the noisy counts): alone, their noisy means would be mostly noise",
+        "the noisy counts): alone, their noisy means would be mostly noise. With model "
+        "gaussian a class none of whose clusters is kept is not dropped: it is drawn from its "
+        "noisy statistics padded with drop_below × the counts' noise std pseudo-records at all "
+        "records' noisy mean and second moment",
     )
     n_samples: int | None = Field(
         default=None,
