@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import hints  # noqa: E402
 from bench.mnist import DELTA, load_private, load_test  # noqa: E402
-from dpcore.domain import into_domain  # noqa: E402
+from dpcore.domain import in_data_units, into_domain  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.mechanisms import registry  # noqa: E402
 from dpcore.mechanisms.contract import ReleaseOutput  # noqa: E402
@@ -177,8 +177,7 @@ def make_release(
     # (worker/writing.py::RowSteps: values clipped to the bounds, one category per row); the
     # blocks travel in the metadata so a study can map test rows alike.
     blocks = getattr(parsed, "categorical_blocks", ())
-    same_space = list(output.feature_names) == list(parsed.feature_names)
-    if same_space and (output.transform is None or output.transform.output == "raw"):
+    if in_data_units(output.feature_names, parsed.feature_names, output.transform):
         indicators = getattr(parsed, "missing_indicators", ())
         X = into_domain(X, parsed.lo, parsed.hi, blocks, np.random.default_rng(), indicators)
         if blocks:

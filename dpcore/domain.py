@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dpcore.categorical import category_proportions, fill_missing
+from dpcore.categorical import category_proportions, encoded_names, fill_missing
 
 DESCRIPTION = (
     "rows in the declared domain (post-processing of the rows as drawn): each value clipped "
@@ -47,30 +47,40 @@ class MissingIndicator:
 
 def missing_indicators(declared: Sequence[Mapping[str, Any]]) -> tuple[MissingIndicator, ...]:
     """The indicator features of a declaration (``declared_columns``: dicts as the release
-    metadata holds them), in ``categorical.encoded_names`` order, each with the encoding of a
-    missing entry (``categorical.fill_missing`` on one row)."""
+    metadata holds them), at their places in ``categorical.encoded_names`` (each right after
+    its column's features), each with the encoding of a missing entry
+    (``categorical.fill_missing`` on one row)."""
+    names = encoded_names(declared)
     out = []
-    j = 0
     for column in declared:
+        missing = column.get("missing") or {}
+        if missing.get("policy") != "indicator":
+            continue
         categories = column.get("categories") if column["type"] != "numeric" else None
         width = 1 if categories is None else len(categories)
-        missing = column.get("missing") or {}
-        if missing.get("policy") == "indicator":
-            block = np.zeros((1, width))
-            bounds = column.get("bounds")
-            fill_missing(
-                block,
-                np.array([True]),
-                column["name"],
-                missing,
-                bounds=bounds,
-                categories=categories,
-            )
-            features = tuple(range(j, j + width))
-            out.append(MissingIndicator(j + width, features, tuple(float(v) for v in block[0])))
-            j += 1
-        j += width
+        block = np.zeros((1, width))
+        fill_missing(
+            block,
+            np.array([True]),
+            column["name"],
+            missing,
+            bounds=column.get("bounds"),
+            categories=categories,
+        )
+        indicator = names.index(f"{column['name']}_missing")
+        features = tuple(range(indicator - width, indicator))
+        out.append(MissingIndicator(indicator, features, tuple(float(v) for v in block[0])))
     return tuple(out)
+
+
+def in_data_units(
+    feature_names: Sequence[str], dataset_names: Sequence[str], transform: Any
+) -> bool:
+    """Whether released rows are the dataset's own features in raw units — the rows the
+    declared domain applies to (not projections, not SGDRM's signed combinations, not a
+    transform's other output). ``transform``: the release's ``RowTransform`` or None."""
+    same_names = list(feature_names) == list(dataset_names)
+    return same_names and (transform is None or transform.output == "raw")
 
 
 def sample_categories(

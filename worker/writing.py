@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpcore.domain import DESCRIPTION as DOMAIN
-from dpcore.domain import MissingIndicator, into_domain
+from dpcore.domain import MissingIndicator, in_data_units, into_domain
 from dpcore.mechanisms import registry, sharding
 from dpcore.mechanisms.contract import ExtraArtifact, ReleaseOutput
 from dpcore.mechanisms.noise import NoiseSampler, SecureNoise
@@ -196,10 +196,7 @@ class RowSteps:
         # the declared domain (random projection's features are projections, SGDRM's signed
         # combinations: nothing to map there).
         transform = output.transform
-        same_space = list(output.feature_names) == list(parsed.feature_names) and (
-            transform is None or transform.output == "raw"
-        )
-        if not same_space:
+        if not in_data_units(output.feature_names, parsed.feature_names, transform):
             return cls(transform, ())
         return cls(
             transform,
@@ -215,11 +212,15 @@ class RowSteps:
     def raw_units(self, x: np.ndarray) -> np.ndarray:
         return self.transform.to_raw(x) if self.transform is not None else x
 
-    def decode(self, x: np.ndarray) -> np.ndarray:
-        x = self.raw_units(x)
+    def in_domain(self, drawn: np.ndarray) -> np.ndarray:
+        """Rows already in raw units mapped into the declared domain (unchanged where the
+        domain does not apply)."""
         if self.bounds is None:
-            return x
-        return into_domain(x, *self.bounds, self.blocks, self.rng, self.indicators)
+            return drawn
+        return into_domain(drawn, *self.bounds, self.blocks, self.rng, self.indicators)
+
+    def decode(self, x: np.ndarray) -> np.ndarray:
+        return self.in_domain(self.raw_units(x))
 
 
 def _write_rows(
@@ -273,7 +274,7 @@ def _write_rows(
                 drawn = steps.raw_units(x)
                 writer.write(drawn, y)
                 if direct is not None:
-                    mapped = steps.decode(x)
+                    mapped = steps.in_domain(drawn)
                     altered = altered or not np.array_equal(mapped, drawn)
                     direct.write(mapped, y)
             if post is not None:

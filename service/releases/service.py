@@ -275,13 +275,13 @@ def preview(
         )
     public = facts(p.dataset, settings, request.format)
     warnings += guidance.shape_warnings(p.dataset)
-    spec = registry.get(request.mechanism)
-    warnings += guidance.mechanism_warnings(spec, p.params, public, p.event.noise())
+    spec, noise = registry.get(request.mechanism), p.event.noise()
+    warnings += guidance.mechanism_warnings(spec, p.params, public, noise)
     guide = guidance.noise_guide(
-        registry.get(request.mechanism),
+        spec,
         p.params,
         public,
-        p.event.noise(),
+        noise,
         p.dataset,
         settings.preview_noise_columns,
     )

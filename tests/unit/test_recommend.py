@@ -124,34 +124,13 @@ def test_records_study_mnist_rows_supersede_the_sweep_of_their_mechanisms(tmp_pa
     with (results / "records_study.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
-        writer.writerow(
-            dict(
-                zip(
-                    fields,
-                    ["mnist", "dpcda", "defaults", "1.0", "", "0.5", "0.4", "0.6"],
-                    strict=True,
-                )
-            )
-        )
-        writer.writerow(
-            dict(
-                zip(fields, ["mnist", "dpgm", "cheap", "1.0", "", "0.7", "0.6", "0.8"], strict=True)
-            )
-        )
-        writer.writerow(
-            dict(
-                zip(
-                    fields,
-                    ["mnist", "dpmix", "defaults", "1.0", "refused", "", "", ""],
-                    strict=True,
-                )
-            )
-        )
-        writer.writerow(
-            dict(
-                zip(fields, ["wine", "dpmix", "defaults", "1.0", "", "0.9", "0.9", ""], strict=True)
-            )
-        )
+        rows = [
+            ["mnist", "dpcda", "defaults", "1.0", "", "0.5", "0.4", "0.6"],
+            ["mnist", "dpgm", "cheap", "1.0", "", "0.7", "0.6", "0.8"],
+            ["mnist", "dpmix", "defaults", "1.0", "refused", "", "", ""],
+            ["wine", "dpmix", "defaults", "1.0", "", "0.9", "0.9", ""],
+        ]
+        writer.writerows(dict(zip(fields, row, strict=True)) for row in rows)
     out = tmp_path / "table.json"
     assert builder.main(["--root", str(tmp_path), "--out", str(out)]) == 0
     entries = json.loads(out.read_text())["entries"]

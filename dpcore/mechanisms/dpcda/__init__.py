@@ -165,13 +165,13 @@ def _warnings(
     so a class mixes only from about min_class_size plus that margin. Warned when that
     exceeds three quarters of a balanced class (n/K: public): the release is then likely
     noise alone, charged all the same."""
-    from scipy import special
+    from dpcore.mechanisms.dpcda.accounting_counts import bound_margin
 
     if params.class_sizes != "dp":
         return []
     classes = max(1, facts.n_classes)
     beta = float(noise.analysis["class_size_failure_prob"])
-    margin = noise.sigma("counts") * float(-special.ndtri(beta / classes))
+    margin = bound_margin(noise.sigma("counts"), beta, classes)
     need = params.min_class_size + margin
     balanced = facts.n / classes
     if need <= MIX_WARNING_SHARE * balanced:

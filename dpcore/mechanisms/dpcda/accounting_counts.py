@@ -60,10 +60,14 @@ from dpcore.mechanisms.dpcda.accounting_mixing import DPCDAEvent, statistics_ste
 COUNT_SENSITIVITY = math.sqrt(2.0)
 
 
+def bound_margin(count_noise: float, failure_prob: float, classes: int) -> float:
+    """σ_c·Φ⁻¹(1 − β/K): how far below its noisy count a class's DP lower bound sits."""
+    return count_noise * float(-special.ndtri(failure_prob / classes))
+
+
 def lower_bounds(noisy_counts: np.ndarray, count_noise: float, failure_prob: float) -> np.ndarray:
     """m̂_c = ⌊Y_c − σ_c·Φ⁻¹(1 − β/K)⌋: all ≤ the true counts with probability ≥ 1 − β."""
-    k = len(noisy_counts)
-    margin = count_noise * float(-special.ndtri(failure_prob / k))
+    margin = bound_margin(count_noise, failure_prob, len(noisy_counts))
     return np.floor(np.asarray(noisy_counts, dtype=np.float64) - margin).astype(np.int64)
 
 

@@ -9,13 +9,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import special
 
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.class_mixing import mixture_sensitivity, per_class
 from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
-from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, lower_bounds
+from dpcore.mechanisms.dpcda.accounting_counts import (
+    COUNT_SENSITIVITY,
+    bound_margin,
+    lower_bounds,
+)
 from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features, statistics_step
 from dpcore.mechanisms.dpcda.generate import generate
 from dpcore.mechanisms.dpcda.params import DPCDAParams
@@ -203,7 +206,7 @@ def _dp_class_sizes(
         out["not_mixed"] = (
             f"a DP lower bound ({int(bounds.min())}) is below min_class_size "
             f"{params.min_class_size} (the bounds sit count_noise·Φ⁻¹(1 − β/K) = "
-            f"{count_noise * float(-special.ndtri(beta / len(counts))):.4g} below the noisy "
+            f"{bound_margin(count_noise, beta, len(counts)):.4g} below the noisy "
             "counts): every row is noise alone, with no record in it, charged as a mixed "
             "release. A smaller min_class_size, a larger ε (a smaller default count_noise) or "
             "an explicit smaller count_noise (charged more) lets such a dataset mix"
