@@ -149,6 +149,20 @@ def encoded_names(declared: Sequence[Mapping[str, Any]]) -> list[str]:
     return names
 
 
+def column_count(declared: Sequence[Mapping[str, Any]]) -> int:
+    """The columns a declaration encodes to, each categorical column's one-hot block counted
+    once and each missing-value indicator once (``encoded_names`` with every block one)."""
+    indicators = sum(
+        (column.get("missing") or {}).get("policy") == "indicator" for column in declared
+    )
+    return len(declared) + indicators
+
+
+def columns_of(n_features: int, blocks: Sequence[Sequence[int]]) -> int:
+    """The same count from an encoded table's width and its categorical blocks."""
+    return n_features - sum(len(block) - 1 for block in blocks)
+
+
 def encode_declared(frame: pd.DataFrame, declared: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """Records of a table whose columns are the declared ones (``declared``: the release
     metadata's ``declared_columns``) encoded as an upload is: numeric columns as numbers,

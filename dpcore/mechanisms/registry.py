@@ -28,6 +28,7 @@ BUILTIN = (
     "random_projection",
     "clustmix",
     "dpgm",
+    "mst",
 )
 ENTRY_POINT_GROUP = "dprelease.mechanisms"
 MODULES_ENV = "DPRELEASE_MECHANISM_MODULES"

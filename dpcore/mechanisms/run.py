@@ -11,6 +11,7 @@ import torch
 from pydantic import BaseModel
 
 from dpcore.accounting.events import NoiseDescription
+from dpcore.categorical import columns_of
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, Report, RunContext
 from dpcore.mechanisms.noise import DeclaredNoise, NoiseSampler
@@ -41,6 +42,7 @@ def facts_of(data: PrivateData, **overrides: Any) -> PublicFacts:
         "n_features": int(data.X.shape[1]),
         "n_classes": len(data.classes),
         "feature_shape": tuple(data.feature_shape),
+        "n_columns": columns_of(int(data.X.shape[1]), getattr(data, "categorical_blocks", ())),
         "class_counts": tuple(
             int(c) for c in np.bincount(data.labels, minlength=len(data.classes))
         ),

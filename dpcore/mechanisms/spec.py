@@ -70,8 +70,10 @@ class PublicFacts:
     n_features: int
     n_classes: int
     feature_shape: tuple[int, ...] = ()
+    # The table's columns as declared: each categorical column's one-hot block counts once,
+    # each missing-value indicator once (None: every feature is a column).
+    n_columns: int | None = None
     max_release_rows: int | None = None
-    # How errors name the limit (the service adds its setting's name).
     # How errors name the limit (the service names its setting); default "the limit N".
     limit_hint: str | None = None
     class_counts: tuple[int, ...] | None = None
@@ -89,6 +91,7 @@ class PublicFacts:
             "n_features": self.n_features,
             "d_y": self.n_classes,
             "n_classes": self.n_classes,
+            "n_columns": self.n_features if self.n_columns is None else self.n_columns,
         }
 
     def check_rows(self, rows: int, what: str = "n_samples") -> None:

@@ -13,9 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 
+from dpcore.categorical import column_count
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.spec import MechanismSpec, PublicFacts, WorkerQueue
 from service.config import Settings
+from service.datasets.schemas import declared_columns
 from service.models import Dataset
 from service.releases.schemas import (
     AccountantInfo,
@@ -39,6 +41,7 @@ def facts(dataset: Dataset, settings: Settings, fmt: str = "npz") -> PublicFacts
         n_features=dataset.n_features,
         n_classes=len(dataset.classes),
         feature_shape=tuple(dataset.feature_shape or ()),
+        n_columns=_columns(dataset),
         max_release_rows=settings.max_release_samples,
         limit_hint=f"this server's limit {settings.max_release_samples} "
         "(DPRELEASE_MAX_RELEASE_SAMPLES)",
@@ -48,6 +51,14 @@ def facts(dataset: Dataset, settings: Settings, fmt: str = "npz") -> PublicFacts
         bytes_hint=f"this server's limit of {settings.max_release_bytes} bytes "
         "(DPRELEASE_MAX_RELEASE_BYTES)",
     )
+
+
+def _columns(dataset: Dataset) -> int | None:
+    """The declared table's columns (``categorical.column_count``); None without ``columns``."""
+    declared = declared_columns(dataset.feature_range)
+    if declared is None:
+        return None
+    return column_count([c.model_dump(mode="json") for c in declared])
 
 
 def worker_queue(mechanism: str) -> WorkerQueue:

@@ -311,17 +311,22 @@ class BudgetPreview(BaseModel):
 
 
 class PreviewWarning(BaseModel):
-    code: Literal["delta_exhausted", "delta_low", "shape_undeclared", "classes_may_not_mix"] = (
-        Field(
-            description="delta_exhausted: admitting it would leave no δ while ε remains (later "
-            "releases without an RDP curve are then refused); delta_low: the δ left would be "
-            "small for the ε left (later releases get a small default δ, so more noise); "
-            "shape_undeclared: flat numeric rows whose count of features is a square (784 = 28²) "
-            "get table defaults — if they are images, upload them with feature_shape; "
-            "classes_may_not_mix: DP-CDA with DP class sizes mixes only if every class holds "
-            "min_class_size plus the DP bounds' margin, likely not met here (the release is then "
-            "noise alone, charged)"
-        )
+    code: Literal[
+        "delta_exhausted",
+        "delta_low",
+        "shape_undeclared",
+        "classes_may_not_mix",
+        "bins_lost_in_noise",
+    ] = Field(
+        description="delta_exhausted: admitting it would leave no δ while ε remains (later "
+        "releases without an RDP curve are then refused); delta_low: the δ left would be "
+        "small for the ε left (later releases get a small default δ, so more noise); "
+        "shape_undeclared: flat numeric rows whose count of features is a square (784 = 28²) "
+        "get table defaults — if they are images, upload them with feature_shape; "
+        "classes_may_not_mix: DP-CDA with DP class sizes mixes only if every class holds "
+        "min_class_size plus the DP bounds' margin, likely not met here (the release is then "
+        "noise alone, charged); bins_lost_in_noise: MST's numeric bins hold too few rows "
+        "each for its noise, so most will merge (fewer bins keep more of a column's shape)"
     )
     message: str
 

@@ -219,9 +219,27 @@ def test_same_training_work_on_neighbouring_datasets(
     assert trace == training(_trace(mechanism, params, data_prime))
 
 
+def test_mst_measures_its_one_way_marginals_alike_on_neighbours() -> None:
+    """MST's work after its one-way histograms follows their noisy values (the compression's
+    merged sizes, the selected pairs): a function of released noise, not of the records (the
+    trace sampler adds none, so there it reads exact counts). Up to the selection the work is
+    public; the selection's number of draws is the residual privacy.md states (MST,
+    "Samplers")."""
+    data, data_prime = neighbours()
+
+    def measuring(trace: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        end = next(i for i, e in enumerate(trace) if e[0] == "report" and e[3] == "selecting")
+        return trace[:end]
+
+    params = {"bins": 4, "iterations": 5}
+    trace = measuring(_trace("mst", params, data))
+    assert sum(event[0] == "noise" for event in trace) == D + 1  # every attribute measured
+    assert trace == measuring(_trace("mst", params, data_prime))
+
+
 def test_every_served_mechanism_is_traced() -> None:
     """A mechanism added to the registry must join this test."""
-    traced = {p.values[0] for p in CASES}
+    traced = {p.values[0] for p in CASES} | {"mst"}
     assert {spec.name for spec in registry.served()} <= traced
 
 

@@ -1,0 +1,36 @@
+"""MST's parameters: how numeric columns are cut, how long the model is fitted, how many rows
+are drawn. None of them changes the privacy analysis (only the declared columns do)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The widest table MST takes: its selection scores every pair of attributes (k(k − 1)/2 pair
+# histograms over the n records), which bounds a release's time and memory.
+MAX_COLUMNS = 120
+
+
+class MSTParams(BaseModel):
+    """MST on the table's declared columns and its label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="rows released, each drawn from the fitted model (post-processing)",
+    )
+    bins: int = Field(
+        default=16,
+        ge=2,
+        le=64,
+        description="equal-width bins each numeric column's declared [lo, hi] is cut into; a "
+        "released value is drawn uniformly within its bin (public rule, no privacy cost)",
+    )
+    iterations: int = Field(
+        default=1000,
+        ge=1,
+        le=20_000,
+        description="mirror-descent steps fitting the graphical model to the noisy marginals "
+        "(Private-PGM; post-processing: more steps cost time, not privacy)",
+    )
