@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ from dpcore.mechanisms.mst.accounting import HISTOGRAM_SENSITIVITY, MSTEvent
 from dpcore.mechanisms.mst.selection import (
     SCORE_GRID,
     SCORE_SENSITIVITY,
-    bernoulli_exp,
+    _accepts,
+    acceptance_bounds,
     exponential_mechanism,
     pair_scores,
     selection_rate,
@@ -122,13 +124,41 @@ def test_selection_rate_is_exact_and_never_above_the_charge() -> None:
         assert float(2 * rate * SCORE_SENSITIVITY) == pytest.approx(eps, rel=1e-9)
 
 
-def test_bernoulli_exp_has_the_exact_probability() -> None:
-    source = SecureRandom.from_seed(3)
-    for x in (Fraction(3, 10), Fraction(5, 2)):
-        draws = 6000
-        hits = sum(bernoulli_exp(x, source) for _ in range(draws))
-        p = math.exp(-float(x))
-        assert abs(hits - draws * p) < 4.5 * math.sqrt(draws * p * (1 - p)), x
+def test_acceptance_bounds_bracket_the_probability() -> None:
+    import mpmath
+
+    rate = Fraction(3, 1 << 10)
+    gaps = [0, 1, 7, 250, 4000]
+    lower, upper = acceptance_bounds(gaps, rate)
+    mpmath.mp.prec = 200
+    for gap, lo, hi in zip(gaps[1:], lower[1:], upper[1:], strict=True):
+        exact = mpmath.exp(-mpmath.mpf(rate.numerator) * gap / rate.denominator) * 2**64
+        assert int(lo) <= exact < int(hi) and int(hi) - int(lo) <= 2
+
+
+def test_an_undecided_proposal_is_compared_exactly_on_further_words() -> None:
+    import mpmath
+
+    x = Fraction(5, 7)
+    mpmath.mp.prec = 300
+    p = mpmath.exp(-mpmath.mpf(5) / 7)
+    head = int(mpmath.floor(p * 2**64))  # the word on the boundary: 64 bits cannot decide
+    for seed in range(4):
+        next_word = int(SecureRandom.from_seed(seed).words(1)[0])
+        expected = (head * 2**64 + next_word + 1) <= p * 2**128
+        assert _accepts(x, head, SecureRandom.from_seed(seed)) == expected
+
+
+def test_the_selection_reads_the_same_words_on_neighbouring_scores() -> None:
+    scores = np.array([3000, 2900, 2950, 100, 2999])
+    moved = scores + np.array([SCORE_SENSITIVITY, -SCORE_SENSITIVITY, 0, 5, -3])
+    rate = selection_rate(0.5)
+    positions = []
+    for s in (scores, moved):
+        source = SecureRandom.from_seed(9)
+        exponential_mechanism(s, rate, source)
+        positions.append(source.position)
+    assert positions[0] == positions[1]
 
 
 def test_exponential_mechanism_draws_its_law() -> None:
@@ -154,7 +184,7 @@ def test_layout_counts_the_declared_columns_and_round_trips() -> None:
     attributes = discretise.layout(names, blocks, indicators, n_classes=3, bins=8)
     assert [a.kind for a in attributes] == ["numeric", "binary", "categorical", "numeric", "label"]
     assert len(attributes) == columns_of(len(names), blocks) + 1
-    declared = [
+    declared: list[dict[str, Any]] = [
         {"name": "age", "type": "numeric", "bounds": [0, 100], "missing": {"policy": "indicator"}},
         {"name": "ward", "type": "categorical", "categories": ["A", "B", "C"]},
         {"name": "sys", "type": "numeric", "bounds": [80, 200]},

@@ -223,8 +223,7 @@ def test_mst_measures_its_one_way_marginals_alike_on_neighbours() -> None:
     """MST's work after its one-way histograms follows their noisy values (the compression's
     merged sizes, the selected pairs): a function of released noise, not of the records (the
     trace sampler adds none, so there it reads exact counts). Up to the selection the work is
-    public; the selection's number of draws is the residual privacy.md states (MST,
-    "Samplers")."""
+    public; the selection reads a fixed batch of words per round (``test_mst``)."""
     data, data_prime = neighbours()
 
     def measuring(trace: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -31,6 +31,7 @@ import mbi  # noqa: E402
 from mbi import Domain, LinearMeasurement  # noqa: E402
 
 SUPPORT_STDS = 3.0
+TOL = 1e-5
 
 
 def _name(a: int) -> str:
@@ -106,7 +107,12 @@ def estimate(
         report(min(done[0], iterations))
 
     return mbi.estimation.MirrorDescent().estimate(
-        domain, measurements, known_total=float(total), iters=iterations, callback_fn=callback
+        domain,
+        measurements,
+        known_total=float(total),
+        iters=iterations,
+        callback_fn=callback,
+        tol=TOL,
     )
 
 

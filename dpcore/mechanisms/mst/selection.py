@@ -10,20 +10,24 @@ integers carry no floating-point error for the analysis to cover.
 A round draws pair i with probability ∝ exp(γ·sᵢ) for a rational γ ≤ ε₀/(2·2H)
 (``selection_rate``: ε₀ read exactly from its float, divided, rounded down to a multiple of
 2⁻⁴⁸, so the mechanism is never less private than charged). The draw is rejection sampling:
-a candidate uniform over the pairs, accepted with probability exp(−γ·(s_max − sᵢ)) by the
-exact Bernoulli(exp(−x)) sampler for rational x of Canonne, Kamath and Steinke (2020, Alg. 1),
-whose coins are exact rational Bernoullis of the release's secure source. The accepted index
-has exactly the exponential mechanism's law, so no approximation is charged to δ. Written
-here because no library offers an exponential mechanism on a caller's secure stream with an
-exact law; it is a dozen lines.
+proposals uniform over the pairs, each accepted with probability exp(−γ·(s_max − sᵢ)),
+decided by comparing a uniform from the secure stream with Arb's certified bounds on that
+probability (python-flint), reading further bits only when the bounds cannot decide. The
+first accepted proposal has exactly the exponential mechanism's law, so no approximation is
+charged to δ. Proposals come in fixed batches, all drawn and tested, so the work does not
+depend on the scores except on an event of negligible probability (``exponential_mechanism``).
+Written here because no library offers an exponential mechanism on a caller's secure stream
+with an exact law and data-independent work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
+import flint
 import numpy as np
 
 from dpcore.mechanisms.mst.accounting import PAIR_L1_SENSITIVITY
@@ -32,6 +36,19 @@ from dpcore.mechanisms.secure_random import SecureRandom
 SCORE_GRID = 64
 SCORE_SENSITIVITY = int(PAIR_L1_SENSITIVITY) * SCORE_GRID
 _RATE_BITS = 48
+# Proposals per candidate in one batch of the rejection sampler (``exponential_mechanism``).
+TRIALS = 48
+_TOP = 2**64 - 1
+
+
+@contextlib.contextmanager
+def _precision(bits: int) -> Iterator[None]:
+    before = flint.ctx.prec
+    flint.ctx.prec = bits
+    try:
+        yield
+    finally:
+        flint.ctx.prec = before
 
 
 def selection_rate(epsilon: float) -> Fraction:
@@ -42,40 +59,89 @@ def selection_rate(epsilon: float) -> Fraction:
     return Fraction(math.floor(exact * 2**_RATE_BITS), 2**_RATE_BITS)
 
 
-def _coin(numerator: int, denominator: int, source: SecureRandom) -> bool:
-    return bool(source.bernoulli(numerator, denominator, (1,))[0])
+def _integer(ball: flint.arb) -> int:
+    value = ball.unique_fmpz()
+    if value is None:  # floor and ceil of a finite ball are exact integers
+        raise ArithmeticError("no unique integer")
+    return int(value)
 
 
-def bernoulli_exp(x: Fraction, source: SecureRandom) -> bool:
-    """True with probability exactly exp(−x), for rational x ≥ 0."""
-    if x < 0:
-        raise ValueError("x must be >= 0")
-    whole = x.numerator // x.denominator
-    for _ in range(whole):
-        if not _bernoulli_exp_unit(Fraction(1), source):
-            return False
-    return _bernoulli_exp_unit(x - whole, source)
+def _floor(ball: flint.arb) -> int:
+    """An integer ≤ every point of ``ball``."""
+    return _integer(ball.lower().floor())
 
 
-def _bernoulli_exp_unit(x: Fraction, source: SecureRandom) -> bool:
-    """exp(−x) for x in [0, 1]: draw A_k ~ Bernoulli(x/k) for k = 1, 2, … until one is 0;
-    P(first 0 at an odd k) = Σ_j (−x)^j/j! = exp(−x)."""
-    k = 1
-    while _coin(x.numerator, x.denominator * k, source):
-        k += 1
-    return k % 2 == 1
+def _ceil(ball: flint.arb) -> int:
+    """An integer ≥ every point of ``ball``."""
+    return _integer(ball.upper().ceil())
 
 
-def exponential_mechanism(scores: np.ndarray, rate: Fraction, source: SecureRandom) -> int:
-    """An index i with probability exactly exp(rate·sᵢ)/Σⱼ exp(rate·sⱼ) (integer scores)."""
-    values = [int(s) for s in np.asarray(scores, dtype=np.int64)]
-    if not values:
-        raise ValueError("no candidates")
-    best = max(values)
+def acceptance_bounds(gaps: Sequence[int], rate: Fraction) -> tuple[np.ndarray, np.ndarray]:
+    """For each gap g, integers L ≤ 2⁶⁴·exp(−rate·g) < U (Arb's certified ball at 128 bits;
+    U − L ≤ 2). A gap of 0 (probability 1) is L = U = 2⁶⁴ − 1 with ``always``."""
+    lower = np.empty(len(gaps), dtype=np.uint64)
+    upper = np.empty(len(gaps), dtype=np.uint64)
+    with _precision(128):
+        scale = flint.arb(2) ** 64
+        for i, gap in enumerate(gaps):
+            if gap == 0:
+                lower[i] = upper[i] = _TOP
+                continue
+            x = rate * gap
+            ball = flint.arb(flint.fmpq(x.numerator, x.denominator)).neg().exp() * scale
+            lower[i] = min(_TOP, _floor(ball))
+            upper[i] = min(_TOP, _ceil(ball))
+    return lower, upper
+
+
+def _accepts(x: Fraction, head: int, source: SecureRandom) -> bool:
+    """Whether V < exp(−x) for a uniform V whose first 64 bits are ``head``: further words of
+    V are read, and exp(−x) computed more finely, until the comparison is certain (exp(−x)
+    is irrational for rational x > 0, so this ends with probability 1)."""
+    bits = 64
     while True:
-        i = int(source.integers(len(values), 1)[0])
-        if bernoulli_exp(rate * (best - values[i]), source):
-            return i
+        head = (head << 64) | int(source.words(1)[0])
+        bits += 64
+        with _precision(bits + 64):
+            p = flint.arb(flint.fmpq(x.numerator, x.denominator)).neg().exp()
+            p = p * flint.arb(2) ** bits
+            if head + 1 <= _floor(p):
+                return True
+            if head >= _ceil(p):
+                return False
+
+
+def exponential_mechanism(
+    scores: np.ndarray, rate: Fraction, source: SecureRandom, trials: int = TRIALS
+) -> int:
+    """An index i with probability exactly exp(rate·sᵢ)/Σⱼ exp(rate·sⱼ) (integer scores).
+
+    Rejection sampling in batches of ``trials`` × m proposals, every proposal of a batch
+    drawn and tested whether or not an earlier one was accepted: the first accepted proposal
+    is returned. Each proposal is a uniform index and a uniform 64-bit word u, accepted when
+    u < L of its gap, rejected when u ≥ U, and only in between (probability ≤ 2⁻⁶³) compared
+    exactly by reading further words (``_accepts``). The first accepted proposal of an
+    unbounded sequence of independent proposals has the exponential mechanism's law; a batch
+    holds one with probability ≥ 1 − (1 − 1/m)^(trials·m) ≥ 1 − e^(−trials) (the best pair is
+    accepted whenever proposed), so the work — the words read and the comparisons made —
+    does not depend on the scores except on an event of probability below e^(−trials) plus
+    trials·m·2⁻⁶³."""
+    values = np.asarray(scores, dtype=np.int64)
+    m = len(values)
+    if m == 0:
+        raise ValueError("no candidates")
+    gaps = [int(g) for g in values.max() - values]
+    lower, upper = acceptance_bounds(gaps, rate)
+    always = np.asarray([g == 0 or rate == 0 for g in gaps])
+    while True:
+        index = source.integers(m, trials * m)
+        words = source.words(trials * m)
+        accepted = always[index] | (words < lower[index])
+        undecided = ~accepted & (words < upper[index])
+        for j in np.flatnonzero(accepted | undecided):
+            i = int(index[j])
+            if accepted[j] or _accepts(rate * gaps[i], int(words[j]), source):
+                return i
 
 
 def independent_estimate(counts_a: np.ndarray, counts_b: np.ndarray, n: int) -> np.ndarray:
