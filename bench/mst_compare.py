@@ -4,6 +4,7 @@ families on the held-out rows, both scaled by the declared bounds only.
 
     OMP_NUM_THREADS=1 python -m bench.mst_compare make_classification 1 mst
     OMP_NUM_THREADS=1 python -m bench.mst_compare breast_cancer 10 clustmix
+    OMP_NUM_THREADS=1 python -m bench.mst_compare wine 1 mst '{"structure": "label"}'
 
 Prints one line: the charge, time, rows, distinct rows, in-domain share and each family's
 accuracy (docs/results/mst.md).
@@ -11,13 +12,15 @@ accuracy (docs/results/mst.md).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
 
-def main(name: str, epsilon: float, mechanism: str) -> None:
+def main(name: str, epsilon: float, mechanism: str, request: dict[str, Any]) -> None:
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.neighbors import KNeighborsClassifier
@@ -29,7 +32,7 @@ def main(name: str, epsilon: float, mechanism: str) -> None:
     table = DATASETS[name](None)
     private = table.private
     start = time.time()
-    release, event = make_release(mechanism, {}, private, epsilon, 1e-5)
+    release, event = make_release(mechanism, request, private, epsilon, 1e-5)
     seconds = time.time() - start
     X, y = release.X, release.Y.argmax(axis=1)
     y_test = np.array([list(private.classes).index(v) for v in table.y_test])
@@ -52,6 +55,7 @@ def main(name: str, epsilon: float, mechanism: str) -> None:
     print(
         name,
         mechanism,
+        json.dumps(request),
         epsilon,
         f"charged={event.epsilon(1e-5):.4f} seconds={seconds:.1f} rows={len(X)} "
         f"distinct={len(np.unique(X, axis=0))} in_domain={inside:.3f}",
@@ -61,4 +65,9 @@ def main(name: str, epsilon: float, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "mst")
+    main(
+        sys.argv[1],
+        float(sys.argv[2]),
+        sys.argv[3] if len(sys.argv) > 3 else "mst",
+        json.loads(sys.argv[4]) if len(sys.argv) > 4 else {},
+    )

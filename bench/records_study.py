@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import json
 import sys
 import time
 from pathlib import Path
@@ -125,16 +126,20 @@ def _accuracies(report: dict[str, Any], families: tuple[str, ...]) -> dict[str, 
     return {f: float(report["accuracy"][f]) for f in families if f in report["accuracy"]}
 
 
-def run_release(table: Table, mechanism: str, epsilon: float) -> dict[str, Any]:
+def run_release(
+    table: Table, mechanism: str, epsilon: float, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     start = time.perf_counter()
     # DPGM's defaults take minutes per release on a table and one core; on images they are the
     # release an analyst gets, so they are what the study measures.
     cheap = mechanism == "dpgm" and not table.image
     request = dict(DPGM_CHEAP) if cheap else {}
+    request.update(params or {})
+    config = "cheap" if cheap else "defaults"
     row: dict[str, Any] = {
         "dataset": table.name,
         "mechanism": mechanism,
-        "config": "cheap" if cheap else "defaults",
+        "config": json.dumps(params, sort_keys=True) if params else config,
         "epsilon": epsilon,
         "note": "",
     }
@@ -226,8 +231,8 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "repeats": len(mine),
             "note": next((r["note"] for r in mine if r.get("note")), ""),
         }
-        for key in ("charge", "rows", "distinct", "in_domain", *FAMILY_KEYS, "seconds"):
-            row[key] = _mean([r.get(key) for r in mine])
+        for figure in ("charge", "rows", "distinct", "in_domain", *FAMILY_KEYS, "seconds"):
+            row[figure] = _mean([r.get(figure) for r in mine])
         scores = [row[f] for f in FAMILY_KEYS if row[f] is not None]
         row["worst"] = min(scores) if scores else None
         worsts = [float(r["worst"]) for r in mine if r.get("worst") not in (None, "")]
@@ -347,6 +352,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mechanisms", nargs="+", default=[s.name for s in registry.served()])
     parser.add_argument("--rows", type=int, default=10_000, help="make_classification's n")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--params",
+        type=json.loads,
+        default=None,
+        help="request parameters for every mechanism run (JSON), beside their defaults; the "
+        "rows' config column holds them",
+    )
     parser.add_argument("--name", default="records_study", help="output files' stem")
     parser.add_argument(
         "--no-reference",
@@ -388,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
                 for m in args.mechanisms
                 for r in range(args.repeats)
             ]
-            releases = (dict(run_release(table, m, e), repeat=r) for m, e, r in plan)
+            releases = (dict(run_release(table, m, e, args.params), repeat=r) for m, e, r in plan)
             reference = [] if args.no_reference else [non_private(table)]
             for row in itertools.chain(reference, releases):
                 writer.writerow(row)

@@ -62,12 +62,24 @@ def test_cost_lies_between_its_gaussian_steps_alone_and_basic_composition() -> N
         assert MSTEvent(columns, sigma * 1.1).epsilon(DELTA) < eps
 
 
+def test_the_label_structure_is_two_gaussian_steps_converted_exactly() -> None:
+    event = MSTEvent(n_columns=9, sigma=7.0, structure="label")
+    assert event.mu_two_way == pytest.approx(2 * event.mu_one_way)
+    assert event.mu == pytest.approx(math.hypot(event.mu_one_way, event.mu_two_way))
+    assert event.epsilon(DELTA) == pytest.approx(gdp.epsilon_of(event.mu, DELTA))
+    assert "selection_epsilon" not in event.noise().analysis
+    # No selection to pay for: at the same one-way noise the label structure costs its two
+    # Gaussian steps only, and the tree structure's selection adds to its own.
+    tree = MSTEvent(n_columns=9, sigma=7.0)
+    assert tree.epsilon(DELTA) > gdp.epsilon_of(math.hypot(tree.mu_one_way, tree.mu_two_way), DELTA)
+
+
 def test_calibration_never_overshoots_the_target() -> None:
     spec = registry.get("mst")
     facts = PublicFacts(n=2000, n_features=12, n_classes=2, n_columns=8)
-    for target in (0.3, 1.0, 10.0):
+    for target, structure in ((0.3, "tree"), (1.0, "tree"), (10.0, "tree"), (1.0, "label")):
         planned = spec.plan(
-            spec.request_params.model_validate({}),
+            spec.request_params.model_validate({"structure": structure}),
             facts,
             Target("tight", epsilon=target, delta=DELTA),
         )
@@ -246,7 +258,8 @@ def test_audit_of_the_one_way_step_catches_too_little_noise(shrink: float) -> No
 
 
 @pytest.mark.slow
-def test_a_release_is_records_in_the_declared_domain() -> None:
+@pytest.mark.parametrize("structure", ["tree", "label"])
+def test_a_release_is_records_in_the_declared_domain(structure: str) -> None:
     import torch
 
     from bench.tabular_data import mixed
@@ -259,7 +272,7 @@ def test_a_release_is_records_in_the_declared_domain() -> None:
     facts = facts_of(data)
     assert facts.keys()["n_columns"] == columns_of(data.n_features, data.categorical_blocks)
     planned = spec.plan(
-        spec.request_params.model_validate({"iterations": 50, "bins": 8}),
+        spec.request_params.model_validate({"iterations": 50, "bins": 8, "structure": structure}),
         facts,
         Target("tight", epsilon=2.0, delta=DELTA),
     )
@@ -285,9 +298,12 @@ def test_a_release_is_records_in_the_declared_domain() -> None:
     for indicator in data.missing_indicators:
         assert set(np.unique(X[:, indicator.indicator])) <= {0.0, 1.0}
     assert (Y.sum(axis=1) == 1).all() and len(np.unique(Y.argmax(axis=1))) == 2
-    assert {"measuring", "selecting", "fitting", "sampling"} <= set(phases)
+    expected = {"measuring", "fitting", "sampling"} | (
+        {"selecting"} if structure == "tree" else set()
+    )
+    assert set(phases) == expected
     # A release charged for another table's columns is refused before any noise is drawn.
-    other = MSTEvent(facts.keys()["n_columns"] + 1, noise.sigma_x).noise()
+    other = MSTEvent(facts.keys()["n_columns"] + 1, noise.sigma_x, structure).noise()
     with pytest.raises(ValueError, match="charged for"):
         build(
             spec,

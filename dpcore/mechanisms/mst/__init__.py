@@ -38,7 +38,8 @@ TIGHT = Accountant(
     name="tight",
     summary="k one-way histograms (Gaussian, Δ₂ = √2 each), k − 1 exponential-mechanism "
     "selections (ε₀-bounded range: ε₀²/8-zCDP each), k − 1 two-way histograms (Gaussian); "
-    "MST's even split, Rényi curves added, converted at δ",
+    "MST's even split, Rényi curves added, converted at δ (structure label: no selection, "
+    "the two Gaussian steps' GDP μ converted exactly)",
     keys=(
         Key(
             "n_columns",
@@ -47,6 +48,7 @@ TIGHT = Accountant(
             "indicator once); k = n_columns + 1 with the label",
             minimum=1,
         ),
+        Key.of(MSTParams, "structure"),
     ),
     build=lazy(_MATH, "tight"),
     guess=lazy(_MATH, "guess"),

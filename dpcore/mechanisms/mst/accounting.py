@@ -26,6 +26,10 @@ The calibrated scale is σ₁ = σ; the other two follow MST's even split of the
 steps compose by adding their Rényi curves order by order (α μ₁²/2 and α μ₂²/2 for the
 Gaussian steps), converted to (ε, δ) at the charged δ.
 
+``structure="label"`` measures every column's pair with the label instead (a public structure:
+no selection step). The release is then two Gaussian steps, √(μ₁² + μ₂²)-GDP, converted
+exactly; the pairs take four fifths of μ²: σ₂ = σ√((k − 1)/k)/2, so μ₂ = 2μ₁.
+
 k is public: the declared columns (each categorical column once) plus the label.
 """
 
@@ -45,6 +49,7 @@ from dpcore.accounting.events import NoiseDescription, NoiseScale
 from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.accounting.per_record import integer, positive
 
+STRUCTURES = ("tree", "label")
 # L2 change of one histogram when one record is replaced by another.
 HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
 # L1 change of one pair's histogram when one record is replaced (a score's change, before the
@@ -63,10 +68,18 @@ class MSTEvent:
 
     n_columns: int
     sigma: float
+    structure: str = "tree"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "n_columns", integer("n_columns", self.n_columns))
         object.__setattr__(self, "sigma", positive("sigma", self.sigma))
+        if self.structure not in STRUCTURES:
+            raise ValueError(f"structure must be one of {STRUCTURES}, got {self.structure!r}")
+
+    @property
+    def selects(self) -> bool:
+        """Whether the pairs are chosen by the exponential mechanism (MST's tree)."""
+        return self.structure == "tree"
 
     @property
     def attributes(self) -> int:
@@ -82,7 +95,8 @@ class MSTEvent:
 
     @property
     def sigma_two_way(self) -> float:
-        return self.sigma * math.sqrt(self.rounds / self.attributes)
+        even = self.sigma * math.sqrt(self.rounds / self.attributes)
+        return even if self.selects else even / 2.0
 
     @property
     def mu_two_way(self) -> float:
@@ -93,17 +107,27 @@ class MSTEvent:
         """ε₀ of each selection round."""
         return 2.0 * self.mu_one_way / math.sqrt(self.rounds)
 
+    @property
+    def mu(self) -> float | None:
+        """The release's GDP μ where it is Gaussian steps only (``structure="label"``)."""
+        return None if self.selects else math.hypot(self.mu_one_way, self.mu_two_way)
+
     def rdp(self) -> tuple[float, ...]:
         orders = np.asarray(ORDERS, dtype=np.float64)
-        gaussian = orders * (self.mu_one_way**2 + self.mu_two_way**2) / 2.0
-        eps0 = self.selection_epsilon
-        selection = self.rounds * np.minimum(orders * eps0**2 / 8.0, eps0)
-        return tuple(float(v) for v in gaussian + selection)
+        curve = orders * (self.mu_one_way**2 + self.mu_two_way**2) / 2.0
+        if self.selects:
+            eps0 = self.selection_epsilon
+            curve = curve + self.rounds * np.minimum(orders * eps0**2 / 8.0, eps0)
+        return tuple(float(v) for v in curve)
 
     def epsilon(self, delta: float) -> float:
+        if self.mu is not None:
+            return gdp.epsilon_of(self.mu, delta)
         return epsilon_from_rdp(self.rdp(), delta=delta)
 
     def cost(self, delta: float) -> Cost:
+        if self.mu is not None:
+            return Cost(epsilon=self.epsilon(delta), delta=delta, mu=self.mu)
         return Cost(epsilon=self.epsilon(delta), delta=delta, rdp=self.rdp())
 
     def noise(self) -> NoiseDescription:
@@ -121,31 +145,32 @@ class MSTEvent:
                     self.sigma_two_way,
                     HISTOGRAM_SENSITIVITY,
                     ("statistics",),
-                    f"each of the {self.rounds} selected pairs' histogram (counts)",
+                    f"each of the {self.rounds} "
+                    + ("selected pairs'" if self.selects else "columns' pair with the label:")
+                    + " histogram (counts)",
                 ),
             ),
             calibrated="one_way",
-            analysis={
-                "attributes": float(self.attributes),
-                "selection_epsilon": self.selection_epsilon,
-            },
+            analysis={"attributes": float(self.attributes)}
+            | ({"selection_epsilon": self.selection_epsilon} if self.selects else {}),
         )
 
     def describe(self) -> dict[str, Any]:
         return {
             "mechanism": "mst",
             "accountant": "tight",
+            "structure": self.structure,
             "attributes": self.attributes,
             "sigma_one_way": self.sigma,
             "sigma_two_way": self.sigma_two_way,
-            "selection_epsilon": self.selection_epsilon,
-            "selection_rounds": self.rounds,
+            "selection_epsilon": self.selection_epsilon if self.selects else None,
+            "selection_rounds": self.rounds if self.selects else 0,
             "mu_gaussian_steps": math.hypot(self.mu_one_way, self.mu_two_way),
         }
 
 
 def tight(sigma: float, keys: Mapping[str, Any]) -> Event:
-    return MSTEvent(keys["n_columns"], sigma)
+    return MSTEvent(keys["n_columns"], sigma, keys["structure"])
 
 
 def guess(keys: Mapping[str, Any], epsilon: float, delta: float) -> float:

@@ -3,6 +3,8 @@ are drawn. None of them changes the privacy analysis (only the declared columns 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 # The widest table MST takes: its selection scores every pair of attributes (k(k − 1)/2 pair
@@ -19,6 +21,14 @@ class MSTParams(BaseModel):
         default=None,
         ge=1,
         description="rows released, each drawn from the fitted model (post-processing)",
+    )
+    structure: Literal["tree", "label"] = Field(
+        default="tree",
+        description="which pairs are measured: tree — MST as published, a spanning tree of "
+        "column pairs chosen by the exponential mechanism (a third of the budget); label — "
+        "every column paired with the label, a public structure (a naive-Bayes model: no "
+        "selection, the whole budget on the marginals; measured better for classifiers, "
+        "docs/results/mst.md)",
     )
     bins: int = Field(
         default=16,

@@ -72,17 +72,21 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
         for a in range(k)
     ]
 
-    pairs = list(itertools.combinations(range(k), 2))
-    scores = pair_scores(merged, merged_sizes, merged_one_way, pairs)
-    rate = selection_rate(ctx.noise.analysis["selection_epsilon"])
-    edges = spanning_tree(
-        scores,
-        pairs,
-        k,
-        rate,
-        ctx.generator,
-        report=lambda done, total: ctx.report(done, total, _PHASES[1]),
-    )
+    if params.structure == "label":
+        # A public structure: every column with the label (the last attribute).
+        edges = [(a, k - 1) for a in range(k - 1)]
+    else:
+        pairs = list(itertools.combinations(range(k), 2))
+        scores = pair_scores(merged, merged_sizes, merged_one_way, pairs)
+        rate = selection_rate(ctx.noise.analysis["selection_epsilon"])
+        edges = spanning_tree(
+            scores,
+            pairs,
+            k,
+            rate,
+            ctx.generator,
+            report=lambda done, total: ctx.report(done, total, _PHASES[1]),
+        )
 
     measurements = model.one_way_measurements(one_way, sizes, compressed, sigma_one)
     for a, b in edges:
@@ -122,7 +126,12 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
             "their bin, in raw units",
             "labels": "each row's class, drawn with its features from the model (exact)",
             "statistics": f"noisy one-way histograms of the {k} attributes, noisy two-way "
-            f"histograms of the {k - 1} pairs the exponential mechanism selected: "
+            f"histograms of {k - 1} pairs "
+            + (
+                "the exponential mechanism selected: "
+                if params.structure == "tree"
+                else "(each column with the label): "
+            )
             + ", ".join(f"{names[a]}–{names[b]}" for a, b in edges),
             "rows": "drawn from the graphical model fitted to the noisy histograms "
             f"(Private-PGM, {params.iterations} mirror-descent steps): post-processing",
