@@ -10,9 +10,11 @@ Sources: docs/results/tabular.csv (bench/tabular.py: one row per release; datase
 params — the explicitly set ones —, epsilon, delta, ``<model>_<metric>`` columns; ``n``, ``d``,
 ``classes`` when present, else the study's known shapes by dataset name) and
 docs/results/sweet_spot.csv (bench/sweet_spot.py: MNIST, n = 10 000, 784 features, 10 classes,
-image; one accuracy column per model family; the swept parameter in ``ell``) and the MNIST rows
-of docs/results/records_study.csv (bench/records_study.py: each mechanism's defaults at T = n,
-every model family), which supersede sweet_spot.csv's rows of the mechanisms they measured.
+image; one accuracy column per model family; the swept parameter in ``ell``) and
+docs/results/records_study.csv (bench/records_study.py: each mechanism's defaults, or the
+``--params`` of a run, at T = n, every model family): its MNIST rows supersede sweet_spot.csv's
+rows of the mechanisms they measured, and its table rows count for the mechanisms tabular.csv
+does not hold (MST; named ``<dataset>_n<private rows>``).
 Rows of ε = ∞ (non-private) are references, not candidates; sweet_spot.csv's rows of a
 mechanism whose served model changed since (``STALE_IN_SWEET_SPOT``) are left out.
 
@@ -200,30 +202,48 @@ def sweet_spot_runs(path: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def records_runs(path: Path) -> list[dict[str, Any]]:
-    """One run per MNIST release of records_study.csv (bench/records_study.py: each
-    mechanism's defaults, T = n, one accuracy column per model family). Its tables are left to
-    tabular.csv, whose sweep measures more than the defaults."""
+def records_runs(path: Path, table_mechanisms: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """One run per release of records_study.csv (bench/records_study.py: T = n, one accuracy
+    column per model family, params in the config column): every MNIST release, and the
+    tables' releases of ``table_mechanisms`` only (the mechanisms tabular.csv, whose sweep
+    measures more than the defaults, does not hold). A table's run is named
+    ``<dataset>_n<rows>`` (its private rows: the study's own split), so its (dataset, ε) group,
+    which picks the metric, is its own."""
     meta = {"dataset", "mechanism", "config", "epsilon", "repeat", "charge", "rows"}
     meta |= {"distinct", "in_domain", "worst", "seconds", "note"}
-    n, d, classes, image = KNOWN["mnist"]
+    tables = set(table_mechanisms)
     with path.open() as handle:
         reader = csv.DictReader(handle)
         families = [f for f in reader.fieldnames or () if f not in meta]
         runs = []
         for row in reader:
             epsilon = float(row["epsilon"])
-            if row["dataset"] != "mnist" or not math.isfinite(epsilon):
+            if not math.isfinite(epsilon) or (row.get("note") or "").strip():
+                continue  # a reference, or refused: no figures to rank
+            if row["dataset"] == "mnist":
+                dataset = "mnist"
+                n, d, classes, image = KNOWN["mnist"]
+                delta = MNIST_DELTA
+            elif row["mechanism"] in tables and row["dataset"] in KNOWN:
+                n = int(float(row["rows"]))
+                dataset = f"{row['dataset']}_n{n}"
+                _, d, classes, image = KNOWN[row["dataset"]]
+                delta = 1.0 / n**2  # the study's δ for tables
+            else:
                 continue
-            if (row.get("note") or "").strip():
-                continue  # refused: no figures to rank
-            params = dict(DPGM_CHEAP) if row.get("config") == "cheap" else {}
+            config = row.get("config") or "defaults"
+            if config == "cheap":
+                params = dict(DPGM_CHEAP)
+            elif config.startswith("{"):
+                params = json.loads(config)
+            else:
+                params = {}
             runs.append(
                 {
-                    "dataset": "mnist",
+                    "dataset": dataset,
                     "shape": (n, d, classes, image),
                     "epsilon": epsilon,
-                    "delta": MNIST_DELTA,
+                    "delta": delta,
                     "mechanism": row["mechanism"],
                     "params": _with_rows(row["mechanism"], params, n),
                     "values": {
@@ -310,17 +330,21 @@ def render(table: Mapping[str, Any]) -> str:
 def made(root: Path = ROOT, sources: Iterable[Path] = (TABULAR, SWEET_SPOT, RECORDS)) -> str:
     """The table's text from the CSVs under ``root`` (paths recorded relative to it). The
     records study's MNIST releases supersede sweet_spot.csv's rows of the same mechanisms:
-    they are the defaults at T = n, scored by every family."""
+    they are the defaults at T = n, scored by every family; its table releases count for the
+    mechanisms tabular.csv does not measure (MST)."""
     runs: list[dict[str, Any]] = []
+    records = [s for s in sources if s.name.startswith("records_study")]
     for source in sources:
         path = root / source
         if source.name.startswith("sweet_spot"):
-            reader = sweet_spot_runs
-        elif source.name.startswith("records_study"):
-            reader = records_runs
-        else:
-            reader = tabular_runs
-        for run in reader(path):
+            runs += [{**r, "source": str(source)} for r in sweet_spot_runs(path)]
+        elif not source.name.startswith("records_study"):
+            runs += [{**r, "source": str(source)} for r in tabular_runs(path)]
+    # The records study's table releases count for the mechanisms the tabular study lacks.
+    on_tables = {r["mechanism"] for r in runs if r["dataset"] != "mnist"}
+    served = {s.name for s in registry.served()}
+    for source in records:
+        for run in records_runs(root / source, served - on_tables):
             runs.append({**run, "source": str(source)})
     measured = {r["mechanism"] for r in runs if r["source"].endswith("records_study.csv")}
     runs = [

@@ -146,6 +146,36 @@ def test_records_study_mnist_rows_supersede_the_sweep_of_their_mechanisms(tmp_pa
     )
 
 
+def test_records_study_table_rows_count_for_mechanisms_the_tabular_study_lacks(
+    tmp_path: Path,
+) -> None:
+    results = tmp_path / "docs" / "results"
+    results.mkdir(parents=True)
+    for name in ("tabular.csv", "sweet_spot.csv"):
+        shutil.copy(ROOT / "docs" / "results" / name, results / name)
+    fields = ["dataset", "mechanism", "config", "epsilon", "rows", "note", "logistic", "hgb"]
+    with (results / "records_study.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        rows = [
+            ["wine", "mst", "defaults", "1.0", "124", "", "0.5", "0.4"],
+            ["wine", "mst", '{"structure": "label"}', "1.0", "124", "", "0.6", "0.5"],
+            ["wine", "clustmix", "defaults", "1.0", "124", "", "0.9", "0.9"],
+        ]
+        writer.writerows(dict(zip(fields, row, strict=True)) for row in rows)
+    out = tmp_path / "table.json"
+    assert builder.main(["--root", str(tmp_path), "--out", str(out)]) == 0
+    entries = json.loads(out.read_text())["entries"]
+    mst = [e for e in entries if e["mechanism"] == "mst"]
+    # Its own group, named by the study's private rows; the better configuration wins.
+    assert [(e["dataset"], e["params"]) for e in mst] == [
+        ("wine_n124", {"n_samples": 124, "structure": "label"})
+    ]
+    assert mst[0]["n"] == 124 and mst[0]["delta"] == pytest.approx(1 / 124**2)
+    # ClustMix's table rows stay the tabular study's.
+    assert not any(e["dataset"] == "wine_n124" for e in entries if e["mechanism"] != "mst")
+
+
 def test_builder_ranks_by_mean_over_models_and_prefers_balanced_accuracy() -> None:
     """Balanced accuracy where every row has it; ties go to fewer params; spread over runs."""
 
