@@ -234,6 +234,11 @@ def test_admission_refuses_wide_data_and_warns_of_bins_lost_in_noise() -> None:
     wide = PublicFacts(n=10_000, n_features=784, n_classes=10, feature_shape=(28, 28))
     with pytest.raises(InvalidParams, match="clustmix"):
         spec.plan(params, wide, Target("tight", epsilon=1.0, delta=DELTA))
+    tall = PublicFacts(n=1_000_000, n_features=100, n_classes=2)
+    with pytest.raises(InvalidParams, match='structure "label"'):
+        spec.plan(params, tall, Target("tight", epsilon=1.0, delta=DELTA))
+    label = spec.request_params.model_validate({"structure": "label"})
+    spec.plan(label, tall, Target("tight", epsilon=1.0, delta=DELTA))
     small = PublicFacts(n=150, n_features=13, n_classes=3)
     planned = spec.plan(params, small, Target("tight", epsilon=1.0, delta=DELTA))
     warnings = spec.guidance.warnings(planned.params, small, planned.event.noise())  # type: ignore[misc]

@@ -11,11 +11,12 @@ discretisation (``discretise``), the exact selection (``selection``), the model
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms.mst.params import MAX_COLUMNS, MSTParams
+from dpcore.mechanisms.mst.params import MAX_COLUMNS, MAX_PAIR_READS, MSTParams
 from dpcore.mechanisms.spec import (
     Accounting,
     Admission,
@@ -62,6 +63,13 @@ def _check(params: MSTParams, facts: PublicFacts) -> None:
             f"MST is for tables: this dataset has {columns} columns, more than its limit of "
             f"{MAX_COLUMNS} (its selection scores every pair of columns); for images or other "
             "wide data use clustmix"
+        )
+    pairs = math.comb(columns + 1, 2)
+    if params.structure == "tree" and pairs * facts.n > MAX_PAIR_READS:
+        raise InvalidParams(
+            f"MST's selection would score {pairs} pairs of columns over {facts.n} rows, more "
+            f'than its limit of {MAX_PAIR_READS} record reads; structure "label" measures one '
+            "pair per column and has no such limit"
         )
     facts.check_rows(params.n_samples if params.n_samples is not None else facts.n)
 

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 # The widest table MST takes: its selection scores every pair of attributes (k(k − 1)/2 pair
 # histograms over the n records), which bounds a release's time and memory.
 MAX_COLUMNS = 120
+# The selection's pair histograms read every record once per pair: at most this many
+# (pairs × n) record reads (tens of seconds), past which the tree structure is refused and the
+# label structure (one pair per column) suggested.
+MAX_PAIR_READS = 2_000_000_000
 
 
 class MSTParams(BaseModel):
