@@ -228,6 +228,18 @@ def test_an_empty_categorical_block_is_a_value_of_its_own() -> None:
     assert np.array_equal(back, unit)
 
 
+def test_bins_default_from_the_public_row_count() -> None:
+    from dpcore.mechanisms.mst.params import default_bins
+
+    assert [default_bins(n) for n in (10, 124, 398, 1257, 7000)] == [4, 4, 8, 16, 16]
+    spec = registry.get("mst")
+    facts = PublicFacts(n=398, n_features=30, n_classes=2)
+    resolved = spec.resolve(spec.request_params.model_validate({}), facts)
+    assert resolved.bins == 8  # type: ignore[attr-defined]
+    asked = spec.resolve(spec.request_params.model_validate({"bins": 32}), facts)
+    assert asked.bins == 32  # type: ignore[attr-defined]
+
+
 def test_admission_refuses_wide_data_and_warns_of_bins_lost_in_noise() -> None:
     spec = registry.get("mst")
     params = spec.request_params.model_validate({})

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms.mst.params import MAX_COLUMNS, MAX_PAIR_READS, MSTParams
+from dpcore.mechanisms.mst.params import (
+    BINS_RULE,
+    MAX_COLUMNS,
+    MAX_PAIR_READS,
+    MSTParams,
+    default_bins,
+)
 from dpcore.mechanisms.spec import (
     Accounting,
     Admission,
@@ -26,6 +32,7 @@ from dpcore.mechanisms.spec import (
     InvalidParams,
     MechanismSpec,
     PublicFacts,
+    ShapeDefault,
     rows_default,
 )
 
@@ -115,7 +122,10 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="MSTRequest",
-        shape_defaults=(rows_default(),),
+        shape_defaults=(
+            rows_default(),
+            ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
+        ),
         check=_check,
     ),
     execution=Execution(release=lazy(f"{__name__}.release", "release")),

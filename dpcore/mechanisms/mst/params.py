@@ -16,6 +16,16 @@ MAX_COLUMNS = 120
 MAX_PAIR_READS = 2_000_000_000
 
 
+# Numeric columns' bins where the request names none: about 30 rows per bin or more, a power of
+# two within [4, 16] (n public). Measured on the study's tables: docs/results/mst.md, "Bins".
+BINS_RULE = "n/30 rounded down to a power of two, within [4, 16] (measured: docs/results/mst.md)"
+
+
+def default_bins(n: int) -> int:
+    bins = 1 << max(0, (max(1, n) // 30).bit_length() - 1)
+    return min(16, max(4, bins))
+
+
 class MSTParams(BaseModel):
     """MST on the table's declared columns and its label."""
 
@@ -38,7 +48,8 @@ class MSTParams(BaseModel):
         default=16,
         ge=2,
         le=64,
-        description="equal-width bins each numeric column's declared [lo, hi] is cut into; a "
+        description="equal-width bins each numeric column's declared [lo, hi] is cut into (fewer "
+        "keep more of a small table's shape out of the noise); a "
         "released value is drawn uniformly within its bin (public rule, no privacy cost)",
     )
     iterations: int = Field(
