@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from dpcore.categorical import category_proportions
+
 # Private-PGM's estimates stall in float32 on large totals (its own warning): JAX in float64,
 # set before mbi is imported.
 jax.config.update("jax_enable_x64", True)
@@ -117,11 +119,10 @@ def estimate(
 
 
 def _distribution(values: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(values, dtype=np.float64), 0.0, None)
-    total = p.sum(axis=-1, keepdims=True)
-    uniform = np.full_like(p, 1.0 / p.shape[-1])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, p / np.where(total > 0, total, 1.0), uniform)
+    """Each row of ``values`` as probabilities: the categorical decoding's own rule
+    (negatives set to 0, scaled to sum to 1, uniform where nothing is left)."""
+    table = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    return category_proportions(table, [tuple(range(table.shape[1]))]).reshape(np.shape(values))
 
 
 def _draw(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 
 import flint
@@ -178,7 +178,7 @@ def spanning_tree(
     attributes: int,
     rate: Fraction,
     source: SecureRandom,
-    report: object = None,
+    report: Callable[[int, int], None] | None = None,
 ) -> list[tuple[int, int]]:
     """Kruskal's order with a draw per round: attributes − 1 rounds, each choosing among the
     pairs that join two different trees of the forest so far."""
@@ -197,6 +197,6 @@ def spanning_tree(
         a, b = pairs[pick]
         parent[root(a)] = root(b)
         chosen.append((a, b))
-        if callable(report):
+        if report is not None:
             report(len(chosen), attributes - 1)
     return chosen
