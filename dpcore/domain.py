@@ -10,13 +10,16 @@ and fresh randomness independent of the data, so it is post-processing: it costs
 Per row: each categorical block is read as the row's category proportions
 (``categorical.category_proportions``: negative parts set to 0, scaled to sum to 1, uniform
 where nothing is positive) and replaced by the one-hot vector of one category drawn from them;
-then each value is clipped to its column's declared [lo, hi]; then each missing-value
+then each value is clipped to its column's declared [lo, hi]; each column declared integer is
+rounded at random to a neighbouring whole number (up with the fractional part as probability,
+so its mean stays where it was) within its bounds; then each missing-value
 indicator becomes 0 or 1 (1 with its value as probability), and where it is 1 the column
 holds what the upload writes for a missing entry (its declared fill).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +76,33 @@ def missing_indicators(declared: Sequence[Mapping[str, Any]]) -> tuple[MissingIn
     return tuple(out)
 
 
+def integer_features(declared: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+    """The features of the columns a declaration marks integer, at their places in
+    ``categorical.encoded_names``."""
+    names = encoded_names(declared)
+    return tuple(
+        names.index(column["name"])
+        for column in declared
+        if column["type"] == "numeric" and column.get("integer")
+    )
+
+
+def round_integers(
+    X: np.ndarray,
+    features: Sequence[int],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    rng: np.random.Generator,
+) -> None:
+    """Round ``X``'s ``features`` in place to whole numbers within [⌈lo⌉, ⌊hi⌋]: up with the
+    value's fractional part as probability (unbiased), from ``rng`` (post-processing)."""
+    for j in features:
+        values = X[:, j].astype(np.float64)
+        base = np.floor(values)
+        whole = base + (rng.random(len(values)) < values - base)
+        X[:, j] = np.clip(whole, math.ceil(lo[j]), math.floor(hi[j]))
+
+
 def in_data_units(
     feature_names: Sequence[str], dataset_names: Sequence[str], transform: Any
 ) -> bool:
@@ -108,10 +138,12 @@ def into_domain(
     blocks: Sequence[Sequence[int]],
     rng: np.random.Generator,
     indicators: Sequence[MissingIndicator] = (),
+    integers: Sequence[int] = (),
 ) -> np.ndarray:
     """Rows ``X`` (raw units, one column per feature) mapped into the declared domain:
     categorical blocks sampled from the drawn proportions, then values clipped to [lo, hi]
-    column by column (a one-hot block is within its [0, 1] bounds), then each missing-value
+    column by column (a one-hot block is within its [0, 1] bounds), the ``integers`` features
+    rounded (``round_integers``), then each missing-value
     indicator drawn as 0 or 1 with its clipped value as the probability of 1, the column's
     features set to their declared fill where it is 1 (as the upload encodes a missing
     entry). Same dtype."""
@@ -121,6 +153,7 @@ def into_domain(
         raise ValueError(f"rows of width {X.shape[1]} against {lo.shape[0]} declared bounds")
     out = sample_categories(X, blocks, rng) if blocks else X
     out = np.clip(out, lo.astype(X.dtype), hi.astype(X.dtype))
+    round_integers(out, integers, lo, hi, rng)
     for rule in indicators:
         gaps = rng.random(len(out)) < np.clip(out[:, rule.indicator], 0.0, 1.0)
         out[:, rule.indicator] = gaps

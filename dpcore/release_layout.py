@@ -1,8 +1,11 @@
 """The columns of a release table: the dataset's own names.
 
-A CSV or Parquet release has one column per feature, named exactly as the dataset's feature
-(declared categorical columns are already one-hot features ``<column>=<category>``), then its
-label under the dataset's label column name, in the form the mechanism's label kind
+A CSV or Parquet release of a dataset uploaded with declared ``columns``, whose rows are its
+own features in its declared domain, holds those columns as uploaded (``dpcore.table``: names,
+order, types, categories, missing values). Any other CSV or Parquet release has one column per
+feature, named exactly as the dataset's feature (declared categorical columns one-hot features
+``<column>=<category>``, as the owner's raw copy keeps them). Then comes the label, under the
+dataset's label column name, in the form the mechanism's label kind
 (``MechanismSpec.label_kind``) allows:
 
 - ``exact``: every released row has one true class (a mixture of one class's records, a
@@ -33,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from dpcore.categorical import category_proportions
+from dpcore import table as table_schema
+from dpcore.categorical import category_proportions, encoded_names
 from dpcore.mechanisms.spec import LABEL_KINDS, LabelKind
+from dpcore.table import TableColumn
 
 #: The label column's name when the dataset names none (NPZ uploads have no label column).
 DEFAULT_LABEL = "label"
@@ -66,13 +71,16 @@ class LayoutError(ValueError):
 @dataclass(frozen=True)
 class Layout:
     """The columns of one release file. ``as_drawn``: the owner's raw copy, whose label
-    vectors are left as drawn (the release's own post-processing is what it lacks)."""
+    vectors are left as drawn (the release's own post-processing is what it lacks).
+    ``table``: the declared columns a CSV or Parquet file holds in place of the encoded
+    features (``dpcore.table``; empty: the features themselves)."""
 
     features: tuple[str, ...]
     label: str
     kind: LabelKind
     classes: tuple[Any, ...]
     as_drawn: bool = False
+    table: tuple[TableColumn, ...] = ()
 
     @classmethod
     def of(
@@ -83,11 +91,21 @@ class Layout:
         classes: Sequence[Any],
         *,
         as_drawn: bool = False,
+        declared: Sequence[Mapping[str, Any]] | None = None,
     ) -> Layout:
+        """``declared``: the dataset's declared columns, given where the release's rows are
+        the dataset's own features in its declared domain; the table then holds those
+        columns (``dpcore.table``)."""
         if kind not in LABEL_KINDS:
             raise LayoutError(f"unknown label kind {kind!r}; known: {LABEL_KINDS}")
-        layout = cls(tuple(features), label or DEFAULT_LABEL, kind, tuple(classes), as_drawn)
-        clash = collisions(layout.features, layout.label, layout.classes, kinds=(kind,))
+        table: tuple[TableColumn, ...] = ()
+        if declared is not None:
+            if encoded_names(declared) != list(features):
+                raise LayoutError("the declared columns do not encode to the release's features")
+            table = table_schema.table_columns(declared)
+        layout = cls(tuple(features), label or DEFAULT_LABEL, kind, tuple(classes), as_drawn, table)
+        names = [*layout.features, *layout.table_names]
+        clash = collisions(names, layout.label, layout.classes, kinds=(kind,))
         if clash:
             raise LayoutError(
                 f"the release's label column(s) {clash} would repeat a feature's name; "
@@ -102,8 +120,13 @@ class Layout:
         return class_columns(self.label, self.classes)
 
     @property
+    def table_names(self) -> list[str]:
+        return [c.name for c in self.table]
+
+    @property
     def columns(self) -> list[str]:
-        return [*self.features, *self.label_columns]
+        """A CSV or Parquet file's columns, in order."""
+        return [*(self.table_names or self.features), *self.label_columns]
 
     @property
     def integer_classes(self) -> bool:
@@ -122,6 +145,14 @@ class Layout:
             "label_meaning": meaning,
             "as_drawn": self.as_drawn,
             "npz": _NPZ,
+            **(
+                {
+                    "table_columns": [c.describe() for c in self.table],
+                    "table_meaning": table_schema.DESCRIPTION,
+                }
+                if self.table
+                else {}
+            ),
         }
 
     def labels(self, Y: np.ndarray) -> np.ndarray:
@@ -185,12 +216,21 @@ def read_layout(metadata: Mapping[str, Any]) -> Layout | None:
     kind = entry.get("label_kind")
     if kind not in LABEL_KINDS:
         raise LayoutError(f"the release's layout has an unknown label kind {kind!r}")
+    table: tuple[TableColumn, ...] = ()
+    if entry.get("table_columns"):
+        declared = metadata.get("declared_columns")
+        if not isinstance(declared, list):
+            raise LayoutError("the release's layout names table columns but no declared_columns")
+        table = table_schema.table_columns(declared)
+        if [c.name for c in table] != [c.get("name") for c in entry["table_columns"]]:
+            raise LayoutError("the release's table columns do not match its declared_columns")
     return Layout(
         tuple(entry["feature_columns"]),
         str(entry["label_column"]),
         kind,
         tuple(metadata.get("classes") or ()),
         bool(entry.get("as_drawn", False)),
+        table,
     )
 
 

@@ -30,6 +30,8 @@ from dprelease_client.transport import Download, Transport, seg
 # The API's terminal release statuses (service.releases.status; this package imports nothing
 # of the service).
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# The further file beside a CSV release that holds its metadata (NPZ and Parquet embed it).
+METADATA = "metadata.json"
 
 
 class Client(Transport):
@@ -327,15 +329,26 @@ class Client(Transport):
     def to_pandas(self, release: str | os.PathLike[str], *, artifact: str | None = None) -> Any:
         """A release as a ``pandas.DataFrame``: ``release`` is a path to a downloaded artifact
         (NPZ, CSV or Parquet) or a release id (downloaded, checksum verified, to a temporary
-        file). Columns as in the CSV/Parquet artifacts: the dataset's feature names, then its
-        label column (``read_release``); pandas (and numpy, pyarrow for Parquet) are imported
-        only here."""
+        file). A release of a declared table is that table (its columns, types, categories
+        and missing values); otherwise the dataset's feature names, then its label column
+        (``read_release``). ``df.attrs["dprelease"]`` holds the release's metadata (for a
+        CSV release by id, its ``metadata.json`` file, fetched too). pandas (and numpy,
+        pyarrow for Parquet) are imported only here."""
         if isinstance(release, os.PathLike) or Path(str(release)).is_file():
             return read_release(Path(release))
         with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
             path = Path(scratch) / "artifact"
-            content = self.download(str(release), path, artifact=artifact)
-            return read_release(Path(content) if not isinstance(content, bytes) else path)
+            self.download(str(release), path, artifact=artifact)
+            metadata = None
+            if artifact is None and _has_artifact(self.get_release(str(release)), METADATA):
+                content = self.download(str(release), artifact=METADATA)
+                assert isinstance(content, bytes)  # no output path: the bytes
+                metadata = json.loads(content)
+            return read_release(path, metadata)
+
+
+def _has_artifact(release: Mapping[str, Any], name: str) -> bool:
+    return any(a.get("name") == name for a in release.get("artifacts") or ())
 
 
 def _declared_sha256(release: Mapping[str, Any], artifact: str | None) -> str:

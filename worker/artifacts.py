@@ -2,8 +2,8 @@
 columns and metadata. Memory stays bounded by one chunk whatever the number of rows: NPZ
 arrays are filled through memory maps and zipped from disk; CSV and Parquet are written in
 record batches. The columns are the release's ``Layout`` (``dpcore.release_layout``): the
-dataset's own feature names, then its label column in the form the mechanism's label kind
-gives."""
+declared table's columns (CSV, Parquet) or the dataset's own feature names, then its label
+column in the form the mechanism's label kind gives."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dpcore.release_layout import Layout
+from dpcore.table import decode
+
+# How a table column's values are typed (``TableColumn.value_type``).
+_ARROW = {"float": pa.float64(), "int": pa.int64(), "text": pa.string()}
 
 
 class ArtifactWriter:
@@ -55,7 +59,10 @@ class ArtifactWriter:
                 scratch / "y.npy", mode="w+", dtype=np.float32, shape=(rows, classes)
             )
         else:
-            fields = [pa.field(n, pa.float32()) for n in layout.features]
+            if layout.table:
+                fields = [pa.field(c.name, _ARROW[c.value_type]) for c in layout.table]
+            else:
+                fields = [pa.field(n, pa.float32()) for n in layout.features]
             if layout.kind == "exact":
                 # The class itself: integers stay integers, any other class set is text.
                 kind = pa.int64() if layout.integer_classes else pa.string()
@@ -86,7 +93,13 @@ class ArtifactWriter:
             self._y[self.written : self.written + count] = labels
         else:
             schema = self._schema.remove_metadata()
-            columns = [pa.array(X[:, i], type=pa.float32()) for i in range(X.shape[1])]
+            if self.layout.table:
+                columns = [
+                    pa.array(values, type=schema.field(i).type, mask=missing)
+                    for i, (values, missing) in enumerate(decode(X, self.layout.table))
+                ]
+            else:
+                columns = [pa.array(X[:, i], type=pa.float32()) for i in range(X.shape[1])]
             if self.layout.kind == "exact":
                 values = self.layout.class_values(labels)
                 columns.append(pa.array(values, type=schema.field(len(columns)).type))

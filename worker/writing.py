@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpcore.categorical import encoded_names
 from dpcore.domain import DESCRIPTION as DOMAIN
 from dpcore.domain import MissingIndicator, in_data_units, into_domain
 from dpcore.mechanisms import registry, sharding
@@ -113,7 +114,7 @@ def write_release(
     post = output.postprocess is not None
     check_disk(runtime, path.parent, disk_need(output.rows, width, job.fmt, post, steps.maps_rows))
     # The table's columns: the dataset's names, the label as its kind allows.
-    layout = release_layout(job, output.feature_names, classes)
+    layout = release_layout(job, output.feature_names, classes, in_domain=steps.maps_rows)
     meta = release_metadata(
         job,
         PublicFacts.of(parsed),
@@ -186,6 +187,8 @@ class RowSteps:
     bounds: tuple[np.ndarray, np.ndarray] | None = None
     # The declared missing-value indicators (their features and fills).
     indicators: tuple[MissingIndicator, ...] = ()
+    # The features of the columns declared integer, rounded.
+    integers: tuple[int, ...] = ()
     # Draws the categories and indicators: post-processing randomness, independent of the
     # data.
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
@@ -203,6 +206,7 @@ class RowSteps:
             parsed.categorical_blocks,
             (parsed.lo, parsed.hi),
             parsed.missing_indicators,
+            parsed.integer_features,
         )
 
     @property
@@ -217,7 +221,9 @@ class RowSteps:
         domain does not apply)."""
         if self.bounds is None:
             return drawn
-        return into_domain(drawn, *self.bounds, self.blocks, self.rng, self.indicators)
+        return into_domain(
+            drawn, *self.bounds, self.blocks, self.rng, self.indicators, self.integers
+        )
 
     def decode(self, x: np.ndarray) -> np.ndarray:
         return self.in_domain(self.raw_units(x))
@@ -246,7 +252,8 @@ def _write_rows(
         "preprocessing": {**meta["preprocessing"], "postprocess": "none: the rows as drawn"},
         "raw": "the owner's copy of the rows as drawn, before the release's post-processing",
     }
-    raw_layout = replace(layout, as_drawn=True)
+    # The rows as drawn are not in the declared domain: the encoded features, not the table.
+    raw_layout = replace(layout, as_drawn=True, table=())
     done = 0
     altered = post is not None
     with ExitStack() as stack:
@@ -340,12 +347,21 @@ def check_disk(runtime: Runtime, where: Path, need: int) -> None:
         )
 
 
-def release_layout(job: Job, feature_names: Sequence[str], classes: list[Any]) -> Layout:
-    """The release table's columns: the features as the mechanism names them (the dataset's
-    own, or a projection's), the label under the dataset's label column name (NPZ uploads
-    have none: ``dpcore.release_layout.DEFAULT_LABEL``), as the mechanism's kind gives it."""
+def release_layout(
+    job: Job, feature_names: Sequence[str], classes: list[Any], *, in_domain: bool = False
+) -> Layout:
+    """The release table's columns: the declared columns where the rows are the dataset's own
+    features mapped into its declared domain (``in_domain``), else the features as the
+    mechanism names them (the dataset's own, or a projection's); then the label under the
+    dataset's label column name (NPZ uploads have none:
+    ``dpcore.release_layout.DEFAULT_LABEL``), as the mechanism's kind gives it."""
     kind = registry.get(job.mechanism).label_kind
-    return Layout.of(feature_names, job.metadata.label_column, kind, classes)
+    declared = None
+    if in_domain and job.metadata.columns is not None:
+        declared = [c.model_dump(mode="json") for c in job.metadata.columns]
+        if encoded_names(declared) != list(feature_names):
+            declared = None  # an NPZ upload's columns name no features of its own
+    return Layout.of(feature_names, job.metadata.label_column, kind, classes, declared=declared)
 
 
 def format_companions(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpcore import release_layout
+from dpcore.categorical import DeclaredValueError, encode_declared
 from dpcore.mechanisms.spec import EvaluationHints, soft_labels
 
 
@@ -87,8 +88,9 @@ def detect_format(path: Any) -> str:
     return "csv"
 
 
-def read_table(path: Any, fmt: str, text_column: str | None = None) -> Any:
-    """The table in ``path``; ``text_column`` (CSV) is read as text, not typed by its look."""
+def read_table(path: Any, fmt: str, text_columns: Sequence[str] = ()) -> Any:
+    """The table in ``path``; ``text_columns`` (CSV) are read as text, not typed by their
+    look, an empty cell as missing."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -96,8 +98,9 @@ def read_table(path: Any, fmt: str, text_column: str | None = None) -> Any:
     try:
         if fmt == "parquet":
             return pq.read_table(path)
-        types = {text_column: pa.string()} if text_column is not None else None
-        return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types))
+        types = {name: pa.string() for name in text_columns}
+        options = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True)
+        return pacsv.read_csv(path, convert_options=options)
     except Exception as exc:  # pyarrow's errors have no common base worth naming
         raise ValueError(f"cannot read {path} as {fmt}: {exc}") from None
 
@@ -127,7 +130,7 @@ def load_release_file(path: Any, metadata: dict[str, Any] | None = None) -> Rele
         stored = _read_schema(path).metadata or {}
         if b"dprelease" in stored:
             metadata = json.loads(stored[b"dprelease"])
-    table = read_table(path, fmt, _text_label(metadata) if fmt == "csv" else None)
+    table = read_table(path, fmt, _text_columns(metadata) if fmt == "csv" else ())
     return _table_release(table, path, metadata, {})
 
 
@@ -140,11 +143,15 @@ def _read_schema(path: Any) -> Any:
         raise ValueError(f"cannot read {path} as parquet: {exc}") from None
 
 
-def _text_label(metadata: Mapping[str, Any] | None) -> str | None:
-    """The exact label column of a release's layout, to read from CSV as text: the classes
-    are matched by their text (a class "001" must not be read as the number 1)."""
+def _text_columns(metadata: Mapping[str, Any] | None) -> list[str]:
+    """The columns of a release's layout to read from CSV as text: an exact label column and
+    the table's categorical columns, whose values are matched by their text (a class or
+    category "001" must not be read as the number 1)."""
     layout = release_layout.read_layout(metadata) if metadata is not None else None
-    return layout.label if layout is not None and layout.kind == "exact" else None
+    if layout is None:
+        return []
+    text = [c.name for c in layout.table if c.type == "categorical"]
+    return [*text, layout.label] if layout.kind == "exact" else text
 
 
 def _table_release(
@@ -162,7 +169,7 @@ def _table_release(
             f"{path} does not match its metadata's layout: no column(s) {missing[:5]} "
             f"(found {names[:10]})"
         )
-    X = _stack(table, layout.features)
+    X = _encoded(table, layout, metadata, path) if layout.table else _stack(table, layout.features)
     if layout.kind == "exact":
         try:
             Y = release_layout.one_hot(layout, table.column(layout.label).to_pylist())
@@ -172,6 +179,18 @@ def _table_release(
         Y = _stack(table, layout.label_columns)
     assert metadata is not None
     return Release(X, Y, metadata, extra)
+
+
+def _encoded(
+    table: Any, layout: release_layout.Layout, metadata: Mapping[str, Any] | None, path: Any
+) -> np.ndarray:
+    """A table of declared columns encoded as the upload was (``encode_declared``)."""
+    assert metadata is not None  # read_layout found the declaration there
+    frame = table.select(layout.table_names).to_pandas()
+    try:
+        return encode_declared(frame, metadata["declared_columns"])
+    except DeclaredValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _stack(table: Any, columns: Sequence[str]) -> np.ndarray:
@@ -216,5 +235,5 @@ def release_from_file(
     if fmt == "npz":
         with open(path, "rb") as handle:
             return load_release(handle.read())
-    table = read_table(path, fmt, _text_label(metadata) if fmt == "csv" else None)
+    table = read_table(path, fmt, _text_columns(metadata) if fmt == "csv" else ())
     return _table_release(table, path, metadata, extra)

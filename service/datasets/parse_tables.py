@@ -160,6 +160,8 @@ def read_declared(
     for column in columns:
         if isinstance(column, NumericColumn):
             values, gaps = _numeric_column(df[column.name], column.name)
+            if column.integer:
+                whole_numbers(values, gaps, column.name)
             X[:, j] = values
             bounds[column.name] = column.bounds
             width = 1
@@ -191,6 +193,16 @@ def _numeric_column(column: pd.Series, name: str) -> tuple[np.ndarray, np.ndarra
             f"column {name!r} holds an infinite value in row {int(np.argmax(infinite)) + 1}"
         )
     return values, gaps
+
+
+def whole_numbers(values: np.ndarray, gaps: np.ndarray, name: str) -> None:
+    """A column declared integer holds whole numbers (gaps aside)."""
+    fractional = ~gaps & (values != np.round(values))
+    if fractional.any():
+        raise InvalidInput(
+            f"column {name!r} is declared integer but holds a value that is not a whole number "
+            f"in row {int(np.argmax(fractional)) + 1}"
+        )
 
 
 def _categorical_column(

@@ -16,11 +16,11 @@ from pathlib import PurePath
 
 import numpy as np
 
-from dpcore.domain import MissingIndicator, missing_indicators
+from dpcore.domain import MissingIndicator, integer_features, missing_indicators
 from service.datasets.parse_labels import Label, feature_bounds, index_labels
 from service.datasets.parse_limits import Limits
 from service.datasets.parse_npz import read_npz
-from service.datasets.parse_tables import read_declared, read_table
+from service.datasets.parse_tables import read_declared, read_table, whole_numbers
 from service.datasets.schemas import (
     CategoricalColumn,
     DatasetMetadata,
@@ -52,6 +52,8 @@ class ParsedDataset:
     # Each declared missing-value indicator feature, with its column's features and fill: a
     # release maps indicators to 0/1 and fills (``dpcore.domain``).
     missing_indicators: tuple[MissingIndicator, ...] = ()
+    # The features of the columns declared integer: a release rounds them.
+    integer_features: tuple[int, ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -122,6 +124,10 @@ def parse_dataset(
         as_text = False
         if columns is not None:
             bounds = {c.name: c.bounds for c in columns if isinstance(c, NumericColumn)}
+            for column in columns:
+                if isinstance(column, NumericColumn) and column.integer and column.name in names:
+                    j = names.index(column.name)
+                    whole_numbers(X[:, j], np.zeros(len(X), dtype=bool), column.name)
     else:
         read_text = declared is not None and any(isinstance(c, str) for c in declared)
         if columns is not None:
@@ -143,6 +149,7 @@ def parse_dataset(
     # lo < hi (schema-checked), so the two counts never overlap.
     clipped = int(np.count_nonzero(lo > X)) + int(np.count_nonzero(hi < X))
     np.clip(X, lo, hi, out=X)  # X is always a fresh copy, never a view of the upload
+    declared_dicts = None if columns is None else [c.model_dump(mode="json") for c in columns]
     return ParsedDataset(
         X=X,
         feature_shape=feature_shape,
@@ -154,9 +161,8 @@ def parse_dataset(
         hi=hi,
         clipped_values=clipped,
         categorical_blocks=blocks,
-        missing_indicators=()
-        if columns is None
-        else missing_indicators([c.model_dump(mode="json") for c in columns]),
+        missing_indicators=() if declared_dicts is None else missing_indicators(declared_dicts),
+        integer_features=() if declared_dicts is None else integer_features(declared_dicts),
     )
 
 

@@ -66,6 +66,12 @@ class NumericColumn(StrictBody):
     name: str = Field(min_length=1, max_length=200)
     type: Literal["numeric"]
     bounds: Range = Field(description="Public [lo, hi]; values outside are clipped and counted")
+    integer: bool = Field(
+        default=False,
+        description="Whole numbers: the upload must hold whole numbers here, and released "
+        "values are rounded to whole numbers within the bounds (post-processing); a release "
+        "table types the column as integers",
+    )
     missing: Missing | None = Field(
         default=None, description="Without a policy a missing value is refused (422)"
     )
@@ -77,6 +83,11 @@ class NumericColumn(StrictBody):
             raise ValueError(f"column {self.name!r}: bounds must be finite numbers")
         if not lo < hi:
             raise ValueError(f"column {self.name!r}: bounds need lo < hi, got [{lo}, {hi}]")
+        if self.integer and math.ceil(lo) > math.floor(hi):
+            raise ValueError(
+                f"column {self.name!r}: an integer column's bounds [{lo}, {hi}] must hold a "
+                "whole number"
+            )
         fill = _declared_fill(self.missing)
         if fill is not None and (
             isinstance(fill, str) or not (math.isfinite(fill) and lo <= fill <= hi)

@@ -153,3 +153,59 @@ def test_readme_example_csv_to_parquet_dataframe(
     df = api.to_pandas(rel["id"])
     assert list(df.columns) == ["age", "hours_per_week", "income=<=50K", "income=>50K"]
     assert len(df) == 50
+
+
+@pytest.mark.modes("embedded")
+@pytest.mark.parametrize("fmt", ["csv", "npz"])
+def test_to_pandas_gives_the_declared_table_with_its_metadata(
+    harness: Harness, http: httpx.Client, tmp_path: Path, fmt: str
+) -> None:
+    """A release of a table uploaded with declared columns comes back as that table: its
+    columns, integer and categorical types, missing entries; the metadata in ``attrs`` (a CSV
+    release's fetched from its metadata.json)."""
+    admin = _client(http, harness.admin_key)
+    api = _client(http, admin.create_api_key(name="owner", role="owner")["key"])
+    rng = np.random.default_rng(0)
+    rows = ["site,visits,weight,outcome"]
+    for i in range(300):
+        visits = "" if i % 7 == 0 else str(int(rng.integers(0, 20)))
+        rows.append(f"{'AB'[i % 2]},{visits},{rng.uniform(40, 120):.1f},{i % 3 == 0:d}")
+    (tmp_path / "visits.csv").write_text("\n".join(rows) + "\n")
+    columns = [
+        {"name": "site", "type": "categorical", "categories": ["A", "B", "C"]},
+        {
+            "name": "visits",
+            "type": "numeric",
+            "bounds": [0, 20],
+            "integer": True,
+            "missing": {"policy": "indicator"},
+        },
+        {"name": "weight", "type": "numeric", "bounds": [40, 120]},
+    ]
+    ds = api.upload_file(
+        tmp_path / "visits.csv",
+        metadata={
+            "name": "visits",
+            "label_column": "outcome",
+            "columns": columns,
+            "classes": [0, 1],
+            "budget": {"epsilon": 3.0, "delta": 1e-5},
+        },
+    )
+    body = {"dataset_id": ds["id"], "mechanism": "clustmix", "epsilon": 1.0, "format": fmt}
+    rel = api.create_release(body)
+    api.wait(rel["id"], timeout=120, poll=0.05)
+    df = api.to_pandas(rel["id"])
+    assert list(df.columns) == ["site", "visits", "weight", "outcome"]
+    assert len(df) == 300
+    assert list(df["site"].cat.categories) == ["A", "B", "C"]
+    assert str(df["visits"].dtype) == "Int64"
+    assert df["visits"].dropna().between(0, 20).all()
+    assert df["weight"].between(40, 120).all()
+    assert set(df["outcome"]) <= {0, 1}
+    assert df.attrs["dprelease"]["mechanism"] == "clustmix"
+    assert [c["name"] for c in df.attrs["dprelease"]["layout"]["table_columns"]] == [
+        "site",
+        "visits",
+        "weight",
+    ]

@@ -25,7 +25,13 @@ FORMATS = ("csv", "parquet", "npz")
 COLUMNS: list[dict[str, Any]] = [
     {"name": "sex", "type": "categorical", "categories": ["F", "M"]},
     {"name": "ward", "type": "categorical", "categories": ["A", "B", "C", "D"]},
-    {"name": "age", "type": "numeric", "bounds": [0, 100], "missing": {"policy": "indicator"}},
+    {
+        "name": "age",
+        "type": "numeric",
+        "bounds": [0, 100],
+        "integer": True,
+        "missing": {"policy": "indicator"},
+    },
     {"name": "systolic", "type": "numeric", "bounds": [80, 200]},
     {
         "name": "lactate",
@@ -98,15 +104,32 @@ def _read(content: bytes, fmt: str) -> tuple[pd.DataFrame, dict[str, Any] | None
         return frame, meta
 
 
-def _expected_columns(mechanism: str, meta: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The original feature names (a projection's own: p0, p1, …) and the label column under
-    its own name — the class itself for exact labels, else one column per class."""
+def _expected_columns(
+    mechanism: str, meta: dict[str, Any], fmt: str
+) -> tuple[list[str], list[str]]:
+    """The uploaded columns (a table's CSV or Parquet release of rows in the declared
+    domain), else the encoded feature names (an NPZ's X; a projection's own: p0, p1, …); and
+    the label column under its own name — the class itself for exact labels, else one column
+    per class."""
     kind = registry.get(mechanism).label_kind
     labels = ["outcome"] if kind == "exact" else ["outcome=0", "outcome=1"]
     if meta["transform"]["output"] == "mechanism":
         features = [f"p{i}" for i in range(len(meta["layout"]["feature_columns"]))]
         return features, labels
+    if fmt != "npz" and "table_columns" in meta["layout"]:
+        return [c["name"] for c in COLUMNS], labels
     return FEATURES, labels
+
+
+def _check_table(frame: pd.DataFrame, where: Any) -> None:
+    """Every value a valid category, an integer or an in-bounds number, or missing where the
+    column's policy lets a missing entry show."""
+    assert set(frame["sex"]) <= {"F", "M"}, where
+    assert set(frame["ward"]) <= {"A", "B", "C", "D"}, where
+    age = frame["age"].dropna()
+    assert (age == age.round()).all() and age.between(0, 100).all(), where
+    assert frame["systolic"].between(80, 200).all(), where
+    assert frame["lactate"].between(0, 10).all(), where  # a constant policy: never missing
 
 
 @pytest.mark.modes("real")
@@ -150,7 +173,7 @@ def test_patients_table_every_mechanism_every_format_raw_units_and_auc(
             content = h.download(owner, done["id"])
             frame, carried = _read(content, fmt)
             metadata = carried or json.loads(h.download(owner, done["id"], "metadata.json"))
-            features, labels = _expected_columns(mechanism, metadata)
+            features, labels = _expected_columns(mechanism, metadata, fmt)
             if fmt == "npz":
                 assert list(frame.columns) == features, (mechanism, fmt)
             else:
@@ -168,16 +191,24 @@ def test_patients_table_every_mechanism_every_format_raw_units_and_auc(
                 # owner's copy of the rows as drawn where the mapping changed them (clipping
                 # keeps the std below the noise it hides).
                 released_age = frame["age"].to_numpy(dtype=float)
-                assert released_age.min() >= 0 and released_age.max() <= 100, (mechanism, fmt)
-                # The indicator is 0 or 1; a missing age holds the upload's fill (the middle
-                # of its bounds: no fill declared).
-                gaps = frame["age_missing"].to_numpy(dtype=float)
-                assert set(np.unique(gaps)) <= {0.0, 1.0}, (mechanism, fmt)
-                assert (released_age[gaps == 1] == 50).all(), (mechanism, fmt)
+                if fmt == "npz":
+                    # The encoded rows: the indicator is 0 or 1; a missing age holds the
+                    # upload's fill (the middle of its bounds: no fill declared).
+                    gaps = frame["age_missing"].to_numpy(dtype=float)
+                    assert set(np.unique(gaps)) <= {0.0, 1.0}, (mechanism, fmt)
+                    assert (released_age[gaps == 1] == 50).all(), (mechanism, fmt)
+                else:  # the table: a missing age is missing
+                    _check_table(frame, (mechanism, fmt))
+                    gaps = np.isnan(released_age).astype(float)
+                assert gaps.mean() < 1, (mechanism, fmt)
+                kept = gaps == 0
+                assert released_age[kept].min() >= 0 and released_age[kept].max() <= 100
                 drawn = h.as_drawn(owner, done["id"])
                 age = released_age if drawn is None else _read(drawn, fmt)[0]["age"].to_numpy(float)
-                kept = gaps == 0
-                assert np.array_equal(np.clip(age, 0, 100)[kept], released_age[kept]), mechanism
+                # Clipped to the bounds, then rounded to a neighbouring whole number.
+                gap = np.abs(np.clip(age, 0, 100)[kept] - released_age[kept])
+                assert (gap < 1).all(), mechanism
+                age = age[kept]
                 assert not np.isnan(age).any()
                 slack = 20 + 5 * 1.2533 * age.std() / math.sqrt(len(age))
                 assert abs(np.median(age) - real_age) < slack, (mechanism, fmt, slack)
