@@ -37,7 +37,12 @@ from typing import Any
 import numpy as np
 
 from dpcore import table as table_schema
-from dpcore.categorical import category_proportions, encoded_names
+from dpcore.categorical import (
+    DeclaredValueError,
+    category_proportions,
+    encode_declared,
+    encoded_names,
+)
 from dpcore.mechanisms.spec import LABEL_KINDS, LabelKind
 from dpcore.table import TableColumn
 
@@ -245,3 +250,45 @@ def one_hot(layout: Layout, values: Sequence[Any]) -> np.ndarray:
             raise LayoutError(f"label {key!r} in row {row} is not among the release's classes")
         index[row] = lookup[key]
     return np.eye(len(layout.classes))[index]
+
+
+def table_rows(
+    table: Any, layout: Layout, metadata: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """X (encoded features) and the label matrix Y of a CSV or Parquet table (or record
+    batch) written with ``layout``: a declared table re-encoded as its upload was, an exact
+    label column as one-hot rows. Raises ``LayoutError`` when the columns do not match."""
+    names = table.column_names if hasattr(table, "column_names") else table.schema.names
+    absent = [c for c in layout.columns if c not in names]
+    if absent:
+        raise LayoutError(
+            f"no column(s) {absent[:5]} of the release's layout (found {list(names)[:10]})"
+        )
+    if layout.table:
+        frame = table.select(layout.table_names).to_pandas()
+        try:
+            X = encode_declared(frame, metadata["declared_columns"])
+        except DeclaredValueError as exc:
+            raise LayoutError(str(exc)) from None
+    else:
+        X = _stack(table, layout.features)
+    if layout.kind == "exact":
+        Y = one_hot(layout, table.column(layout.label).to_pylist())
+    else:
+        Y = _stack(table, layout.label_columns)
+    return X, Y
+
+
+def _stack(table: Any, columns: Sequence[str]) -> np.ndarray:
+    if not columns:
+        return np.zeros((table.num_rows, 0))
+    return np.column_stack([table.column(c).to_numpy() for c in columns]).astype(np.float64)
+
+
+def text_columns(layout: Layout | None) -> list[str]:
+    """The columns to read from a CSV as text: an exact label column and a table's
+    categorical columns, matched by their text (a class or category "001" is not 1)."""
+    if layout is None:
+        return []
+    text = [c.name for c in layout.table if c.type == "categorical"]
+    return [*text, layout.label] if layout.kind == "exact" else text

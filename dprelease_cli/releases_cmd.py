@@ -134,7 +134,11 @@ def _wait_for(
 
 
 def _download(
-    api: Client, release: Mapping[str, Any], output: Path, name: str | None = None
+    api: Client,
+    release: Mapping[str, Any],
+    output: Path,
+    name: str | None = None,
+    fmt: str | None = None,
 ) -> dict[str, Any]:
     release_id = str(release.get("id"))
     artifact = release.get("artifact")
@@ -152,13 +156,21 @@ def _download(
                 f"release {release_id} has no artifact named {name!r}", detail={"names": listed}
             )
         expected = further[0].get("sha256")
+    converted = name is None and fmt is not None and fmt != release.get("format")
     try:
         result = api.download_release(
-            release_id, output, expected_sha256=expected, artifact=name
+            release_id,
+            output,
+            expected_sha256=None if converted else expected,
+            artifact=name,
+            format=fmt if converted else None,
         ).as_json()
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc}") from exc
-    say(f"wrote {result['path']} ({result['bytes']} bytes, sha256 verified)")
+    if converted:
+        say(f"wrote {result['path']} ({result['bytes']} bytes, converted to {fmt} by the server)")
+    else:
+        say(f"wrote {result['path']} ({result['bytes']} bytes, sha256 verified)")
     return result
 
 
@@ -225,8 +237,18 @@ def releases(state: CliState, dataset_id: str | None) -> None:
     metavar="NAME",
     help="A further file of the release (listed in its `artifacts`) instead of the artifact.",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "parquet", "npz"]),
+    help="The artifact in this file format (default: the release's own); another format is "
+    "converted by the server, at no privacy cost.",
+)
 @pass_state
-def download(state: CliState, release_id: str, output: Path, name: str | None) -> None:
-    """Download the artifact of RELEASE_ID (or a further file), verifying its sha256."""
+def download(
+    state: CliState, release_id: str, output: Path, name: str | None, fmt: str | None
+) -> None:
+    """Download the artifact of RELEASE_ID (or a further file), verifying its sha256 (a
+    conversion to another --format has none declared)."""
     api = state.api()
-    emit(_download(api, api.get_release(release_id), output, name))
+    emit(_download(api, api.get_release(release_id), output, name, fmt))

@@ -155,16 +155,20 @@ class Client(Transport):
         *,
         expected_sha256: str | None = None,
         artifact: str | None = None,
+        format: str | None = None,
     ) -> Download:
         """Stream the artifact (or the further file named ``artifact``) to ``output``
         atomically (temp file in the same directory, then rename), following a redirect to a
-        presigned URL if the API answers with one.
+        presigned URL if the API answers with one. ``format``: the artifact in another file
+        format than the release's own (csv, parquet, npz), converted by the server.
 
         httpx drops ``Authorization`` when a redirect leaves the API's origin, so the key is
         never sent to the object store. With ``expected_sha256`` the file is only moved into
         place if it matches; otherwise :class:`ChecksumMismatch` is raised and nothing is left.
         """
         what = "download" if artifact is None else f"artifacts/{seg(artifact)}"
+        if format is not None and artifact is None:
+            what += f"?format={seg(format)}"
         return self._download_to(
             f"/releases/{seg(release_id)}/{what}",
             Path(output),
@@ -248,20 +252,30 @@ class Client(Transport):
         output: str | os.PathLike[str] | None = None,
         *,
         artifact: str | None = None,
+        format: str | None = None,
     ) -> Path | bytes:
         """The release's artifact (or its further file ``artifact``), checked against the
         sha256 the release declares: written to ``output`` (returns the path), or returned as
-        bytes when ``output`` is None. Raises :class:`ApiError` if the release has no such
-        file yet (not succeeded)."""
+        bytes when ``output`` is None. ``format``: the artifact in another file format
+        (csv, parquet, npz), converted by the server (no sha256 is declared for a conversion:
+        it is not checked). Raises :class:`ApiError` if the release has no such file yet (not
+        succeeded)."""
         release = self.get_release(release_id)
-        expected = _declared_sha256(release, artifact)
+        converted = artifact is None and format not in (None, release.get("format"))
+        served_anyway = artifact == METADATA  # every release's metadata, listed or not
+        expected = None
+        if not converted and not (served_anyway and not _has_artifact(release, METADATA)):
+            expected = _declared_sha256(release, artifact)
+        args: dict[str, Any] = {
+            "expected_sha256": expected,
+            "artifact": artifact,
+            "format": format if converted else None,
+        }
         if output is not None:
-            return self.download_release(
-                release_id, Path(output), expected_sha256=expected, artifact=artifact
-            ).path
+            return self.download_release(release_id, Path(output), **args).path
         with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
             path = Path(scratch) / "artifact"
-            self.download_release(release_id, path, expected_sha256=expected, artifact=artifact)
+            self.download_release(release_id, path, **args)
             return path.read_bytes()
 
     # -- waiting ---------------------------------------------------------------------------
@@ -326,21 +340,29 @@ class Client(Transport):
 
     # -- pandas ----------------------------------------------------------------------------
 
-    def to_pandas(self, release: str | os.PathLike[str], *, artifact: str | None = None) -> Any:
+    def to_pandas(
+        self,
+        release: str | os.PathLike[str],
+        *,
+        artifact: str | None = None,
+        format: str | None = None,
+    ) -> Any:
         """A release as a ``pandas.DataFrame``: ``release`` is a path to a downloaded artifact
         (NPZ, CSV or Parquet) or a release id (downloaded, checksum verified, to a temporary
-        file). A release of a declared table is that table (its columns, types, categories
-        and missing values); otherwise the dataset's feature names, then its label column
-        (``read_release``). ``df.attrs["dprelease"]`` holds the release's metadata (for a
-        CSV release by id, its ``metadata.json`` file, fetched too). pandas (and numpy,
-        pyarrow for Parquet) are imported only here."""
+        file; in ``format`` when given, converted by the server). A release of a declared
+        table is that table (its columns, types, categories and missing values); otherwise
+        the dataset's feature names, then its label column (``read_release``).
+        ``df.attrs["dprelease"]`` holds the release's metadata (for a CSV by id, its
+        ``metadata.json``, fetched too). pandas (and numpy, pyarrow for Parquet) are imported
+        only here."""
         if isinstance(release, os.PathLike) or Path(str(release)).is_file():
             return read_release(Path(release))
         with tempfile.TemporaryDirectory(prefix="dprelease-") as scratch:
             path = Path(scratch) / "artifact"
-            self.download(str(release), path, artifact=artifact)
+            self.download(str(release), path, artifact=artifact, format=format)
             metadata = None
-            if artifact is None and _has_artifact(self.get_release(str(release)), METADATA):
+            fmt = format or self.get_release(str(release)).get("format")
+            if artifact is None and fmt == "csv":
                 content = self.download(str(release), artifact=METADATA)
                 assert isinstance(content, bytes)  # no output path: the bytes
                 metadata = json.loads(content)

@@ -66,8 +66,9 @@ def _text_columns(meta: Mapping[str, Any]) -> list[str]:
 
 
 def _typed(frame: Any, meta: Mapping[str, Any]) -> Any:
-    """The table's declared types on a frame read from a file: integers as ``Int64``,
-    categories as categoricals over the declared set (matched by their text)."""
+    """The table's declared types on a frame read from a file, alike for every format:
+    numbers as float64, integers as ``Int64``, categories as categoricals over the declared
+    set (matched by their text)."""
     import pandas as pd
 
     for column in _table_columns(meta):
@@ -76,6 +77,8 @@ def _typed(frame: Any, meta: Mapping[str, Any]) -> Any:
             continue
         if column.get("type") == "integer":
             frame[name] = pd.to_numeric(frame[name]).astype("Int64")
+        elif column.get("type") == "numeric":
+            frame[name] = pd.to_numeric(frame[name]).astype("float64")
         elif column.get("type") == "categorical":
             declared = list(column.get("categories") or ())
             by_text: dict[str | None, Any] = {str(c): c for c in declared}

@@ -181,6 +181,20 @@ class Settings(BaseSettings):
         description="Embedded mode: release jobs run at once, taken from per-owner queues in "
         "turn (so one owner's backlog does not hold up another's release)",
     )
+    # One release, every format (service/releases/conversions.py).
+    conversion_max_bytes: int = Field(
+        default=2 * 1024**3,
+        gt=0,
+        description="Largest release file GET /releases/{id}/download?format= converts to "
+        "another format (chunk by chunk: memory stays near one chunk, time and scratch disk "
+        "grow with the file); larger ones answer 409 conversion_too_large",
+    )
+    max_concurrent_conversions: int = Field(
+        default=2,
+        ge=1,
+        description="Format conversions one API process runs at once; one more is refused "
+        "with 503 conversions_busy and Retry-After",
+    )
     # Bounded uploads (service/upload_slots.py, datasets/parsing.py).
     # With the defaults one upload's parse peaks near max_upload_bytes + 2 x decoded + 10 B x
     # cells (about 3.2 GiB at most), and at most max_concurrent_uploads run per API process

@@ -138,6 +138,13 @@ class UploadsBusy(ServiceError):
         self.retry_after = retry_after
 
 
+class ConversionsBusy(UploadsBusy):
+    """This API process already converts its maximum of release files at once (503); retry
+    after ``retry_after`` seconds."""
+
+    code = "conversions_busy"
+
+
 class ReleaseFinished(Conflict):
     """The release already succeeded or failed: it can no longer be cancelled (409)."""
 

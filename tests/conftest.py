@@ -225,11 +225,14 @@ class Harness:
                 raise AssertionError(f"release {release_id} still {body['status']}")
             time.sleep(0.05)
 
-    def download(self, key: str, release_id: str, artifact: str | None = None) -> bytes:
-        """The release's file, or its further file named ``artifact`` ("raw": the owner's raw
-        rows)."""
+    def download(
+        self, key: str, release_id: str, artifact: str | None = None, fmt: str | None = None
+    ) -> bytes:
+        """The release's file (in ``fmt``, when given), or its further file named
+        ``artifact`` ("raw": the owner's raw rows)."""
         path = "download" if artifact is None else f"artifacts/{artifact}"
         path = "raw" if artifact == "raw" else path
+        path += f"?format={fmt}" if fmt is not None else ""
         r = self.client.get(
             f"/releases/{release_id}/{path}", headers=self.headers(key), follow_redirects=False
         )

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from dpcore import evaluation
+from dpcore.artifacts import sha256_file
 from service.datasets.parsing import parse_dataset
 from service.db import transaction
 from service.releases import keys, lifecycle
 from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
-from worker.artifacts import sha256_file
 from worker.attempts import TransientError
 from worker.job import Job
 from worker.writing import ExtraFile, Written

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpcore.artifacts import ArtifactWriter
 from dpcore.categorical import encoded_names
 from dpcore.domain import DESCRIPTION as DOMAIN
 from dpcore.domain import MissingIndicator, in_data_units, into_domain
@@ -31,7 +32,6 @@ from service.releases.mechanisms import VALUE_BYTES
 from service.runtime import Runtime
 from worker import engines, shards
 from worker import progress as progress_of
-from worker.artifacts import ArtifactWriter
 from worker.job import Job
 from worker.metadata import (
     METADATA_ARTIFACT,

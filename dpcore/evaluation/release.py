@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from dpcore import release_layout
-from dpcore.categorical import DeclaredValueError, encode_declared
 from dpcore.mechanisms.spec import EvaluationHints, soft_labels
 
 
@@ -106,7 +105,7 @@ def read_table(path: Any, fmt: str, text_columns: Sequence[str] = ()) -> Any:
 
 
 def load_release_file(path: Any, metadata: dict[str, Any] | None = None) -> Release:
-    """A release file as the service writes it (worker/artifacts.py), whatever its format.
+    """A release file as the service writes it (dpcore/artifacts.py), whatever its format.
 
     NPZ and Parquet carry their metadata (the NPZ's ``metadata`` array, the Parquet schema's
     ``dprelease`` key); a CSV release carries none: pass ``metadata`` (the release's
@@ -144,14 +143,8 @@ def _read_schema(path: Any) -> Any:
 
 
 def _text_columns(metadata: Mapping[str, Any] | None) -> list[str]:
-    """The columns of a release's layout to read from CSV as text: an exact label column and
-    the table's categorical columns, whose values are matched by their text (a class or
-    category "001" must not be read as the number 1)."""
     layout = release_layout.read_layout(metadata) if metadata is not None else None
-    if layout is None:
-        return []
-    text = [c.name for c in layout.table if c.type == "categorical"]
-    return [*text, layout.label] if layout.kind == "exact" else text
+    return release_layout.text_columns(layout)
 
 
 def _table_release(
@@ -159,43 +152,18 @@ def _table_release(
 ) -> Release:
     """X and the label matrix Y of a CSV or Parquet release table, by its layout (an exact
     label column becomes one-hot rows), or by the ``x_``/``y_`` names of an older release."""
-    names = table.column_names
     layout = release_layout.read_layout(metadata) if metadata is not None else None
     if layout is None:
         return _legacy_table_release(table, path, metadata, extra)
-    missing = [c for c in layout.columns if c not in names]
-    if missing:
-        raise ValueError(
-            f"{path} does not match its metadata's layout: no column(s) {missing[:5]} "
-            f"(found {names[:10]})"
-        )
-    X = _encoded(table, layout, metadata, path) if layout.table else _stack(table, layout.features)
-    if layout.kind == "exact":
-        try:
-            Y = release_layout.one_hot(layout, table.column(layout.label).to_pylist())
-        except release_layout.LayoutError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    else:
-        Y = _stack(table, layout.label_columns)
+    try:
+        X, Y = release_layout.table_rows(table, layout, metadata or {})
+    except release_layout.LayoutError as exc:
+        raise ValueError(f"{path} does not match its metadata's layout: {exc}") from None
     assert metadata is not None
     return Release(X, Y, metadata, extra)
 
 
-def _encoded(
-    table: Any, layout: release_layout.Layout, metadata: Mapping[str, Any] | None, path: Any
-) -> np.ndarray:
-    """A table of declared columns encoded as the upload was (``encode_declared``)."""
-    assert metadata is not None  # read_layout found the declaration there
-    frame = table.select(layout.table_names).to_pandas()
-    try:
-        return encode_declared(frame, metadata["declared_columns"])
-    except DeclaredValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-
-
 def _stack(table: Any, columns: Sequence[str]) -> np.ndarray:
-    if not columns:
-        return np.zeros((table.num_rows, 0))
     return np.column_stack([table.column(c).to_numpy() for c in columns]).astype(np.float64)
 
 

@@ -31,11 +31,12 @@ from service.deps import (
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.models import Release
-from service.releases import keys, service, summary
+from service.releases import conversions, keys, service, summary
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
     PreviewOut,
+    ReleaseFormat,
     ReleaseList,
     ReleaseOut,
     ReleaseQuery,
@@ -43,6 +44,7 @@ from service.releases.schemas import (
     ReleaseSummary,
 )
 from service.releases.status import ReleaseStatus
+from service.releases.summary import METADATA_ARTIFACT
 from service.runtime import Runtime
 from service.storage import ObjectStream
 
@@ -131,13 +133,28 @@ def _require_succeeded(release: Release) -> None:
 
 
 def download_release(
-    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+    release_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    runtime: RuntimeDep,
+    format: Annotated[
+        ReleaseFormat | None,
+        Query(
+            description="The file format to download (default: the release's own). Another "
+            "format is converted from the stored file on its first download and kept: the "
+            "same rows, columns and metadata, no charge (post-processing)"
+        ),
+    ] = None,
 ) -> Response:
     release = service.get(session, principal=principal, release_id=release_id)
     _require_succeeded(release)
     assert release.artifact_key is not None
-    filename = f"release-{release.id}.{release.format}"
-    return _serve(runtime, release.artifact_key, filename, _MEDIA[release.format])
+    fmt = format or release.format
+    filename = f"release-{release.id}.{fmt}"
+    if fmt == release.format:
+        return _serve(runtime, release.artifact_key, filename, _MEDIA[fmt])
+    key = conversions.converted_key(release, fmt, runtime.store, runtime.settings)
+    return _serve(runtime, key, filename, _MEDIA[fmt])
 
 
 def summarise_release(
@@ -156,6 +173,12 @@ def download_release_artifact(
     release = service.get(session, principal=principal, release_id=release_id)
     _require_succeeded(release)
     record = next((a for a in release.artifacts or () if a["name"] == name), None)
+    if record is None and name == METADATA_ARTIFACT:
+        # Every release's metadata, whatever its format (NPZ and Parquet carry theirs).
+        stored = conversions.metadata_key(release, runtime.store, runtime.settings)
+        if stored is not None:
+            filename = f"release-{release.id}-{name}"
+            return _serve(runtime, stored, filename, "application/json")
     if record is None:
         raise NotFound(f"release {release_id} has no artifact named {name!r}")
     key = keys.extra_artifact(release.id, name)
@@ -362,12 +385,22 @@ def make_router() -> APIRouter:
         download_release,
         methods=["GET"],
         responses={
-            **responses(401, 404, 409),
+            **responses(
+                401,
+                404,
+                409,
+                503,
+                e409="The release is not ready or was cancelled (not_ready); or, for another "
+                "format than its own, its file is larger than DPRELEASE_CONVERSION_MAX_BYTES "
+                "(conversion_too_large) or was made before release layouts (not_convertible)",
+                e503="This API process already converts DPRELEASE_MAX_CONCURRENT_CONVERSIONS "
+                "release files (conversions_busy): retry after Retry-After",
+            ),
             200: {"description": f"The release file {_BODY_WHEN}"},
             307: {"description": _REDIRECT},
         },
         response_class=Response,
-        summary="Download a succeeded release",
+        summary="Download a succeeded release, in its own format or any other",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(
@@ -406,7 +439,8 @@ def make_router() -> APIRouter:
             307: {"description": _REDIRECT},
         },
         response_class=Response,
-        summary="Download a further file of a succeeded release (listed in its `artifacts`)",
+        summary="Download a further file of a succeeded release (listed in its `artifacts`; "
+        "`metadata.json`, the release file's metadata, for every release)",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(

@@ -28,6 +28,18 @@ def raw(release_id: str, fmt: str) -> str:
     return f"{prefix(release_id)}raw.{fmt}"
 
 
+def converted(release_id: str, fmt: str) -> str:
+    """The release file converted to another format on a first download in it (a function
+    of the release file alone: post-processing), kept for later downloads."""
+    return f"{prefix(release_id)}converted/release.{fmt}"
+
+
+def public_metadata(release_id: str) -> str:
+    """The metadata an NPZ or Parquet release file carries, kept beside it on a first
+    request, served as the release's ``metadata.json`` (a CSV release stores its own)."""
+    return f"{prefix(release_id)}converted/metadata.json"
+
+
 def metadata(release_id: str) -> str:
     """The owner-side provenance file (holds the raw data's hash: never served)."""
     return f"{prefix(release_id)}metadata.json"

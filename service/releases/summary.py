@@ -65,7 +65,7 @@ def summarise(release: Release, store: ObjectStore, settings: Settings) -> Relea
             detail={"artifact_bytes": size, "limit_bytes": settings.summary_max_bytes},
         )
     metadata = _companion_metadata(release, store)
-    with _local_file(store, release.artifact_key, settings) as path:
+    with local_file(store, release.artifact_key, settings) as path:
         loaded = load_release_file(path, metadata)
     return _summary(loaded)
 
@@ -80,7 +80,7 @@ def _companion_metadata(release: Release, store: ObjectStore) -> dict[str, Any] 
 
 
 @contextmanager
-def _local_file(store: ObjectStore, key: str, settings: Settings) -> Iterator[Path]:
+def local_file(store: ObjectStore, key: str, settings: Settings) -> Iterator[Path]:
     """The stored object as a local file: the store's own (embedded mode), else a temporary
     copy streamed from S3 in download-sized chunks."""
     path = store.local_path(key)

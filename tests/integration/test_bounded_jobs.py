@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dpcore import artifacts
 from service.app import create_app
 from service.runtime import InProcessDispatcher, Runtime
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, _embedded_runtime, npz_bytes, toy_dataset
-from worker import artifacts, scratch
 from worker import celery_app as celery_module
+from worker import scratch
 
 DiskUsage = namedtuple("DiskUsage", "total used free")
 

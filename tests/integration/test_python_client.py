@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 
 from dprelease_client import ApiError, Client
@@ -165,23 +166,8 @@ def test_to_pandas_gives_the_declared_table_with_its_metadata(
     release's fetched from its metadata.json)."""
     admin = _client(http, harness.admin_key)
     api = _client(http, admin.create_api_key(name="owner", role="owner")["key"])
-    rng = np.random.default_rng(0)
-    rows = ["site,visits,weight,outcome"]
-    for i in range(300):
-        visits = "" if i % 7 == 0 else str(int(rng.integers(0, 20)))
-        rows.append(f"{'AB'[i % 2]},{visits},{rng.uniform(40, 120):.1f},{i % 3 == 0:d}")
-    (tmp_path / "visits.csv").write_text("\n".join(rows) + "\n")
-    columns = [
-        {"name": "site", "type": "categorical", "categories": ["A", "B", "C"]},
-        {
-            "name": "visits",
-            "type": "numeric",
-            "bounds": [0, 20],
-            "integer": True,
-            "missing": {"policy": "indicator"},
-        },
-        {"name": "weight", "type": "numeric", "bounds": [40, 120]},
-    ]
+    table, columns = _visits_table(np.random.default_rng(0))
+    (tmp_path / "visits.csv").write_text(table)
     ds = api.upload_file(
         tmp_path / "visits.csv",
         metadata={
@@ -209,3 +195,28 @@ def test_to_pandas_gives_the_declared_table_with_its_metadata(
         "visits",
         "weight",
     ]
+    # The same release in another format, converted by the server: the same table.
+    other = api.to_pandas(rel["id"], format="parquet" if fmt == "csv" else "csv")
+    pd.testing.assert_frame_equal(other, df, check_exact=False, rtol=1e-6)
+    assert other.attrs["dprelease"] == df.attrs["dprelease"]
+
+
+def _visits_table(rng: np.random.Generator) -> tuple[str, list[dict[str, Any]]]:
+    """A 300-row CSV (a categorical site, an integer visit count with gaps, a weight, a
+    0/1 outcome) and its column declaration."""
+    rows = ["site,visits,weight,outcome"]
+    for i in range(300):
+        visits = "" if i % 7 == 0 else str(int(rng.integers(0, 20)))
+        rows.append(f"{'AB'[i % 2]},{visits},{rng.uniform(40, 120):.1f},{i % 3 == 0:d}")
+    columns: list[dict[str, Any]] = [
+        {"name": "site", "type": "categorical", "categories": ["A", "B", "C"]},
+        {
+            "name": "visits",
+            "type": "numeric",
+            "bounds": [0, 20],
+            "integer": True,
+            "missing": {"policy": "indicator"},
+        },
+        {"name": "weight", "type": "numeric", "bounds": [40, 120]},
+    ]
+    return "\n".join(rows) + "\n", columns

@@ -11,8 +11,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from dpcore.artifacts import ArtifactWriter, sha256_file
 from dpcore.release_layout import Layout
-from worker.artifacts import ArtifactWriter, sha256_file
 
 META = {"mechanism": "dpmix", "release_id": "r1"}
 

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 import dprelease_cli.evaluate_cmd as evaluate_cmd
 from dpcore import evaluation
+from dpcore.artifacts import ArtifactWriter
 from dpcore.evaluation import Release, evaluate, load_records, load_release_file
 from dpcore.preprocessing import one_hot, unit_features
 from dpcore.release_layout import Layout
 from dprelease_cli.main import cli
-from worker.artifacts import ArtifactWriter
 
 D = 5
 FEATURES = [f"f{i}" for i in range(D)]

@@ -228,8 +228,8 @@ def test_read_release_npz_made_before_layouts_keeps_its_old_names(tmp_path: Path
 def test_read_release_npz_names_columns_as_the_tabular_formats(tmp_path: Path, kind: str) -> None:
     """An NPZ and a Parquet release of the same rows read into the same frame: the dataset's
     feature names, then its label column (the class) or '<label>=<class>' columns."""
+    from dpcore.artifacts import ArtifactWriter
     from dpcore.release_layout import Layout
-    from worker.artifacts import ArtifactWriter
 
     X = np.arange(6, dtype=np.float32).reshape(3, 2)
     Y = (

@@ -14,10 +14,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from dpcore.artifacts import ArtifactWriter
 from dpcore.evaluation import load_release_file, release_from_file
 from dpcore.mechanisms import registry
 from dpcore.release_layout import Layout, LayoutError, collisions
-from worker.artifacts import ArtifactWriter
 
 FEATURES = ["age", "ward=A", "ward=B", "income_missing"]
 ROWS = 300

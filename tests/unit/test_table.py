@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dpcore.artifacts import ArtifactWriter
 from dpcore.categorical import encode_declared, encoded_names
 from dpcore.domain import integer_features, into_domain, missing_indicators
 from dpcore.evaluation.release import load_release_file
 from dpcore.release_layout import Layout, LayoutError, read_layout
 from dpcore.table import decode, table_columns
 from dprelease_client.frames import read_release
-from worker.artifacts import ArtifactWriter
 
 DECLARED: list[dict[str, Any]] = [
     {"name": "ward", "type": "categorical", "categories": ["A", "B", "007"]},
@@ -154,3 +154,29 @@ def test_read_layout_needs_the_declaration_its_table_names() -> None:
     with pytest.raises(LayoutError, match="do not encode"):
         Layout.of(["a", "b"], "outcome", "exact", CLASSES, declared=DECLARED)
     assert json.loads(json.dumps(layout.describe()))["table_columns"][0]["values"] == "text"
+
+
+@pytest.mark.parametrize("source", ["csv", "parquet", "npz"])
+def test_conversion_rewrites_the_rows_in_every_format(source: str, tmp_path: Path) -> None:
+    """Chunk by chunk (a chunk smaller than the file), to each other format: the same rows
+    and labels, the same metadata, what a release made in that format holds."""
+    from dpcore import conversion
+
+    X = _rows(700, 4)
+    Y = np.eye(2)[np.random.default_rng(5).integers(0, 2, 700)]
+    layout = _layout()
+    meta = _metadata(layout)
+    path = tmp_path / f"release.{source}"
+    with ArtifactWriter(source, path, rows=700, layout=layout, metadata=meta) as writer:
+        writer.write(X, Y)
+    reference = load_release_file(path, meta if source == "csv" else None)
+    for target in ("csv", "parquet", "npz"):
+        out = tmp_path / f"converted-{source}.{target}"
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(conversion, "CHUNK_ROWS", 256)
+            conversion.convert(path, out, target, meta)
+        again = load_release_file(out, meta if target == "csv" else None)
+        np.testing.assert_allclose(again.X, reference.X, rtol=1e-6)
+        np.testing.assert_array_equal(again.Y, reference.Y)
+        if target != "csv":
+            assert conversion.embedded_metadata(out) == json.loads(json.dumps(meta))

@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 from dpcore.release_layout import Layout
 from dpcore.table import decode
 
-# How a table column's values are typed (``TableColumn.value_type``).
-_ARROW = {"float": pa.float64(), "int": pa.int64(), "text": pa.string()}
+# How a table column's values are typed (``TableColumn.value_type``): numbers as the float32
+# the rows are drawn in (a CSV then writes 3.1, not 3.0999999046325684).
+_ARROW = {"float": pa.float32(), "int": pa.int64(), "text": pa.string()}
 
 
 class ArtifactWriter:
