@@ -343,7 +343,8 @@ class Guidance:
     measured results; ``reference``: the paper it implements; ``feature_noise``: the noise on
     released feature values, per column (the preview's signal-to-noise; ``FeatureNoise``),
     None where the mechanism declares none; ``warnings``: what the preview should tell the
-    owner about a request before it is charged (``WarningsOf``)."""
+    owner about a request before it is charged (``WarningsOf``); ``essentials``: the few
+    parameters an owner is likely to set (forms show them first, the rest as advanced)."""
 
     summary: str
     output: str
@@ -352,10 +353,14 @@ class Guidance:
     reference: str = ""
     feature_noise: FeatureNoiseOf | None = None
     warnings: WarningsOf | None = None
+    essentials: tuple[str, ...] = ()
 
-    def validate(self, mechanism: str) -> None:
+    def validate(self, mechanism: str, fields: set[str] | None = None) -> None:
         if self.kind not in ("mechanism", "baseline"):
             raise SpecError(f"{mechanism}: kind {self.kind!r} is not mechanism or baseline")
+        unknown = [name for name in self.essentials if fields is not None and name not in fields]
+        if unknown:
+            raise SpecError(f"{mechanism}: essentials {unknown} are not parameters")
 
 
 @dataclass(frozen=True)
@@ -451,7 +456,7 @@ class MechanismSpec:
             raise SpecError(
                 f"{self.name}: label_kind {self.label_kind!r} is not one of {LABEL_KINDS}"
             )
-        self.guidance.validate(self.name)
+        self.guidance.validate(self.name, fields)
         self.accounting.validate(self.name, fields)
         if self.audit is not None:
             audit_names = [k.name for k in self.audit.keys]

@@ -233,17 +233,14 @@ def admit(
         metrics.ledger_decision(admitted=False)
         status = _status(budget, holding)
         total_after = round_up(after.epsilon)
+        short = shortfall(budget, after, total_after)
         reason = (
-            f"this release would bring the dataset's spend to ε = {total_after:.6g}, "
-            f"δ = {after.delta:.6g}, over its budget ε = {budget.epsilon:g}, "
-            f"δ = {budget.delta:g} (remaining ε = {status.remaining:.6g}, "
-            f"δ = {status.delta_remaining:.6g})"
+            f"{short['message']}: this release would bring the dataset's spend to "
+            f"ε = {total_after:.6g}, δ = {after.delta:.6g}, over its budget "
+            f"ε = {budget.epsilon:g}, δ = {budget.delta:g} (left before it: "
+            f"ε = {status.remaining:.6g}, δ = {status.delta_remaining:.6g}). "
+            f"{short['advice']}"
         )
-        if after.delta > budget.delta:
-            reason += (
-                "; its δ does not fit what is left: ask for a smaller 'delta' (the δ of "
-                "every release adds up under the ledger's filter, docs/privacy.md)"
-            )
         raise BudgetExceeded(
             reason,
             detail={
@@ -256,6 +253,9 @@ def admit(
                 # JSON has no infinity: null means "no valid bound fits".
                 "total_after": total_after if math.isfinite(total_after) else None,
                 "delta_after": after.delta,
+                # By how much each of ε and δ passes the budget (0: it fits; ε null: no
+                # finite ε bound holds at the δ left).
+                "short": {"epsilon": short["epsilon"], "delta": short["delta"]},
             },
         )
     consumed_epsilon, consumed_delta = consumed(before, after)
@@ -279,6 +279,34 @@ def admit(
             state=RESERVED,
         ),
     )
+
+
+def shortfall(budget: DatasetBudget, after: Spend, total_after: float) -> dict[str, Any]:
+    """Which of ε and δ a refused release is short of, by how much, and what to ask for
+    instead (public ledger figures only)."""
+    epsilon_over = max(0.0, total_after - budget.epsilon) if math.isfinite(total_after) else None
+    delta_over = max(0.0, after.delta - budget.delta)
+    parts = []
+    if epsilon_over is None:
+        parts.append("no finite ε bound holds within the budget's δ")
+    elif epsilon_over > 0:
+        parts.append(f"ε is short by {epsilon_over:.4g}")
+    if delta_over > 0:
+        parts.append(f"δ is short by {delta_over:.3g}")
+    advice = []
+    if epsilon_over is None or epsilon_over > 0:
+        advice.append("ask for a smaller 'epsilon' (or more noise)")
+    if delta_over > 0 or epsilon_over is None:
+        advice.append(
+            "ask for a smaller 'delta' (the δ of every release adds up under the ledger's filter)"
+        )
+    said = " or ".join(advice) or "ask for less"
+    return {
+        "epsilon": epsilon_over,
+        "delta": delta_over,
+        "message": " and ".join(parts) or "the budget is spent",
+        "advice": said[0].upper() + said[1:] + ".",
+    }
 
 
 def _locked_budget(session: Session, dataset_id: str) -> DatasetBudget:

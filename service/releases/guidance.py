@@ -68,6 +68,10 @@ def _spread(values: Sequence[float]) -> NoiseSpread:
     return NoiseSpread(min=min(values), median=statistics.median(values), max=max(values))
 
 
+#: Columns a mostly-noise warning names.
+MOSTLY_NOISE_NAMED = 10
+
+
 def noise_guide(
     spec: MechanismSpec,
     params: Mapping[str, Any],
@@ -109,7 +113,10 @@ def noise_guide(
         )
         for name, lo, hi, position in _columns(dataset)
     ]
+    noisy = [c.column for c in columns if c.noise_to_range >= 1.0]
     return NoiseGuide(
+        mostly_noise=noisy[:MOSTLY_NOISE_NAMED],
+        mostly_noise_count=len(noisy),
         applies=True,
         meaning=f"{feature.meaning}; the figures are that noise's std in each column's raw "
         "units (unit-scale std × (hi − lo)) for a record the row-norm bound left unscaled, "
@@ -119,6 +126,27 @@ def noise_guide(
         noise_std_raw=_spread([c.noise_std_raw for c in columns]),
         columns=columns if len(columns) <= max_columns else None,
     )
+
+
+def noise_warnings(guide: NoiseGuide, n_columns: int) -> list[dict[str, str]]:
+    """A plain warning where some columns' values would be mostly noise."""
+    if not guide.mostly_noise_count:
+        return []
+    count = guide.mostly_noise_count
+    named = ", ".join(guide.mostly_noise or ())
+    more = (
+        f", and {count - len(guide.mostly_noise or ())} more" if count > MOSTLY_NOISE_NAMED else ""
+    )
+    which = "every column" if count == n_columns else f"{count} of {n_columns} columns"
+    return [
+        {
+            "code": "mostly_noise",
+            "message": f"values in {which} ({named}{more}) will be mostly noise at this ε: "
+            "the noise added to each value has a larger std than the column's declared "
+            "range. A larger ε, tighter declared bounds, or a mechanism that releases "
+            "records from a fitted model keeps more of them",
+        }
+    ]
 
 
 def recommendations(facts: PublicFacts, epsilon: float, delta: float) -> list[Recommendation]:

@@ -169,6 +169,7 @@ def catalogue() -> MechanismList:
                 good_for=spec.guidance.good_for,
                 reference=spec.guidance.reference,
                 params_schema=spec.request_params.model_json_schema(),
+                essential_params=list(spec.guidance.essentials),
                 shardable=None if spec.execution.shard is None else spec.execution.shard.summary,
                 accountants=[
                     AccountantInfo(

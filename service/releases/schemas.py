@@ -317,6 +317,7 @@ class PreviewWarning(BaseModel):
         "shape_undeclared",
         "classes_may_not_mix",
         "bins_lost_in_noise",
+        "mostly_noise",
     ] = Field(
         description="delta_exhausted: admitting it would leave no δ while ε remains (later "
         "releases without an RDP curve are then refused); delta_low: the δ left would be "
@@ -326,7 +327,9 @@ class PreviewWarning(BaseModel):
         "classes_may_not_mix: DP-CDA with DP class sizes mixes only if every class holds "
         "min_class_size plus the DP bounds' margin, likely not met here (the release is then "
         "noise alone, charged); bins_lost_in_noise: MST's numeric bins hold too few rows "
-        "each for its noise, so most will merge (fewer bins keep more of a column's shape)"
+        "each for its noise, so most will merge (fewer bins keep more of a column's shape); "
+        "mostly_noise: the noise on some columns' released values has a std larger than the "
+        "column's declared range, so those values are mostly noise at this ε"
     )
     message: str
 
@@ -369,6 +372,14 @@ class NoiseGuide(BaseModel):
     columns: list[ColumnNoise] | None = Field(
         description="Per feature column, for datasets of at most DPRELEASE_PREVIEW_NOISE_COLUMNS "
         "features; null for wider ones (the spreads above summarise them)"
+    )
+    mostly_noise: list[str] | None = Field(
+        default=None,
+        description="The feature columns whose noise std is at least their declared range "
+        "(noise_to_range ≥ 1): values there are mostly noise (at most 10 named)",
+    )
+    mostly_noise_count: int = Field(
+        default=0, description="How many feature columns mostly_noise would list in all"
     )
 
 
@@ -491,6 +502,11 @@ class MechanismInfo(BaseModel):
         "combinations — '<label>=<class>' columns holding signed values as drawn"
     )
     params_schema: dict[str, Any] = Field(description="JSON schema of `params`")
+    essential_params: list[str] = Field(
+        default_factory=list,
+        description="The few parameters an owner is likely to set (the console shows them "
+        "first and the rest under 'Advanced'); every parameter has a default",
+    )
     accountants: list[AccountantInfo]
     shardable: str | None = Field(
         default=None,

@@ -285,6 +285,7 @@ def preview(
         p.dataset,
         settings.preview_noise_columns,
     )
+    warnings += guidance.noise_warnings(guide, p.dataset.n_features)
     return PreviewOut(
         noise_guide=guide,
         # At the (ε, δ) this release is charged (or, for a given noise, reaches): public.

@@ -90,7 +90,9 @@ def test_console_end_to_end_keyboard_first(live: Live, browser: Any, artifacts: 
     assert float(meter.get_attribute("max")) == 4.0
     assert float(meter.get_attribute("value")) == pytest.approx(ledger["reserved"], abs=1e-9)
     assert meter.get_attribute("aria-label") == "Budget ε in use, clinic-visits"
-    assert f"remaining {round(ledger['remaining'], 3):g}" in row.text
+    # In words: what is in use (settled and in flight, counted once) and what is left.
+    assert f"in use ε {round(ledger['reserved'], 3):g} of 4" in row.text
+    assert f"left {round(ledger['remaining'], 3):g}" in row.text
     browser.save_screenshot(str(artifacts / "datasets.png"))
     assert_accessible(browser)
     # The check can fail: an unlabelled input and an image without a text alternative.

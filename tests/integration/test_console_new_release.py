@@ -65,8 +65,9 @@ def param_labels(browser: Any) -> dict[str, str]:
     from selenium.webdriver.common.by import By
 
     labels = browser.find_elements(By.CSS_SELECTOR, "#params-fields label")
+    # textContent: an advanced parameter's label is in a closed <details> (not rendered).
     return {
-        label.get_attribute("for").removeprefix("param-"): label.text
+        label.get_attribute("for").removeprefix("param-"): label.get_attribute("textContent")
         for label in labels
         if label.get_attribute("for")
     }
@@ -128,7 +129,20 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
         assert name in labels[name]
         field = browser.find_element(By.ID, f"param-{name}")
         hint = field.get_attribute("aria-describedby")
-        assert browser.find_element(By.ID, hint).text
+        assert browser.find_element(By.ID, hint).get_attribute("textContent")
+    # The essential parameters are shown; the rest wait, closed, under "Advanced" — and no
+    # hint cites a repository path.
+    essentials = default["essential_params"]
+    assert essentials and all(
+        browser.find_element(By.ID, f"param-{n}").is_displayed() for n in essentials
+    )
+    advanced = browser.find_element(By.ID, "params-advanced")
+    assert advanced.get_attribute("open") is None
+    others = [n for n in properties if n not in essentials]
+    assert f"Advanced parameters ({len(others)})" in advanced.text
+    assert not any(browser.find_element(By.ID, f"param-{n}").is_displayed() for n in others)
+    form_text = browser.find_element(By.ID, "release-form").get_attribute("textContent")
+    assert "docs/" not in form_text and ".md" not in form_text and ".py" not in form_text
 
     # Only accountants that are valid bounds for releases are offered.
     accountants = [
@@ -215,6 +229,18 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     answer = api_preview(live, owner, {**base, "epsilon": 2.0}).json()
     recommended = next(r for r in answer["recommended"] if r["mechanism"] == default["name"])
     wait_for_sigma(browser, answer["noise"]["sigma_x"])
+    # The preview in a sentence, with what the study measured for this mechanism.
+    summary = browser.find_element(By.ID, "preview-summary").text
+    assert summary and "docs/" not in summary
+    if recommended["measured_on"] is not None:
+        assert f"{recommended['measured_on']['score']:.2f}" in summary
+    # The short list: the mechanisms measured best here, best first, each with a button.
+    ranked = sorted(
+        (r for r in answer["recommended"] if r["kind"] != "baseline" and r["measured_on"]),
+        key=lambda r: -r["measured_on"]["score"],
+    )[:3]
+    items = browser.find_elements(By.CSS_SELECTOR, "#recommended-list li")
+    assert [i.text.split(":")[0] for i in items] == [r["mechanism"] for r in ranked]
     browser.find_element(By.ID, "use-recommended").click()
     for name, value in recommended["params"].items():
         assert browser.find_element(By.ID, f"param-{name}").get_attribute("value") == str(value)
@@ -232,7 +258,9 @@ def test_new_release_form_preview_and_confirm(live: Live, browser: Any, artifact
     reached = tab_to(browser, "request-release", limit=80)
     for stop in ("mechanism", "epsilon", "accountant", "format", "noise_sampler"):
         assert stop in reached
-    assert [f"param-{name}" for name in properties] == [
+    # The essential parameters, in the schema's order; the closed "Advanced" group is one
+    # stop (its summary), its fields none.
+    assert [f"param-{name}" for name in properties if name in essentials] == [
         r for r in reached if r.startswith("param-")
     ]
     type_and_enter(browser, "")

@@ -111,6 +111,8 @@ def test_upload_preview_release_download_budgets(
     Select(browser.find_element(By.ID, "mechanism")).select_by_value(MECHANISM)
     # The params form is generated from the mechanism's schema: pick the free post-processing.
     postprocess = wait_until(lambda: browser.find_element(By.ID, "param-postprocess"), "params")
+    # An advanced parameter: open the group first.
+    browser.find_element(By.CSS_SELECTOR, "#params-advanced > summary").click()
     Select(postprocess).select_by_value("denoise")
     epsilon = browser.find_element(By.ID, "epsilon")
     epsilon.clear()

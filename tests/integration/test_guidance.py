@@ -152,6 +152,19 @@ def test_preview_noise_scales_with_sigma_and_with_each_columns_range(harness: Ha
             assert columns[name]["noise_to_range"] == pytest.approx(sigma * C)
         assert guide["noise_std_raw"]["max"] == pytest.approx(sigma * C * 78.0)
         assert guide["noise_std_raw"]["min"] == pytest.approx(sigma * C * 13.0)
+    # σ·C = 0.75 at σ = 0.5: no column mostly noise; 1.5 at σ = 1: every one, said plainly.
+    assert guides[0.5]["mostly_noise"] == [] and guides[0.5]["mostly_noise_count"] == 0
+    assert sorted(guides[1.0]["mostly_noise"]) == sorted(RANGES)
+    loud = _preview(
+        h, owner, ds, mechanism="local_perturbation", noise={"sigma_x": 1.0, "sigma_y": 1.0}
+    )
+    warning = next(w for w in loud["warnings"] if w["code"] == "mostly_noise")
+    assert warning["message"].startswith("values in every column (")
+    assert "mostly noise at this ε" in warning["message"]
+    quiet = _preview(
+        h, owner, ds, mechanism="local_perturbation", noise={"sigma_x": 0.5, "sigma_y": 1.0}
+    )
+    assert "mostly_noise" not in [w["code"] for w in quiet["warnings"]]
     half = {c["column"]: c["noise_std_raw"] for c in guides[0.5]["columns"]}
     one = {c["column"]: c["noise_std_raw"] for c in guides[1.0]["columns"]}
     assert all(one[k] == pytest.approx(2 * half[k]) for k in one)

@@ -108,6 +108,10 @@ def test_delta_exhaustion_is_explained(embedded: Harness) -> None:
     assert r.status_code == 409
     assert "smaller 'delta'" in r.json()["error"]["message"]
     assert r.json()["error"]["detail"]["delta_after"] > 1e-5
+    # Which of ε and δ is short, and by how much.
+    short = r.json()["error"]["detail"]["short"]
+    assert r.json()["error"]["message"].startswith("δ is short by")
+    assert short == {"epsilon": 0.0, "delta": r.json()["error"]["detail"]["delta_after"] - 1e-5}
     preview = h.client.post("/releases/preview", json=body, headers=h.headers(owner))
     assert preview.status_code == 200, preview.text
     assert preview.json()["budget"]["delta_remaining"] == 0

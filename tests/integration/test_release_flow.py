@@ -115,6 +115,16 @@ def test_budget_refusal_leaves_ledger_unchanged(harness: Harness) -> None:
     assert err["detail"]["requested"]["epsilon"] <= 0.5
     assert err["detail"]["remaining"] < 0.5
     assert err["detail"]["total_after"] > 5.0
+    # ε is short, by the total's excess over the budget (δ too here: the first release
+    # took the budget's default δ share).
+    excess = err["detail"]["total_after"] - err["detail"]["budget"]["epsilon"]
+    delta_excess = err["detail"]["delta_after"] - err["detail"]["budget"]["delta"]
+    assert err["detail"]["short"] == {
+        "epsilon": pytest.approx(excess),
+        "delta": pytest.approx(max(0.0, delta_excess)),
+    }
+    assert err["message"].startswith(f"ε is short by {excess:.4g}"), err["message"]
+    assert "smaller 'epsilon'" in err["message"]
     h.wait(owner, first.json()["id"])
     after = h.client.get(f"/budgets/{ds['id']}", headers=h.headers(owner)).json()
     assert len(after["entries"]) == len(before["entries"]) == 1

@@ -74,6 +74,16 @@ def test_every_builtin_spec_is_consistent() -> None:
     assert registry.names()[: len(registry.BUILTIN)] == list(registry.BUILTIN)
 
 
+def test_every_served_mechanism_names_its_essential_parameters() -> None:
+    """Forms show them first (the rest as advanced): a few, each one of its parameters."""
+    for spec in registry.served():
+        essentials = spec.guidance.essentials
+        assert 1 <= len(essentials) <= 4, spec.name
+        assert set(essentials) <= set(spec.params.model_fields), spec.name
+    with pytest.raises(SpecError, match=r"essentials \['bins'\] are not parameters"):
+        _spec(essentials=("rows", "bins")).validate()
+
+
 def test_a_parameter_that_reaches_no_accountant_is_refused_at_registration() -> None:
     with pytest.raises(SpecError, match=r"\['mode'\] reach neither"):
         registry.register(_spec(release_only=frozenset()))

@@ -342,6 +342,7 @@ SPEC = MechanismSpec(
         | (PAPER_ONLY - {"cluster_size", "sigma_max"}),
     ),
     guidance=Guidance(
+        essentials=("model", "clusters_per_class", "n_samples"),
         summary="Cluster-based mixing (3A). Variant dp (default): within each class (one "
         "cluster per class by default, or DP k-means clusters), noisy counts, sums and "
         "second moments; every step charged; the released rows are drawn from each cluster's "

@@ -235,6 +235,7 @@ SPEC = MechanismSpec(
         relation=neighbour_relation,
     ),
     guidance=Guidance(
+        essentials=("mixture_degree", "n_samples", "min_class_size", "class_sizes"),
         summary="Class-centric mixing (DP-CDA): per class, noisy means of ℓ records of that "
         "class; class-balanced output, exact labels",
         output="X: K·⌈T/K⌉ × n_features noisy class mixtures (standardised, clipped "

@@ -159,6 +159,7 @@ SPEC = MechanismSpec(
         ),
     ),
     guidance=Guidance(
+        essentials=("model", "epochs", "n_samples"),
         summary="DP kernel k-means within each class, then one generative network per cluster "
         "(VAE or RBM) trained by DP-SGD with adaptive clipping; releases records drawn from the "
         "mixture (Acs et al.)",

@@ -120,6 +120,7 @@ SPEC = MechanismSpec(
         release_only=RELEASE_ONLY | {"clip_norm"},
     ),
     guidance=Guidance(
+        essentials=("mixture_degree", "n_samples"),
         summary="Random mixing (Lee et al., ISIT 2019): T noisy means of ℓ records",
         output="X: n_samples × n_features noisy mixtures (raw units: see the metadata's "
         "transform); y: n_samples × n_classes noisy mixed one-hot labels",

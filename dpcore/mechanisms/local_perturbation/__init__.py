@@ -93,6 +93,7 @@ SPEC = MechanismSpec(
         release_only=frozenset({"clip_norm"}),
     ),
     guidance=Guidance(
+        essentials=("clip_norm",),
         summary="Baseline: every record once, with Gaussian noise (random-mixing paper, Sec. IV)",
         output="X: n × n_features noisy records (raw units: see the metadata's transform); "
         "y: n × n_classes noisy one-hot labels",

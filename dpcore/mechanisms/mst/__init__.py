@@ -107,6 +107,7 @@ SPEC = MechanismSpec(
         release_only=frozenset({"n_samples", "bins", "iterations"}),
     ),
     guidance=Guidance(
+        essentials=("structure", "bins", "n_samples"),
         summary="MST: a graphical model fitted to noisy one- and two-way marginals (a spanning "
         "tree of column pairs chosen privately), records sampled from it",
         output="X: n_samples × n_features records in the table's own domain (categories one "

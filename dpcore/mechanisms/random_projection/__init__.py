@@ -118,6 +118,7 @@ SPEC = MechanismSpec(
         release_only=frozenset({"clip_norm"}),
     ),
     guidance=Guidance(
+        essentials=("projection_dim",),
         summary="Baseline: every record projected by a data-independent Gaussian matrix "
         "then noised (random-mixing paper, Sec. IV)",
         output="X: n × projection_dim noisy projections; y: n × n_classes noisy one-hot "

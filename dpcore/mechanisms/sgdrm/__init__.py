@@ -125,6 +125,7 @@ SPEC = MechanismSpec(
         release_only=RELEASE_ONLY | {"clip_norm"},
     ),
     guidance=Guidance(
+        essentials=("mixture_width", "n_samples"),
         summary="SGD on random mixtures (Lee et al., ICLR 2018 WS): T noisy mixtures with "
         "random coefficients b·clip(g, −c, c) (or the paper's unclipped b·g), "
         "b ~ Bern(ℓ/n), g ~ N(0, 1/ℓ)",

@@ -135,7 +135,8 @@
   };
 
   // A budget gauge: a <meter> of the ε in use (reserved: committed and in flight) with the
-  // same figures in words beside it.
+  // same figures in words beside it. "In use" counts the settled spend once: reserved holds
+  // it and what is in flight.
   function gauge(budget, label) {
     const id = `gauge-${Math.random().toString(36).slice(2, 10)}`;
     const meter = el("meter", {
@@ -154,8 +155,9 @@
       id: `${id}-text`,
       class: "gauge-text",
       text:
-        `spent ${fmt(budget.spent)} · reserved ${fmt(budget.reserved)} · ` +
-        `remaining ${fmt(budget.remaining)} of ε ${fmt(budget.epsilon)}`,
+        `in use ε ${fmt(budget.reserved)} of ${fmt(budget.epsilon)} ` +
+        `(${fmt(budget.spent)} settled, ${fmt(Math.max(0, budget.reserved - budget.spent))} ` +
+        `in flight) · left ${fmt(budget.remaining)}`,
     });
     return el("div", { class: "gauge" }, meter, text);
   }
@@ -216,6 +218,20 @@
 
   // What the page scripts use.
   const pages = {};
+  // The service's descriptive text as a reader of the console should see it: without the
+  // repository paths it cites for developers ("(docs/results/tabular.md)", "see
+  // dpcore/…"), which mean nothing in a browser.
+  const REPO_PATH = String.raw`(?:docs|dpcore|service|worker|bench|tests)\/[\w./-]+|[\w-]+\.(?:md|py)\b`;
+  function plain(text) {
+    if (!text) return "";
+    return String(text)
+      .replace(new RegExp(String.raw`\s*\((?:[^()]*?)(?:${REPO_PATH})[^()]*\)`, "g"), "")
+      .replace(new RegExp(String.raw`[;,]?\s*(?:see |in |from )?(?:${REPO_PATH})(?:, "[^"]*")?`, "g"), "")
+      .replace(/\s+([.,;:])/g, "$1")
+      .replace(/\s{2,}/g, " ")
+      .trim();
+  }
+
   window.dprelease = Object.freeze({
     $,
     api,
@@ -232,6 +248,7 @@
     idempotencyKey,
     ledgerCsv,
     pages,
+    plain,
     setStatus,
     showError,
     svg,

@@ -17,6 +17,7 @@
     fmtDelta,
     gauge,
     idempotencyKey,
+    plain,
     setStatus,
     showError,
   } = window.dprelease;
@@ -45,6 +46,7 @@
     preview: null, // {key, body, result} or {key, body, error}: the latest answered preview
     confirm: null, // {body, idempotencyKey} while the confirmation panel is open
     recommended: null, // the latest preview's recommendation for the chosen mechanism
+    recommendations: [], // the latest preview's short list (every mechanism, best first)
     submitting: false,
   };
 
@@ -82,6 +84,12 @@
     return parts.join(", ");
   }
 
+  // A description's first sentence (the rest goes under "More").
+  function firstSentence(text) {
+    const match = /^(.+?[.;])(\s|$)/.exec(text);
+    return match ? match[1].replace(/;$/, ".") : text;
+  }
+
   function hintText(schema, kind, nullable) {
     const facts = [];
     if (kind === "integer") facts.push("an integer");
@@ -91,7 +99,7 @@
     if (hasDefault(schema)) facts.push(`default ${JSON.stringify(schema.default)}`);
     else if (nullable) facts.push("optional: empty leaves it to the service");
     const extra = facts.length ? ` (${facts.join("; ")})` : "";
-    return `${schema.description || ""}${extra}`.trim();
+    return `${firstSentence(plain(schema.description))}${extra}`.trim();
   }
 
   const CONTROLS = {
@@ -155,21 +163,39 @@
     control.setAttribute("aria-describedby", `${id}-hint`);
     const title = [schema.title || name, " ", el("code", {}, name), kind === "json" ? " (JSON)" : ""];
     const hint = el("p", { id: `${id}-hint`, class: "hint" }, hintText(schema, kind, nullable));
+    const full = plain(schema.description);
+    const more = full.length > firstSentence(full).length + 1 ? el("details", { class: "more" }, el("summary", {}, "More"), el("p", { class: "hint" }, full)) : null;
     // A checkbox sits inside its label, before the text; any other control below its label.
     const label = el("label", { for: id }, ...title);
     if (kind === "boolean") {
       label.classList.add("inline");
       label.prepend(control);
     }
-    const node = el("div", { class: `param param-${kind}` }, label, kind === "boolean" ? null : control, hint);
+    const node = el("div", { class: `param param-${kind}` }, label, kind === "boolean" ? null : control, hint, more);
     return { name, kind, schema, control, node };
   }
 
+  // The mechanism's essential parameters first; the rest under "Advanced" (every one has a
+  // default, so most owners never open it).
   function renderParams(mechanism) {
     const properties = (mechanism.params_schema && mechanism.params_schema.properties) || {};
-    state.fields = Object.entries(properties).map(([name, prop]) => paramField(name, prop));
+    const essential = new Set(mechanism.essential_params || []);
+    const entries = Object.entries(properties);
+    const first = entries.filter(([name]) => essential.has(name) || !essential.size);
+    const rest = entries.filter(([name]) => essential.size && !essential.has(name));
+    state.fields = [...first, ...rest].map(([name, prop]) => paramField(name, prop));
     $("params-legend").textContent = `Parameters of ${mechanism.name}`;
-    $("params-fields").replaceChildren(...state.fields.map((f) => f.node));
+    const nodes = state.fields.slice(0, first.length).map((f) => f.node);
+    if (rest.length) {
+      const advanced = el(
+        "details",
+        { id: "params-advanced", class: "advanced" },
+        el("summary", {}, `Advanced parameters (${rest.length})`),
+        ...state.fields.slice(first.length).map((f) => f.node),
+      );
+      nodes.push(advanced);
+    }
+    $("params-fields").replaceChildren(...nodes);
   }
 
   // A field's value for the body: {value} or {omit: true} or {error}. Types only; ranges and
@@ -248,7 +274,7 @@
     const m = state.mechanisms.find((x) => x.name === name);
     state.mechanism = m;
     const about = $("mechanism-about");
-    about.replaceChildren(el("p", {}, m.summary), el("p", {}, el("strong", {}, "Good for: "), m.good_for));
+    about.replaceChildren(el("p", {}, plain(m.summary)), el("p", {}, el("strong", {}, "Good for: "), plain(m.good_for)));
     if (m.kind === "baseline") {
       const note =
         "Baseline: a comparison point published to measure the mechanisms against, not a recommended choice.";
@@ -272,7 +298,7 @@
 
   function describeAccountant() {
     const a = state.mechanism.accountants.find((x) => x.name === $("accountant").value);
-    $("accountant-about").textContent = a ? `${a.summary}${a.caveat ? ` Caveat: ${a.caveat}` : ""}` : "";
+    $("accountant-about").textContent = a ? plain(`${a.summary}${a.caveat ? ` Caveat: ${a.caveat}` : ""}`) : "";
   }
 
   function applyMode() {
@@ -372,6 +398,7 @@
     const after = fits ? fmt(b.remaining_after) : "does not fit";
     const deltas = `${fmtDelta(b.delta_remaining)} → ${fmtDelta(b.delta_remaining_after)} of ${fmtDelta(b.delta)}`;
     $("preview-error").textContent = "";
+    $("preview-summary").textContent = summarySentence(p);
     $("preview-facts").replaceChildren(
       ...fact("σ_x", sig(p.noise.sigma_x), { id: "preview-sigma-x", "data-value": p.noise.sigma_x }),
       ...fact("σ_y", sigmaY, { id: "preview-sigma-y" }),
@@ -406,15 +433,46 @@
     setPreviewState("ready");
   }
 
+  // The preview in a sentence or two: how loud the noise is on a value, and what the study
+  // measured for this mechanism on the nearest public dataset.
+  function summarySentence(p) {
+    const g = p.noise_guide;
+    const parts = [];
+    if (g.applies && g.noise_std_raw && g.noise_to_range) {
+      const pct = Math.round(100 * g.noise_to_range.median);
+      parts.push(
+        `Each released value is perturbed by about ± ${sig(g.noise_std_raw.median)} ` +
+          `(${pct}% of its column's declared range, typical column).`,
+      );
+    } else {
+      parts.push(`${firstSentence(plain(g.meaning)).replace(/\.$/, "")}: no per-value noise to state.`);
+    }
+    const rec = (p.recommended || []).find((r) => r.mechanism === state.mechanism.name);
+    const m = rec && rec.measured_on;
+    if (m) {
+      const metric = m.metric === "balanced_accuracy" ? "balanced accuracy" : "accuracy";
+      const models = m.models.slice(0, 3).join(", ");
+      parts.push(
+        `Expect ${metric} of about ${m.score.toFixed(2)} for models like ${models} ` +
+          `(measured on ${m.dataset}, ${m.n} rows, at ε ${sig(m.epsilon)}).`,
+      );
+    }
+    return parts.join(" ");
+  }
+
   // The line under the heading follows the ledger: the budget may move while the page is open.
   function showRemaining(b) {
     setStatus("release-status", `Remaining budget: ε ${fmt(b.remaining)} of ${fmt(b.epsilon)}.`);
   }
 
+  // Which of ε and δ is short, and by how much (as the 409 of POST /releases says it).
   function refusalReason(b) {
-    const after = b.total_after === null ? "no ε fits" : `ε after ${fmt(b.total_after)}`;
-    const delta = `δ after ${fmtDelta(b.delta_after)} of ${fmtDelta(b.delta)}`;
-    return `no: it would exceed the budget (${after} of ${fmt(b.epsilon)}; ${delta})`;
+    const short = [];
+    if (b.total_after === null) short.push("no ε bound fits within the budget's δ");
+    else if (b.total_after > b.epsilon) short.push(`ε is short by ${sig(b.total_after - b.epsilon)}`);
+    if (b.delta_after > b.delta) short.push(`δ is short by ${fmtDelta(b.delta_after - b.delta)}`);
+    const why = short.length ? short.join(" and ") : "it would exceed the budget";
+    return `no: ${why} (ε ${fmt(b.remaining)} and δ ${fmtDelta(b.delta_remaining)} are left)`;
   }
 
   // The budget if this release were admitted, beside the gauge of now.
@@ -442,13 +500,13 @@
 
   function renderWarnings(warnings) {
     $("preview-warnings").replaceChildren(
-      ...warnings.map((w) => el("li", {}, el("strong", {}, "Warning: "), `${w.message} `, el("code", {}, w.code))),
+      ...warnings.map((w) => el("li", { "data-code": w.code }, el("strong", {}, "Warning: "), `${plain(w.message)}.`.replace(/\.\.$/, "."))),
     );
   }
 
   function renderGuide(guide) {
     const box = $("preview-guide");
-    box.replaceChildren(el("h3", {}, "Noise in raw units"), el("p", { class: "hint" }, guide.meaning));
+    box.replaceChildren(el("h3", {}, "Noise in raw units"), el("p", { class: "hint" }, plain(guide.meaning)));
     if (!guide.applies) return;
     const s = guide.noise_std_raw;
     const r = guide.noise_to_range;
@@ -480,21 +538,52 @@
   }
 
   // The configuration measured best for this dataset's public shape at this ε, if the
-  // service has one for the chosen mechanism.
+  // service has one for the chosen mechanism; and a short list of the mechanisms measured
+  // best on it, each with a button that switches to it with its recommended parameters.
+  const SHORT_LIST = 3;
+
   function renderRecommended(recommended) {
     const rec = recommended.find((r) => r.mechanism === state.mechanism.name);
-    $("preview-recommended").hidden = !rec;
-    if (!rec) return;
-    $("recommended-why").textContent = `${rec.why}. Parameters: ${JSON.stringify(rec.params)}`;
-    state.recommended = rec;
+    const ranked = recommended
+      .filter((r) => r.kind !== "baseline" && r.measured_on)
+      .sort((a, b) => b.measured_on.score - a.measured_on.score)
+      .slice(0, SHORT_LIST);
+    state.recommendations = ranked;
+    $("preview-recommended").hidden = !rec && !ranked.length;
+    $("recommended-list").replaceChildren(
+      ...ranked.map((r, i) => {
+        const m = r.measured_on;
+        const metric = m.metric === "balanced_accuracy" ? "balanced accuracy" : "accuracy";
+        const text = `${r.mechanism}: ${metric} ≈ ${m.score.toFixed(2)} (${m.dataset}, ε ${sig(m.epsilon)})`;
+        const current = r.mechanism === state.mechanism.name;
+        const button = el(
+          "button",
+          { type: "button", class: "secondary", id: `use-recommended-${i}`, "data-mechanism": r.mechanism },
+          current ? "Use its parameters" : `Use ${r.mechanism}`,
+        );
+        button.addEventListener("click", () => useRecommendation(r));
+        return el("li", {}, text, " ", button);
+      }),
+    );
+    $("use-recommended").hidden = !rec;
+    $("recommended-why").textContent = rec ? `${plain(rec.why)}. Parameters: ${JSON.stringify(rec.params)}` : "";
+    state.recommended = rec || null;
+  }
+
+  function useRecommendation(rec) {
+    if (rec.mechanism !== state.mechanism.name) {
+      $("mechanism").value = rec.mechanism;
+      renderMechanism(rec.mechanism);
+    }
+    for (const field of state.fields) setParam(field, rec.params[field.name]);
+    setStatus("preview-status", `Filled the parameters recommended for ${rec.mechanism}.`);
+    schedule();
   }
 
   function useRecommended() {
     const rec = state.recommended;
     if (!rec || rec.mechanism !== state.mechanism.name) return;
-    for (const field of state.fields) setParam(field, rec.params[field.name]);
-    setStatus("preview-status", `Filled the parameters recommended for ${rec.mechanism}.`);
-    schedule();
+    useRecommendation(rec);
   }
 
   // ------------------------------------------------------------------------------ confirm
