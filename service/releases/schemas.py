@@ -552,6 +552,12 @@ class SummaryHistogram(BaseModel):
     counts: list[int] = Field(description="Rows per bin (or per class)")
     below: int = Field(default=0, description="Values below the declared range")
     above: int = Field(default=0, description="Values above the declared range")
+    missing: int = Field(
+        default=0,
+        description="Rows where the value is missing (a declared table's column whose "
+        "missing-value indicator is 1, or a categorical column holding no category); not in "
+        "counts",
+    )
 
 
 class ReleaseSummary(BaseModel):

@@ -22,6 +22,7 @@ import numpy as np
 from dpcore import release_layout
 from dpcore.evaluation import Release as LoadedRelease
 from dpcore.evaluation import load_release_file
+from dpcore.table import decode
 from service.config import Settings
 from service.errors import Conflict
 from service.models import Release
@@ -108,7 +109,12 @@ def _summary(loaded: LoadedRelease) -> ReleaseSummary:
     shape = _image_shape(loaded)
     declared = _declared_range(meta, X.shape[1])
     shown = sample_rows(int(X.shape[0]))
-    histograms = [] if shape is not None else _feature_histograms(X, features, declared)
+    if shape is not None:
+        histograms = []
+    elif layout is not None and layout.table:
+        histograms = _table_histograms(X, layout, declared)
+    else:
+        histograms = _feature_histograms(X, features, declared)
     histograms += _label_histograms(Y, labels, layout)
     return ReleaseSummary(
         rows=int(X.shape[0]),
@@ -231,6 +237,34 @@ def _feature_histograms(
         lo = declared.lo[j] if declared is not None else None
         hi = declared.hi[j] if declared is not None else None
         out.append(_histogram(name, X[:, j], lo, hi))
+    return out
+
+
+def _table_histograms(
+    X: np.ndarray, layout: release_layout.Layout, declared: SummaryValueRange | None
+) -> list[SummaryHistogram]:
+    """A declared table's columns as the file holds them (``dpcore.table``): a categorical
+    column's rows per category, a numeric one's bins over its declared bounds; each with its
+    missing entries counted apart."""
+    out = []
+    for column, (values, missing) in zip(layout.table, decode(X, layout.table), strict=True):
+        if column.type == "categorical":
+            held = values[~missing]
+            counts = [
+                int(np.sum(held == c)) for c in np.asarray(column.categories, dtype=held.dtype)
+            ]
+            histogram = SummaryHistogram(
+                column=column.name,
+                kind="categorical",
+                categories=[str(c) for c in column.categories],
+                counts=counts,
+            )
+        else:
+            j = column.features[0]
+            lo = declared.lo[j] if declared is not None else None
+            hi = declared.hi[j] if declared is not None else None
+            histogram = _histogram(column.name, values[~missing].astype(np.float64), lo, hi)
+        out.append(histogram.model_copy(update={"missing": int(missing.sum())}))
     return out
 
 

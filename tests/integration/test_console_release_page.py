@@ -168,11 +168,22 @@ def test_tabular_histograms_and_cancel_from_the_page(
     sign_in(browser, live, f"/console/releases/{release_id}", owner)
     _settled(browser, "succeeded")
     summary = live.http.get(f"/releases/{release_id}/summary", headers=live.headers(owner))
-    columns = summary.json()["columns"]
+    histograms = summary.json()["histograms"]
     wait_until(
-        lambda: len(browser.find_elements(By.CSS_SELECTOR, "#histograms figure")) == len(columns),
+        lambda: (
+            len(browser.find_elements(By.CSS_SELECTOR, "#histograms figure")) == len(histograms)
+        ),
         "a histogram per column",
     )
+    # What the bars leave out is said in words beside them.
+    for figure, hist in zip(
+        browser.find_elements(By.CSS_SELECTOR, "#histograms figure"), histograms, strict=True
+    ):
+        notes = figure.find_elements(By.CLASS_NAME, "histogram-notes")
+        if hist["missing"]:
+            assert f"{hist['missing']} missing" in notes[0].text
+        if not (hist["missing"] or hist["below"] or hist["above"]):
+            assert not notes
     assert browser.find_element(By.ID, "grid-figure").is_displayed() is False
     first = browser.find_element(By.CSS_SELECTOR, "#histograms figure svg")
     assert first.get_attribute("role") == "img"

@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import Harness, npz_bytes, toy_dataset
@@ -106,6 +107,45 @@ def test_tabular_csv_release_has_a_histogram_per_column(embedded: Harness) -> No
         assert hist["kind"] == "numeric" and len(hist["edges"]) == 21 and len(hist["counts"]) == 20
         assert sum(hist["counts"]) + hist["below"] + hist["above"] == 100
     assert len(body["samples"]) == 64
+
+
+def test_a_declared_tables_summary_has_a_histogram_per_declared_column(
+    embedded: Harness,
+) -> None:
+    """Categories counted as categories, numbers over their declared bounds, and each
+    column's missing entries counted apart (they are in no bar)."""
+    import json
+
+    from tests.integration.test_python_client import _visits_table
+
+    h = embedded
+    owner, _ = h.new_key("owner")
+    table, columns = _visits_table(np.random.default_rng(0))
+    meta = {
+        "name": "visits",
+        "label_column": "outcome",
+        "columns": columns,
+        "classes": [0, 1],
+        "budget": {"epsilon": 3.0, "delta": 1e-5},
+    }
+    r = h.upload(owner, table.encode(), filename="visits.csv", metadata=meta)
+    assert r.status_code == 201, r.text
+    body = h.release_body(r.json()["id"], mechanism="clustmix", params={}, format="parquet")
+    created = h.client.post("/releases", json={**body, "epsilon": 1.0}, headers=h.headers(owner))
+    done = h.wait(owner, created.json()["id"])
+    assert done["status"] == "succeeded", done
+    summary = _summary(h, owner, done["id"]).json()
+    hists = {hist["column"]: hist for hist in summary["histograms"]}
+    assert list(hists) == ["site", "visits", "weight", "outcome"]
+    assert hists["site"]["kind"] == "categorical" and hists["site"]["categories"] == ["A", "B", "C"]
+    assert sum(hists["site"]["counts"]) == 300 and hists["site"]["missing"] == 0
+    visits = hists["visits"]
+    assert visits["kind"] == "numeric" and visits["edges"][0] == 0 and visits["edges"][-1] == 20
+    frame = pd.read_parquet(io.BytesIO(h.download(owner, done["id"])))
+    assert visits["missing"] == int(frame["visits"].isna().sum()) > 0
+    assert sum(visits["counts"]) + visits["missing"] == 300
+    assert hists["weight"]["missing"] == 0 and hists["weight"]["below"] == 0
+    assert json.dumps(summary)  # plain JSON
 
 
 def test_summary_needs_a_succeeded_release_of_bounded_size(

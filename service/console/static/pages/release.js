@@ -372,7 +372,9 @@
     const id = `hist-${index}`;
     const total = h.counts.reduce((a, b) => a + b, 0);
     const top = bins.reduce((a, b) => (b.count > a.count ? b : a), bins[0]);
-    const outside = h.below || h.above ? ` ${h.below} below and ${h.above} above the declared range.` : "";
+    const outside =
+      (h.below || h.above ? ` ${h.below} below and ${h.above} above the declared range.` : "") +
+      (h.missing ? ` ${h.missing} missing.` : "");
     const root = svg("svg", {
       viewBox: `0 0 ${W} ${H}`,
       width: W,
@@ -421,11 +423,17 @@
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, numeric ? "Bin" : "Class"), el("th", { scope: "col", class: "num" }, "Rows"))),
       body,
     );
+    // What the bars leave out, in words everyone sees (not only in the chart's description).
+    const notes = [];
+    if (h.below || h.above) notes.push(`${h.below} below and ${h.above} above the declared range`);
+    if (h.missing) notes.push(`${h.missing} missing`);
+    if (h.missing) body.append(el("tr", {}, el("th", { scope: "row" }, "missing"), el("td", { class: "num" }, h.missing)));
     return el(
       "figure",
       { class: "histogram-figure" },
       el("figcaption", {}, el("code", {}, h.column)),
       root,
+      notes.length ? el("p", { class: "histogram-notes" }, `Not in the bars: ${notes.join("; ")}.`) : null,
       el("details", {}, el("summary", {}, "Counts"), table),
     );
   }
