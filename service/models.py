@@ -121,6 +121,9 @@ class Dataset(Base):
     feature_range: Mapped[Any] = mapped_column(JSON)
     # Statistics of the raw data (owner only); both are erased with it (None).
     clipped_values: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The caps the upload was accepted under (``parsing.UploadLimits``): a job parses the
+    # stored file again under them. Null for uploads older than the column.
+    upload_limits: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Rows per class, in the order of `classes`. Private: used only to check an owner's
     # declared lower bound at admission, and never shown to anyone else.
     class_counts: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)

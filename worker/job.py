@@ -39,7 +39,10 @@ class Job:
     dataset_sha256: str
     dataset_filename: str
     metadata: DatasetMetadata
-    report_dataset: tuple[str, str, str, DatasetMetadata] | None = None  # key, sha, file, meta
+    # The caps the upload was accepted under (null for older uploads: the server's own).
+    dataset_limits: dict[str, Any] | None = None
+    # key, sha, file, meta, accepted caps
+    report_dataset: tuple[str, str, str, DatasetMetadata, dict[str, Any] | None] | None = None
     # Further files an earlier attempt's upload claim declared (none before any claim).
     declared: tuple[lifecycle.ArtifactRecord, ...] = ()
     # A research release's claim (service.releases.research): stated in its metadata.
@@ -103,6 +106,7 @@ def job_of(session: Session, release: Release) -> Job:
                 test.sha256,
                 test.filename,
                 _metadata_of(test, test_budget),
+                test.upload_limits,
             )
     return Job(
         release_id=release.id,
@@ -120,6 +124,7 @@ def job_of(session: Session, release: Release) -> Job:
         dataset_sha256=dataset.sha256,
         dataset_filename=dataset.filename,
         metadata=_metadata_of(dataset, budget),
+        dataset_limits=dataset.upload_limits,
         report_dataset=report_dataset,
         declared=lifecycle.declared_artifacts(release),
         research=release.research,

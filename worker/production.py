@@ -11,7 +11,8 @@ from typing import Any
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import Cancelled
-from service.datasets.parsing import ParsedDataset, parse_dataset
+from service.datasets.parsing import ParsedDataset, UploadLimits
+from service.datasets.service import upload_limits
 from service.db import transaction
 from service.errors import ClassesUndeclared
 from service.releases import keys, lifecycle
@@ -99,9 +100,10 @@ def read_private(runtime: Runtime, job: Job) -> ParsedDataset:
         reading = lifecycle.mark_private_read(session, job.release_id, attempt=job.attempt)
     if not reading:
         raise Cancelled(f"release {job.release_id} is no longer running; its data is not read")
-    return parse_dataset(
-        content=raw, filename=job.dataset_filename, metadata=job.metadata, max_bytes=len(raw)
-    )
+    # Under the caps the upload was accepted under, not the file's size: a compressed NPZ or
+    # a dictionary-encoded Parquet file holds more values than bytes, and was admitted.
+    limits = UploadLimits.stored(job.dataset_limits, upload_limits(runtime.settings))
+    return limits.parse(content=raw, filename=job.dataset_filename, metadata=job.metadata)
 
 
 def shard(runtime: Runtime, job: Job, index: int, plan_key: str) -> None:

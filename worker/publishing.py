@@ -16,7 +16,8 @@ import numpy as np
 
 from dpcore import evaluation
 from dpcore.artifacts import sha256_file
-from service.datasets.parsing import parse_dataset
+from service.datasets.parsing import UploadLimits
+from service.datasets.service import upload_limits
 from service.db import transaction
 from service.releases import keys, lifecycle
 from service.runtime import Runtime
@@ -126,12 +127,13 @@ def owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -
         "release_id": job.release_id,
     }
     assert job.report_dataset is not None
-    key, sha, filename, test_meta = job.report_dataset
+    key, sha, filename, test_meta, accepted = job.report_dataset
     try:
         raw = runtime.store.get(key)
         if sha256_hex(raw) != sha:
             raise RuntimeError("stored test dataset does not match its recorded sha256")
-        test = parse_dataset(content=raw, filename=filename, metadata=test_meta, max_bytes=len(raw))
+        limits = UploadLimits.stored(accepted, upload_limits(runtime.settings))
+        test = limits.parse(content=raw, filename=filename, metadata=test_meta)
         release = evaluation.release_from_file(path, job.fmt, meta, {})
         labels = np.asarray(test.classes, dtype=object)[test.labels]
         report = evaluation.evaluate(release, test.X, labels, classifiers=("linear", "mlp"))

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,14 @@ from service.datasets.schemas import (
 )
 from service.errors import DatasetTooLarge, InvalidInput
 
-__all__ = ["SUPPORTED_FORMATS", "Label", "ParsedDataset", "detect_format", "parse_dataset"]
+__all__ = [
+    "SUPPORTED_FORMATS",
+    "Label",
+    "ParsedDataset",
+    "UploadLimits",
+    "detect_format",
+    "parse_dataset",
+]
 
 SUPPORTED_FORMATS = ("csv", "parquet", "npz")
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
@@ -72,6 +80,42 @@ def detect_format(filename: str) -> str:
             f"{', '.join(SUPPORTED_FORMATS)} (file names ending in {', '.join(_EXTENSIONS)})"
         )
     return fmt
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """The caps an upload is parsed under (``parse_dataset``'s ``max_*``), stored with the
+    dataset so that a job re-reads the file under the caps it was accepted under."""
+
+    max_bytes: int
+    max_cells: int | None = None
+    max_decoded_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_bytes": self.max_bytes,
+            "max_cells": self.max_cells,
+            "max_decoded_bytes": self.max_decoded_bytes,
+        }
+
+    @classmethod
+    def stored(cls, value: Mapping[str, Any] | None, fallback: UploadLimits) -> UploadLimits:
+        """The stored caps, or ``fallback`` (the server's current ones) for an upload older
+        than the stored caps."""
+        if not value:
+            return fallback
+        return cls(int(value["max_bytes"]), value.get("max_cells"), value.get("max_decoded_bytes"))
+
+    def parse(self, *, content: bytes, filename: str, metadata: DatasetMetadata) -> ParsedDataset:
+        return parse_dataset(
+            content=content,
+            filename=filename,
+            metadata=metadata,
+            # A stored file was within the byte cap when admitted; never refuse it for its size.
+            max_bytes=max(self.max_bytes, len(content)),
+            max_cells=self.max_cells,
+            max_decoded_bytes=self.max_decoded_bytes,
+        )
 
 
 def parse_dataset(

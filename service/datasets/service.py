@@ -18,7 +18,7 @@ from service.budgets import repository as budget_repository
 from service.budgets import service as budget_service
 from service.config import Settings
 from service.datasets import repository
-from service.datasets.parsing import ParsedDataset, detect_format, parse_dataset
+from service.datasets.parsing import ParsedDataset, UploadLimits, detect_format
 from service.datasets.schemas import (
     DatasetMetadata,
     DatasetOut,
@@ -61,6 +61,14 @@ class CheckedUpload:
     fmt: str
     metadata: DatasetMetadata
     parsed: ParsedDataset
+    limits: UploadLimits
+
+
+def upload_limits(settings: Settings) -> UploadLimits:
+    """The caps an upload is accepted under now (DPRELEASE_MAX_UPLOAD_*)."""
+    return UploadLimits(
+        settings.max_upload_bytes, settings.max_upload_cells, settings.max_upload_decoded_bytes
+    )
 
 
 def check(
@@ -72,16 +80,10 @@ def check(
     (``parsing.parse_dataset``)."""
     metadata = parse_metadata(metadata_json)
     fmt = detect_format(filename)
-    parsed = parse_dataset(
-        content=content,
-        filename=filename,
-        metadata=metadata,
-        max_bytes=settings.max_upload_bytes,
-        max_cells=settings.max_upload_cells,
-        max_decoded_bytes=settings.max_upload_decoded_bytes,
-    )
+    limits = upload_limits(settings)
+    parsed = limits.parse(content=content, filename=filename, metadata=metadata)
     _check_release_columns(metadata, parsed)
-    return CheckedUpload(content, filename, fmt, metadata, parsed)
+    return CheckedUpload(content, filename, fmt, metadata, parsed, limits)
 
 
 def _check_release_columns(metadata: DatasetMetadata, parsed: ParsedDataset) -> None:
@@ -129,6 +131,7 @@ def create(
             classes_declared=parsed.classes_declared,
             feature_range=_jsonable_range(metadata),
             clipped_values=parsed.clipped_values,
+            upload_limits=upload.limits.to_json(),
             class_counts=[
                 int(c) for c in np.bincount(parsed.labels, minlength=len(parsed.classes))
             ],

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.datasets import service as dataset_service
+from service.datasets import parsing
 from tests.conftest import Harness, npz_bytes, toy_dataset
 from tests.integration.test_uploads import _dataset_rows, _stored_objects
 
@@ -149,14 +149,14 @@ class Blocker:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered = threading.Semaphore(0)
         self.gate = threading.Event()
-        parse: Callable[..., Any] = dataset_service.parse_dataset
+        parse: Callable[..., Any] = parsing.parse_dataset
 
         def held(**kwargs: Any) -> Any:
             self.entered.release()
             self.gate.wait(timeout=60)
             return parse(**kwargs)
 
-        monkeypatch.setattr(dataset_service, "parse_dataset", held)
+        monkeypatch.setattr(parsing, "parse_dataset", held)
 
     def wait_entered(self, count: int, timeout: float = 20.0) -> bool:
         return all(self.entered.acquire(timeout=timeout) for _ in range(count))
@@ -225,3 +225,50 @@ def test_concurrent_uploads_over_the_cap_answer_503(
     # The slots are given back.
     r = h.upload(owner, content)
     assert r.status_code == 201, r.text
+
+
+def _compressed_npz(rows: int) -> bytes:
+    """``np.savez_compressed`` of repetitive features: far smaller than its values."""
+    X, y = toy_dataset(rows, k=2)
+    X = np.clip(np.round(X / 11), 0, 1).astype(np.float64)  # within the declared [0, 1]
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, X=X, y=y)
+    content = buffer.getvalue()
+    assert len(content) < X.nbytes / 4
+    return content
+
+
+def _dictionary_parquet(rows: int) -> bytes:
+    """0/1 columns, dictionary-encoded: more values than bytes, even uncompressed."""
+    rng = np.random.default_rng(0)
+    columns = {f"x{j}": rng.integers(0, 2, rows) for j in range(8)}
+    columns["y"] = rng.integers(0, 2, rows)
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer, compression="none", use_dictionary=True)
+    content = buffer.getvalue()
+    assert len(content) < rows * 9
+    return content
+
+
+@pytest.mark.parametrize("kind", ["npz", "parquet"])
+def test_an_accepted_compressed_upload_releases(harness: Harness, kind: str) -> None:
+    """The job re-reads the stored file under the caps it was accepted under, not under the
+    file's own size: a compressed NPZ and a dictionary-encoded Parquet file release."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    if kind == "npz":
+        content, meta, filename = _compressed_npz(2000), NPZ_META, "small.npz"
+    else:
+        content, meta, filename = _dictionary_parquet(20_000), TABLE_META, "small.parquet"
+    r = h.upload(
+        owner,
+        content,
+        filename=filename,
+        metadata={**meta, "budget": {"epsilon": 5, "delta": 1e-5}},
+    )
+    assert r.status_code == 201, r.text
+    body = h.release_body(r.json()["id"], mechanism="clustmix", params={}, epsilon=1.0)
+    created = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert created.status_code == 202, created.text
+    done = h.wait(owner, created.json()["id"])
+    assert done["status"] == "succeeded", done
