@@ -188,12 +188,12 @@ def basis_for(
 
 def unit_noise(
     params: BasisParams, facts: PublicFacts, default_dim: int, sigma: float
-) -> tuple[float, ...]:
+) -> np.ndarray:
     """The std of the noise on each released feature when N(0, σ²) is added to every basis
     coordinate and the rows are mapped back (x̂ = B·ẑ): σ·‖row p of B‖ for feature p (σ with
     no basis). Public: B is fixed by the declared shape and k."""
     basis = basis_for(params, tuple(facts.feature_shape), facts.n_features, default_dim)
     if basis.matrix is None:
-        return (sigma,) * facts.n_features
+        return np.full(facts.n_features, float(sigma))
     norms = np.sqrt(np.sum(np.square(basis.matrix), axis=1))
-    return tuple(float(sigma * v) for v in norms)
+    return np.asarray(sigma * norms, dtype=np.float64)

@@ -28,6 +28,7 @@ from dpcore.mechanisms.contract import Generator
 from dpcore.mechanisms.planning import Planned, Target
 
 if TYPE_CHECKING:
+    import numpy as np
     from pydantic import BaseModel
 
     from dpcore.accounting.events import NoiseDescription
@@ -148,7 +149,9 @@ class FeatureNoise:
     scaled a record down (a row scaled down by s carries, relative to its own raw values, s
     times the noise); ``meaning``: what a released value is, in words."""
 
-    unit_std: tuple[float, ...] | None
+    # One value per feature position (an array: a preview of a wide dataset must not build
+    # one Python object per feature).
+    unit_std: np.ndarray | None
     max_shrink: float
     meaning: str
 

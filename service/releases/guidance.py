@@ -15,10 +15,11 @@ only the public bound is given)."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from dpcore.accounting.events import NoiseDescription
 from dpcore.mechanisms import recommend, registry
@@ -34,16 +35,29 @@ from service.releases.schemas import (
 )
 
 
-def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
-    """(name, lo, hi, feature position or None) of every feature column. A single declared
-    range names columns by position (NPZ's flat index; a CSV's or Parquet's file order); a
-    per-column range names them, with their positions known for NPZ only (its names are the
-    flat indices)."""
+@dataclass(frozen=True)
+class _Columns:
+    """Every feature column's declared [lo, hi] and feature position (-1: unknown), as
+    arrays, and its name on demand: a preview of a dataset of millions of features builds no
+    Python object per feature."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    position: np.ndarray
+    names: Sequence[str] | None  # None: a column is named by its position
+
+    def name(self, i: int) -> str:
+        return str(i) if self.names is None else self.names[i]
+
+
+def _columns(dataset: Dataset) -> _Columns:
+    """Every feature column. A single declared range names columns by position (NPZ's flat
+    index; a CSV's or Parquet's file order); a per-column range names them, with their
+    positions known for NPZ only (its names are the flat indices); declared columns encode
+    to features in declaration order, one-hot and indicator features in [0, 1]."""
     declared: Any = dataset.feature_range
     columns = declared_columns(declared)
     if columns is not None:
-        # Declared columns: features in declaration order, so every
-        # position is known; one-hot and indicator features live in [0, 1].
         encoded: list[tuple[str, float, float]] = []
         for column in columns:
             if isinstance(column, NumericColumn):
@@ -53,19 +67,34 @@ def _columns(dataset: Dataset) -> list[tuple[str, float, float, int | None]]:
                 encoded.extend((f"{column.name}={c}", 0.0, 1.0) for c in column.categories)
             if isinstance(column.missing, MissingIndicator):
                 encoded.append((f"{column.name}_missing", 0.0, 1.0))
-        return [(name, lo, hi, p) for p, (name, lo, hi) in enumerate(encoded)]
+        return _Columns(
+            np.array([e[1] for e in encoded]),
+            np.array([e[2] for e in encoded]),
+            np.arange(len(encoded)),
+            [e[0] for e in encoded],
+        )
     if isinstance(declared, Mapping):
-        out = []
-        for name, (lo, hi) in declared.items():
-            position = int(name) if dataset.format == "npz" and str(name).isdigit() else None
-            out.append((str(name), float(lo), float(hi), position))
-        return out
-    lo, hi = float(declared[0]), float(declared[1])
-    return [(str(p), lo, hi, p) for p in range(dataset.n_features)]
+        names = [str(name) for name in declared]
+        npz = dataset.format == "npz"
+        return _Columns(
+            np.array([float(lo) for lo, _ in declared.values()]),
+            np.array([float(hi) for _, hi in declared.values()]),
+            np.array([int(n) if npz and n.isdigit() else -1 for n in names], dtype=np.int64),
+            names,
+        )
+    d = dataset.n_features
+    return _Columns(
+        np.full(d, float(declared[0])),
+        np.full(d, float(declared[1])),
+        np.arange(d),
+        None,
+    )
 
 
-def _spread(values: Sequence[float]) -> NoiseSpread:
-    return NoiseSpread(min=min(values), median=statistics.median(values), max=max(values))
+def _spread(values: np.ndarray) -> NoiseSpread:
+    return NoiseSpread(
+        min=float(np.min(values)), median=float(np.median(values)), max=float(np.max(values))
+    )
 
 
 #: Columns a mostly-noise warning names.
@@ -99,32 +128,38 @@ def noise_guide(
             noise_std_raw=None,
             columns=None,
         )
-    unit = feature.unit_std
+    unit = np.asarray(feature.unit_std, dtype=np.float64)
+    cols = _columns(dataset)
     # A column whose position is unknown (a per-column range on a CSV or Parquet file) gets
     # the root mean square over positions: exact when the noise is the same everywhere (no
     # basis, the usual case on tables), an average with a basis.
-    rms = (sum(u * u for u in unit) / len(unit)) ** 0.5
-    columns = [
-        ColumnNoise(
-            column=name,
-            range=(lo, hi),
-            noise_std_raw=(unit[position] if position is not None else rms) * (hi - lo),
-            noise_to_range=unit[position] if position is not None else rms,
-        )
-        for name, lo, hi, position in _columns(dataset)
-    ]
-    noisy = [c.column for c in columns if c.noise_to_range >= 1.0]
+    rms = float(np.sqrt(np.mean(np.square(unit)))) if unit.size else 0.0
+    known = (cols.position >= 0) & (cols.position < unit.size)
+    to_range = np.where(known, unit[np.where(known, cols.position, 0)] if unit.size else 0, rms)
+    std_raw = to_range * (cols.hi - cols.lo)
+    listed = None
+    if len(to_range) <= max_columns:
+        listed = [
+            ColumnNoise(
+                column=cols.name(i),
+                range=(float(cols.lo[i]), float(cols.hi[i])),
+                noise_std_raw=float(std_raw[i]),
+                noise_to_range=float(to_range[i]),
+            )
+            for i in range(len(to_range))
+        ]
+    noisy = np.flatnonzero(to_range >= 1.0)
     return NoiseGuide(
-        mostly_noise=noisy[:MOSTLY_NOISE_NAMED],
-        mostly_noise_count=len(noisy),
+        mostly_noise=[cols.name(int(i)) for i in noisy[:MOSTLY_NOISE_NAMED]],
+        mostly_noise_count=int(noisy.size),
         applies=True,
         meaning=f"{feature.meaning}; the figures are that noise's std in each column's raw "
         "units (unit-scale std × (hi − lo)) for a record the row-norm bound left unscaled, "
         f"up to {feature.max_shrink:.4g} times larger for one it scaled down",
         max_row_shrink=feature.max_shrink,
-        noise_to_range=_spread([c.noise_to_range for c in columns]),
-        noise_std_raw=_spread([c.noise_std_raw for c in columns]),
-        columns=columns if len(columns) <= max_columns else None,
+        noise_to_range=_spread(to_range),
+        noise_std_raw=_spread(std_raw),
+        columns=listed,
     )
 
 
