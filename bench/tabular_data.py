@@ -5,7 +5,9 @@ digits (1797 × 8 × 8, 10 classes): NPZ of 8 × 8 images with the documented pi
 make_classification ("mixed", n = 50 000): a CSV with declared columns — two categorical
 columns derived from informative features (3 and 5 categories, so they carry signal) and 5 %
 missing values (MCAR) in three numeric columns under the two missing-value policies — parsed
-by the service's own parser (``service.datasets.parsing.parse_dataset``).
+by the service's own parser (``service.datasets.parsing.parse_dataset``); patients (n = 4 000,
+a hospital-style CSV: two categorical columns, one never-seen category, integer columns, gaps
+under both missing-value policies, a binary outcome), parsed alike.
 
 Each table is split once (stratified, 70 % private / 30 % held-out test, seed 0). The held-out
 rows go through the same public encoding as the private ones: for the NPZ tables the raw
@@ -179,9 +181,82 @@ def mixed(rows: int | None = None) -> Table:
     return Table("make_classification", private, held_out.X, y_test)
 
 
+PATIENT_ROWS = 4_000
+PATIENT_COLUMNS: list[dict[str, Any]] = [
+    {"name": "sex", "type": "categorical", "categories": ["F", "M"]},
+    {"name": "ward", "type": "categorical", "categories": ["A", "B", "C", "D"]},
+    {
+        "name": "age",
+        "type": "numeric",
+        "bounds": [18, 100],
+        "integer": True,
+        "missing": {"policy": "indicator"},
+    },
+    {"name": "systolic", "type": "numeric", "bounds": [80, 200]},
+    {
+        "name": "lactate",
+        "type": "numeric",
+        "bounds": [0, 10],
+        "missing": {"policy": "constant", "value": 1.5},
+    },
+    {"name": "visits", "type": "numeric", "bounds": [0, 30], "integer": True},
+]
+
+
+def patients_frame(rows: int = PATIENT_ROWS) -> Any:
+    """A hospital-style table: sex, ward (D declared, never present), an integer age with 8 %
+    gaps (indicator policy), systolic pressure, lactate with 5 % gaps (a constant fill), an
+    integer count of earlier visits; the outcome (about half the rows) more likely with high
+    lactate, age, visits and in ward C (seed 2). Bounds are a data dictionary's, not read off
+    the rows."""
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    sex = rng.choice(["F", "M"], size=rows)
+    ward = rng.choice(["A", "B", "C"], size=rows, p=[0.5, 0.3, 0.2])
+    age = rng.integers(18, 96, size=rows)
+    systolic = np.clip(rng.normal(130, 18, rows), 85, 195).round(1)
+    lactate = np.clip(rng.gamma(2.0, 1.0, rows), 0.1, 9.9).round(2)
+    visits = np.minimum(rng.poisson(2 + (age - 18) / 30), 30)
+    score = (
+        0.9 * (lactate - 2)
+        + 0.03 * (age - 55)
+        + 0.25 * visits
+        + 0.8 * (ward == "C")
+        + 0.02 * (systolic - 130)
+        + 0.3 * (sex == "M")
+    )
+    outcome = (rng.random(rows) < 1 / (1 + np.exp(-(score - 1.2)))).astype(int)
+    age_col = age.astype(object)
+    age_col[rng.random(rows) < 0.08] = None
+    lactate_col = lactate.astype(object)
+    lactate_col[rng.random(rows) < 0.05] = None
+    return pd.DataFrame(
+        {
+            "sex": sex,
+            "ward": ward,
+            "age": age_col,
+            "systolic": systolic,
+            "lactate": lactate_col,
+            "visits": visits,
+            "y": outcome,
+        }
+    )
+
+
+def patients(rows: int | None = None) -> Table:
+    frame = patients_frame(rows or PATIENT_ROWS)
+    train, test = _split(len(frame), frame["y"].to_numpy())
+    private = _parse_csv("patients", frame.iloc[train], PATIENT_COLUMNS)
+    held_out = _parse_csv("patients-test", frame.iloc[test], PATIENT_COLUMNS)
+    y_test = np.asarray(held_out.classes)[held_out.labels]
+    return Table("patients", private, held_out.X, y_test)
+
+
 DATASETS: dict[str, Callable[[int | None], Table]] = {
     "breast_cancer": breast_cancer,
     "wine": wine,
     "digits": digits,
     "make_classification": mixed,
+    "patients": patients,
 }

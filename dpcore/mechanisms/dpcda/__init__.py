@@ -243,7 +243,7 @@ SPEC = MechanismSpec(
         good_for="Labelled tables and images whose every class has many rows: the best mixing "
         "mechanism measured (with declared class sizes, the studies' public datasets: MNIST "
         "ε = 1: 0.77–0.81 with every model family, trees included; on the tables of "
-        "docs/results/tabular.md: 0.90 logistic balanced accuracy on breast-cancer at ε = 4, "
+        "docs/results/tabular.md: 0.78 logistic balanced accuracy on breast-cancer at ε = 10, "
         "0.68 on make_classification at ε = 1); the default DP class sizes add noisy counts, "
         "whose noise grows at small ε (they take at most a tenth of the target's μ²), so "
         "small classes at small ε may not reach min_class_size: such a release is noise "
