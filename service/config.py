@@ -215,6 +215,13 @@ class Settings(BaseSettings):
         "hold, read from its metadata (Parquet footer, .npy headers) or counted while a CSV "
         "is read in chunks: 413 dataset_too_large above, before decoding",
     )
+    max_upload_features: int = Field(
+        default=1_000_000,
+        gt=0,
+        description="Most features (columns besides the label; NPZ: values per record) an "
+        "upload may have, read from its metadata (the .npy header, the Parquet footer, the "
+        "CSV header line) before anything per feature is built: 413 dataset_too_large above",
+    )
     max_upload_decoded_bytes: int = Field(
         default=1024 * 1024 * 1024,
         gt=0,

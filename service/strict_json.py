@@ -67,9 +67,33 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class NulCharacter(ValueError):
+    """Text holding U+0000, which Postgres cannot store in a text column: refused (422)
+    wherever it arrives, rather than failing later in the database (a 500)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"{where} holds a NUL character (U+0000), which the service refuses")
+        self.where = where
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds U+0000 in any string or key."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, raising ``DuplicateKey`` for a key given twice in one object."""
-    return json.loads(text, object_pairs_hook=_unique)
+    """``json.loads``, raising ``DuplicateKey`` for a key given twice in one object and
+    ``NulCharacter`` for a U+0000 in any string or key."""
+    value = json.loads(text, object_pairs_hook=_unique)
+    if has_nul(value):
+        raise NulCharacter("the JSON")
+    return value
 
 
 def _is_json(content_type: str) -> bool:
@@ -78,9 +102,13 @@ def _is_json(content_type: str) -> bool:
 
 
 async def unique_keys(request: Request) -> None:
-    """Refuse a JSON body with a duplicate key. FastAPI has read and decoded the body before
-    dependencies run (an undecodable one is already a 422); the bytes are cached, so this
-    only parses them again."""
+    """Refuse a path or query holding U+0000, and a JSON body with a duplicate key or a
+    U+0000. FastAPI has read and decoded the body before dependencies run (an undecodable one
+    is already a 422); the bytes are cached, so this only parses them again."""
+    if "\x00" in request.url.path or "\x00" in request.scope.get("path", ""):
+        raise InvalidInput(str(NulCharacter("the request's path")))
+    if any("\x00" in k or "\x00" in v for k, v in request.query_params.multi_items()):
+        raise InvalidInput(str(NulCharacter("the request's query")))
     if not _is_json(request.headers.get("content-type", "")):
         return
     body = await request.body()
@@ -92,6 +120,8 @@ async def unique_keys(request: Request) -> None:
         raise InvalidInput(
             f"request body: {exc}: give each key once", detail={"key": exc.key}
         ) from exc
+    except NulCharacter:
+        raise InvalidInput(str(NulCharacter("the request body"))) from None
     except ValueError:
         return  # not JSON: FastAPI answers that
 

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, UploadFile, status
 from fastapi.responses import JSONResponse, Response
 
-from service import idempotency
+from service import idempotency, strict_json
 from service.access_schema import objects
 from service.datasets import service
 from service.datasets.schemas import DatasetList, DatasetOut, GrantIn, GrantList, GrantOut
@@ -18,7 +18,7 @@ from service.deps import (
     SessionDep,
     locked_response,
 )
-from service.errors import PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge
 from service.errors_http import responses
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -77,6 +77,8 @@ def create_dataset(
     # most DPRELEASE_MAX_CONCURRENT_UPLOADS of these run at once (service/upload_slots.py).
     content = _read_limited(file, runtime.settings.max_upload_bytes)
     filename = file.filename or ""
+    if "\x00" in filename:
+        raise InvalidInput(str(strict_json.NulCharacter("the file's name")))
     # Parsed before the session is used: no connection, no SQLite write lock and no
     # Idempotency-Key row lock is held while a large file is decoded.
     upload = service.check(

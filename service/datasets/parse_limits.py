@@ -30,6 +30,17 @@ class Limits:
     max_bytes: int
     max_cells: int | None = None
     max_decoded_bytes: int | None = None
+    max_features: int | None = None
+
+    def check_features(self, features: int, what: str) -> None:
+        """A file's feature count, read from its metadata before anything per feature (its
+        names, bounds, the noise guide's figures) is built."""
+        if self.max_features is not None and features > self.max_features:
+            raise DatasetTooLarge(
+                f"{what} {features} features; the limit is {self.max_features} features "
+                "(DPRELEASE_MAX_UPLOAD_FEATURES)",
+                detail={"features": features, "limit_features": self.max_features},
+            )
 
     def check(self, *, cells: int, decoded_bytes: int, what: str, so_far: bool = False) -> None:
         """``what`` introduces the count ("file holds 3 rows x 2 columns ="); ``so_far``: the

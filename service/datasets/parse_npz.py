@@ -60,6 +60,7 @@ def read_npz(
             cells = sum(math.prod(shape) for shape, _ in headers.values())
             declared = sum(math.prod(shape) * dtype.itemsize for shape, dtype in headers.values())
             (x_shape, _), (y_shape, _) = headers["X"], headers["y"]
+            limits.check_features(math.prod(x_shape[1:]), f"array X {tuple(x_shape)} holds")
             limits.check(
                 cells=cells,
                 decoded_bytes=declared,

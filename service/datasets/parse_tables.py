@@ -61,6 +61,10 @@ def _read_frame(
     options = dict(csv_options or {})
     try:
         if fmt == "csv":
+            # Counted from the header line's separators before pandas reads a cell.
+            end = content.find(b"\n")
+            first = content if end < 0 else content[:end]
+            limits.check_features(first.count(b","), "file's header names about")
             _check_csv_header(content)
             rows = check_csv_size(content, dtype, limits, options)
             # Within the caps: read once more in one piece, so that each column's type is
@@ -72,6 +76,7 @@ def _read_frame(
             if len(set(fields)) != len(fields):
                 dup = next(f for f in fields if fields.count(f) > 1)
                 raise InvalidInput(f"column name {dup!r} appears more than once")
+            limits.check_features(len(fields) - 1, "file has")
             check_parquet_size(parquet_file, limits)
             # Text stays dictionary-encoded (pandas categoricals): a value stored once and
             # referenced by every row must not be copied into every row.

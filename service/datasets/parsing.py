@@ -90,12 +90,14 @@ class UploadLimits:
     max_bytes: int
     max_cells: int | None = None
     max_decoded_bytes: int | None = None
+    max_features: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "max_bytes": self.max_bytes,
             "max_cells": self.max_cells,
             "max_decoded_bytes": self.max_decoded_bytes,
+            "max_features": self.max_features,
         }
 
     @classmethod
@@ -104,7 +106,12 @@ class UploadLimits:
         than the stored caps."""
         if not value:
             return fallback
-        return cls(int(value["max_bytes"]), value.get("max_cells"), value.get("max_decoded_bytes"))
+        return cls(
+            int(value["max_bytes"]),
+            value.get("max_cells"),
+            value.get("max_decoded_bytes"),
+            value.get("max_features"),
+        )
 
     def parse(self, *, content: bytes, filename: str, metadata: DatasetMetadata) -> ParsedDataset:
         return parse_dataset(
@@ -115,6 +122,7 @@ class UploadLimits:
             max_bytes=max(self.max_bytes, len(content)),
             max_cells=self.max_cells,
             max_decoded_bytes=self.max_decoded_bytes,
+            max_features=self.max_features,
         )
 
 
@@ -126,6 +134,7 @@ def parse_dataset(
     max_bytes: int,
     max_cells: int | None = None,
     max_decoded_bytes: int | None = None,
+    max_features: int | None = None,
 ) -> ParsedDataset:
     """Validate and parse one upload.
 
@@ -140,7 +149,7 @@ def parse_dataset(
     compared with ``str()`` of each declared class. Whole-number float labels (1.0) are ints.
     """
     fmt = detect_format(filename)
-    limits = Limits(max_bytes, max_cells, max_decoded_bytes)
+    limits = Limits(max_bytes, max_cells, max_decoded_bytes, max_features)
     if len(content) > max_bytes:
         raise DatasetTooLarge(
             f"file is {len(content)} bytes; the limit is {max_bytes} bytes",

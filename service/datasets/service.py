@@ -40,6 +40,8 @@ def parse_metadata(raw: str) -> DatasetMetadata:
         payload = strict_json.loads(raw)
     except strict_json.DuplicateKey as exc:
         raise InvalidInput(f"metadata: {exc}: give each key once") from exc
+    except strict_json.NulCharacter:
+        raise InvalidInput(str(strict_json.NulCharacter("metadata"))) from None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
     try:
@@ -67,7 +69,10 @@ class CheckedUpload:
 def upload_limits(settings: Settings) -> UploadLimits:
     """The caps an upload is accepted under now (DPRELEASE_MAX_UPLOAD_*)."""
     return UploadLimits(
-        settings.max_upload_bytes, settings.max_upload_cells, settings.max_upload_decoded_bytes
+        settings.max_upload_bytes,
+        settings.max_upload_cells,
+        settings.max_upload_decoded_bytes,
+        settings.max_upload_features,
     )
 
 

@@ -335,3 +335,39 @@ def test_release_size_is_capped_in_bytes_alike(embedded: Harness) -> None:
     ok = h.client.post("/releases/preview", json=fits, headers=h.headers(owner))
     assert ok.status_code == 200, ok.text
     assert h.client.get("/releases", headers=h.headers(owner)).json()["items"] == []
+
+
+@pytest.mark.modes("real")
+def test_nul_characters_are_refused_everywhere_with_422(harness: Harness) -> None:
+    """U+0000 in a path id, a query id, a JSON id or name, upload metadata or a file name:
+    Postgres cannot store it, so each answers 422 naming where it was (never a 500)."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    admin = {"Authorization": f"Bearer {h.admin_key}"}
+    X, y = toy_dataset()
+    meta = {"name": "toy", "feature_range": [0, 13], "classes": [0, 1, 2]}
+    meta["budget"] = {"epsilon": 5, "delta": 1e-5}
+    r = h.upload(owner, npz_bytes(X, y), metadata=meta)
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/datasets/%00abc", {}),
+        ("GET", "/releases/a%00b", {}),
+        ("GET", "/releases/a%00b/download", {}),
+        ("GET", "/budgets/%00", {}),
+        ("GET", "/releases?dataset_id=%00", {}),
+        ("POST", "/releases", {"json": {**h.release_body(ds), "dataset_id": "a\u0000b"}}),
+        ("POST", "/releases/preview", {"json": {**h.release_body(ds), "mechanism": "dp\u0000"}}),
+        ("POST", f"/datasets/{ds}/grants", {"json": {"principal_id": "\u0000"}}),
+    ]
+    for method, path, kwargs in calls:
+        r = h.client.request(method, path, headers=h.headers(owner), **kwargs)
+        assert r.status_code == 422, (method, path, r.text)
+        assert "NUL character" in r.json()["error"]["message"], (method, path, r.text)
+    r = h.client.post("/api-keys", json={"name": "a\u0000", "role": "owner"}, headers=admin)
+    assert r.status_code == 422 and "NUL character" in r.text, r.text
+    r = h.upload(owner, npz_bytes(X, y), metadata={**meta, "name": "to\u0000y"})
+    assert r.status_code == 422 and "NUL character" in r.text, r.text
+    # A multipart file name: the client may escape the NUL itself; either way, never a 500.
+    r = h.upload(owner, npz_bytes(X, y), filename="a\u0000.npz", metadata=meta)
+    assert r.status_code in (201, 422), r.text

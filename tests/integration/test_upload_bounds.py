@@ -272,3 +272,35 @@ def test_an_accepted_compressed_upload_releases(harness: Harness, kind: str) -> 
     assert created.status_code == 202, created.text
     done = h.wait(owner, created.json()["id"])
     assert done["status"] == "succeeded", done
+
+
+@pytest.mark.modes("embedded")
+@pytest.mark.parametrize("fmt", ["npz", "csv", "parquet"])
+def test_a_file_with_more_features_than_the_cap_is_refused_from_its_metadata(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """The feature count is read (the .npy header, the CSV header line, the Parquet footer)
+    before anything per feature is built; six features against a cap of five."""
+    h = harness
+    owner, _ = h.new_key("owner")
+    small = h.runtime.settings.model_copy(update={"max_upload_features": 5})
+    monkeypatch.setattr(h.runtime, "settings", small)
+    X, y = toy_dataset(40, k=2)
+    X = np.clip(X / 11, 0, 1)
+    if fmt == "npz":
+        content, meta = npz_bytes(X, y), dict(NPZ_META)
+    else:
+        frame = {f"x{j}": X[:, j] for j in range(X.shape[1])} | {"y": y}
+        buffer = io.BytesIO()
+        if fmt == "csv":
+            import pandas as pd
+
+            buffer.write(pd.DataFrame(frame).to_csv(index=False).encode())
+        else:
+            pq.write_table(pa.table(frame), buffer)
+        content, meta = buffer.getvalue(), dict(TABLE_META)
+    r = h.upload(owner, content, filename=f"wide.{fmt}", metadata=meta)
+    error = _refused_too_large(r, "DPRELEASE_MAX_UPLOAD_FEATURES")
+    assert error["detail"] == {"features": 6, "limit_features": 5}
+    monkeypatch.setattr(h.runtime, "settings", small.model_copy(update={"max_upload_features": 6}))
+    assert h.upload(owner, content, filename=f"wide.{fmt}", metadata=meta).status_code == 201
