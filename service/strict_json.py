@@ -87,9 +87,44 @@ def has_nul(value: Any) -> bool:
     return False
 
 
+#: The deepest nesting of arrays and objects a JSON text may have.
+MAX_DEPTH = 64
+
+
+class TooDeep(ValueError):
+    def __init__(self) -> None:
+        super().__init__(f"the JSON nests arrays and objects more than {MAX_DEPTH} deep")
+
+
+def depth(text: str | bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` in a JSON text, outside strings: counted before
+    parsing, so a deep text costs one pass, never the parser's recursion."""
+    raw = text.encode() if isinstance(text, str) else text
+    deepest = level = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            level += 1
+            deepest = max(deepest, level)
+        elif byte in (0x5D, 0x7D):
+            level -= 1
+    return deepest
+
+
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, raising ``DuplicateKey`` for a key given twice in one object and
-    ``NulCharacter`` for a U+0000 in any string or key."""
+    """``json.loads``, raising ``DuplicateKey`` for a key given twice in one object,
+    ``NulCharacter`` for a U+0000 in any string or key and ``TooDeep`` past ``MAX_DEPTH``."""
+    if depth(text) > MAX_DEPTH:
+        raise TooDeep()
     value = json.loads(text, object_pairs_hook=_unique)
     if has_nul(value):
         raise NulCharacter("the JSON")
@@ -122,6 +157,8 @@ async def unique_keys(request: Request) -> None:
         ) from exc
     except NulCharacter:
         raise InvalidInput(str(NulCharacter("the request body"))) from None
+    except TooDeep as exc:
+        raise InvalidInput(f"request body: {exc}") from None
     except ValueError:
         return  # not JSON: FastAPI answers that
 

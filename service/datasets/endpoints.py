@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile, status
 from fastapi.responses import JSONResponse, Response
 
 from service import idempotency, strict_json
@@ -45,6 +45,19 @@ def _read_limited(upload: UploadFile, limit: int) -> bytes:
     return b"".join(parts)
 
 
+async def _one_of_each_part(request: Request) -> None:
+    """A multipart upload names ``file`` and ``metadata`` once each: with two of either,
+    which one was meant is a guess (the parsed form is cached: this reads nothing again)."""
+    form = await request.form()
+    repeated = [name for name in ("file", "metadata") if len(form.getlist(name)) > 1]
+    if repeated:
+        raise InvalidInput(
+            f"the upload gives the part(s) {repeated} more than once: send one 'file' and one "
+            "'metadata'",
+            detail={"repeated": repeated},
+        )
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -67,6 +80,7 @@ def _read_limited(upload: UploadFile, limit: int) -> bytes:
 def create_dataset(
     file: Annotated[UploadFile, File(description="CSV, Parquet or NPZ (arrays X and y)")],
     metadata: Annotated[str, Form(description="JSON: name, label_column, feature_range, …")],
+    _single: Annotated[None, Depends(_one_of_each_part)],
     session: SessionDep,
     owner: OwnerDep,
     runtime: RuntimeDep,

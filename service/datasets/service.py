@@ -42,6 +42,8 @@ def parse_metadata(raw: str) -> DatasetMetadata:
         raise InvalidInput(f"metadata: {exc}: give each key once") from exc
     except strict_json.NulCharacter:
         raise InvalidInput(str(strict_json.NulCharacter("metadata"))) from None
+    except strict_json.TooDeep as exc:
+        raise InvalidInput(f"metadata: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
     try:

@@ -94,3 +94,15 @@ def test_columns_are_declared_with_the_form(live: Live, browser: Any, tmp_path: 
         },
     ]
     assert script_errors(browser) == []
+
+
+def test_csv_cells_that_read_as_formulas_are_defused(live: Live, browser: Any) -> None:
+    """The console's CSV exports prefix an apostrophe to text a spreadsheet would run as a
+    formula (OWASP's prefixes), leading whitespace included; numbers and plain text stay."""
+    owner = live.new_key("owner", "Ada")
+    sign_in(browser, live, "/console", owner)
+    cell = "return window.dprelease.csvCell(arguments[0]);"
+    for text in ("=1+1", " =1+1", "\t=1+1", "+1", "-1", "@SUM(A1)", "  @x", "\r=1"):
+        assert browser.execute_script(cell, text).lstrip('"').startswith("'"), repr(text)
+    assert browser.execute_script(cell, "clinic visits") == "clinic visits"
+    assert browser.execute_script(cell, -1.5) == "-1.5"

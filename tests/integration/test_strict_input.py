@@ -371,3 +371,48 @@ def test_nul_characters_are_refused_everywhere_with_422(harness: Harness) -> Non
     # A multipart file name: the client may escape the NUL itself; either way, never a 500.
     r = h.upload(owner, npz_bytes(X, y), filename="a\u0000.npz", metadata=meta)
     assert r.status_code in (201, 422), r.text
+
+
+def test_deep_json_and_repeated_upload_parts_are_refused(embedded: Harness) -> None:
+    """Metadata nested thousands deep answers 422 (it was a 500: the parser's recursion), as
+    does a JSON body; an upload with two 'file' or two 'metadata' parts is refused."""
+    h = embedded
+    owner, _ = h.new_key("owner")
+    deep = "[" * 5000 + "]" * 5000
+    X, y = toy_dataset()
+    meta = {"name": "toy", "feature_range": [0, 13], "classes": [0, 1, 2]}
+    meta["budget"] = {"epsilon": 5, "delta": 1e-5}
+    headers = h.headers(owner)
+    r = h.client.post(
+        "/datasets",
+        files={"file": ("toy.npz", npz_bytes(X, y))},
+        data={"metadata": json.dumps(meta)[:-1] + ', "extra": ' + deep + "}"},
+        headers=headers,
+    )
+    assert r.status_code == 422 and "more than 64 deep" in r.text, r.text
+    r = h.client.post(
+        "/releases/preview",
+        content=deep,
+        headers={**headers, "content-type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    two_files = [("file", ("a.npz", npz_bytes(X, y))), ("file", ("b.npz", npz_bytes(X, y)))]
+    r = h.client.post(
+        "/datasets", files=two_files, data={"metadata": json.dumps(meta)}, headers=headers
+    )
+    assert r.status_code == 422 and r.json()["error"]["detail"] == {"repeated": ["file"]}, r.text
+    r = h.client.post(
+        "/datasets",
+        files=[("file", ("a.npz", npz_bytes(X, y)))],
+        data={"metadata": [json.dumps(meta), json.dumps(meta)]},
+        headers=headers,
+    )
+    assert r.status_code == 422 and r.json()["error"]["detail"] == {"repeated": ["metadata"]}
+    # One of each still uploads.
+    r = h.client.post(
+        "/datasets",
+        files={"file": ("toy.npz", npz_bytes(X, y))},
+        data={"metadata": json.dumps(meta)},
+        headers=headers,
+    )
+    assert r.status_code == 201, r.text

@@ -163,10 +163,11 @@
   }
 
   // CSV: RFC 4180 quoting; a text cell that a spreadsheet would read as a formula is prefixed
-  // with an apostrophe (dataset names are the owners' text).
+  // with an apostrophe (dataset names are the owners' text): OWASP's prefixes (= + - @, tab,
+  // carriage return), after any leading whitespace, which spreadsheets skip.
   function csvCell(value) {
     let text = value === null || value === undefined ? "" : String(value);
-    if (typeof value === "string" && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
+    if (typeof value === "string" && /^[\s]*[=+\-@\t\r]/.test(text)) text = `'${text}`;
     return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
   }
 
