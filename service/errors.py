@@ -145,6 +145,18 @@ class ConversionsBusy(UploadsBusy):
     code = "conversions_busy"
 
 
+class StoreUnavailable(ServiceError):
+    """The object store did not answer (503); nothing was stored or changed: retry after
+    ``retry_after`` seconds."""
+
+    status_code = 503
+    code = "store_unavailable"
+
+    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
+        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
+        self.retry_after = retry_after
+
+
 class ReleaseFinished(Conflict):
     """The release already succeeded or failed: it can no longer be cancelled (409)."""
 

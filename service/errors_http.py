@@ -5,6 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -13,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from service import strict_json
-from service.errors import RateLimited, ServiceError, UploadsBusy
+from service.errors import RateLimited, ServiceError, StoreUnavailable, UploadsBusy
 
 
 class ErrorBody(BaseModel):
@@ -42,7 +48,8 @@ _DESCRIPTIONS = {
     422: "Invalid input; the message says what to fix",
     429: "Too many requests with this API key (DPRELEASE_RATE_LIMIT); retry after Retry-After",
     503: "This API process already parses DPRELEASE_MAX_CONCURRENT_UPLOADS uploads (code "
-    "uploads_busy); nothing was read or stored: retry after Retry-After",
+    "uploads_busy), or the object store did not answer (code store_unavailable); nothing was "
+    "stored or changed: retry after Retry-After",
 }
 
 _RETRY_AFTER = {
@@ -53,7 +60,7 @@ _RETRY_AFTER = {
 }
 _RETRY_AFTER_BUSY = {
     "Retry-After": {
-        "description": "Seconds after which an upload slot is likely to be free",
+        "description": "Seconds after which a retry is likely to succeed",
         "schema": {"type": "integer", "minimum": 1},
     }
 }
@@ -88,7 +95,7 @@ def error_response(exc: ServiceError) -> JSONResponse:
     headers: dict[str, str] = {}
     if exc.status_code == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited | UploadsBusy):
+    if isinstance(exc, RateLimited | UploadsBusy | StoreUnavailable):
         headers["Retry-After"] = str(exc.retry_after)
     return JSONResponse(
         _body(exc.code, exc.message, exc.detail), status_code=exc.status_code, headers=headers
@@ -110,6 +117,16 @@ def _allowed_methods(request: Request) -> list[str]:
     return best[1] if best else []
 
 
+#: What an object store that does not answer raises (botocore's connection and timeout errors).
+STORE_DOWN: tuple[type[Exception], ...] = (
+    EndpointConnectionError,
+    ConnectTimeoutError,
+    ReadTimeoutError,
+    ConnectionClosedError,
+)
+STORE_RETRY_AFTER_S = 10
+
+
 def install(app: FastAPI) -> None:
     # Duplicate JSON keys refused in every JSON body (routers are included after this).
     strict_json.install(app)
@@ -129,6 +146,20 @@ def install(app: FastAPI) -> None:
             _body("invalid_input", message or "invalid request", {"errors": problems}),
             status_code=422,
         )
+
+    async def _store_down(_request: Request, _exc: Exception) -> JSONResponse:
+        """An object store that did not answer (connection refused or timed out, after the
+        client's own retries): 503 with Retry-After, nothing of the exception in it. The
+        request's unit of work rolled back: nothing was recorded."""
+        return error_response(
+            StoreUnavailable(
+                f"the object store did not answer; retry in {STORE_RETRY_AFTER_S} s",
+                retry_after=STORE_RETRY_AFTER_S,
+            )
+        )
+
+    for kind in STORE_DOWN:
+        app.add_exception_handler(kind, _store_down)
 
     @app.exception_handler(Exception)
     async def _unhandled_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -394,7 +394,8 @@ def make_router() -> APIRouter:
                 "format than its own, its file is larger than DPRELEASE_CONVERSION_MAX_BYTES "
                 "(conversion_too_large) or was made before release layouts (not_convertible)",
                 e503="This API process already converts DPRELEASE_MAX_CONCURRENT_CONVERSIONS "
-                "release files (conversions_busy): retry after Retry-After",
+                "release files (conversions_busy), or the object store did not answer "
+                "(store_unavailable): retry after Retry-After",
             ),
             200: {"description": f"The release file {_BODY_WHEN}"},
             307: {"description": _REDIRECT},
@@ -411,8 +412,10 @@ def make_router() -> APIRouter:
             401,
             404,
             409,
+            503,
             e409="The release is not ready or was cancelled (not_ready), or its file is larger "
             "than DPRELEASE_SUMMARY_MAX_BYTES (summary_too_large)",
+            e503="The object store did not answer (store_unavailable): retry after Retry-After",
         ),
         summary="A succeeded release's file summarised: shape, sample rows, histograms",
         description="Post-processing of the file GET /releases/{id}/download serves (never "
