@@ -21,6 +21,7 @@ import numpy as np
 
 from dpcore import release_layout
 from dpcore.artifacts import ArtifactWriter
+from dpcore.evaluation.release import detect_format
 from dpcore.release_layout import Layout, table_rows, text_columns
 
 FORMATS = ("csv", "parquet", "npz")
@@ -30,16 +31,6 @@ CHUNK_ROWS = 16_384
 
 class ConversionError(ValueError):
     """A stored release file that does not read as its metadata says."""
-
-
-def detect_format(path: Path) -> str:
-    """npz, parquet or csv, from the file's first bytes (an NPZ is a zip, Parquet starts
-    ``PAR1``)."""
-    with open(path, "rb") as handle:
-        head = handle.read(4)
-    if head[:2] == b"PK":
-        return "npz"
-    return "parquet" if head == b"PAR1" else "csv"
 
 
 def embedded_metadata(path: Path) -> dict[str, Any] | None:

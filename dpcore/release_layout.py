@@ -271,15 +271,16 @@ def table_rows(
         except DeclaredValueError as exc:
             raise LayoutError(str(exc)) from None
     else:
-        X = _stack(table, layout.features)
+        X = stack_columns(table, layout.features)
     if layout.kind == "exact":
         Y = one_hot(layout, table.column(layout.label).to_pylist())
     else:
-        Y = _stack(table, layout.label_columns)
+        Y = stack_columns(table, layout.label_columns)
     return X, Y
 
 
-def _stack(table: Any, columns: Sequence[str]) -> np.ndarray:
+def stack_columns(table: Any, columns: Sequence[str]) -> np.ndarray:
+    """A table's (or record batch's) numeric ``columns`` as one float64 matrix."""
     if not columns:
         return np.zeros((table.num_rows, 0))
     return np.column_stack([table.column(c).to_numpy() for c in columns]).astype(np.float64)

@@ -115,27 +115,28 @@ class DatasetTooLarge(InvalidInput):
     code = "dataset_too_large"
 
 
-class RateLimited(ServiceError):
+class RetryLater(ServiceError):
+    """A refusal a later retry may get past: answered with ``Retry-After``
+    (``retry_after`` seconds), also in ``detail.retry_after_seconds``."""
+
+    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
+        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
+        self.retry_after = retry_after
+
+
+class RateLimited(RetryLater):
     """Too many requests with this API key; ``retry_after`` seconds until the next fits."""
 
     status_code = 429
     code = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
-        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
-        self.retry_after = retry_after
 
-
-class UploadsBusy(ServiceError):
+class UploadsBusy(RetryLater):
     """This API process already parses its maximum of uploads at once (503); retry after
     ``retry_after`` seconds."""
 
     status_code = 503
     code = "uploads_busy"
-
-    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
-        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
-        self.retry_after = retry_after
 
 
 class ConversionsBusy(UploadsBusy):
@@ -145,16 +146,12 @@ class ConversionsBusy(UploadsBusy):
     code = "conversions_busy"
 
 
-class StoreUnavailable(ServiceError):
+class StoreUnavailable(RetryLater):
     """The object store did not answer (503); nothing was stored or changed: retry after
     ``retry_after`` seconds."""
 
     status_code = 503
     code = "store_unavailable"
-
-    def __init__(self, message: str, *, retry_after: int, detail: dict[str, Any] | None = None):
-        super().__init__(message, detail={"retry_after_seconds": retry_after, **(detail or {})})
-        self.retry_after = retry_after
 
 
 class ReleaseFinished(Conflict):

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from service import strict_json
-from service.errors import RateLimited, ServiceError, StoreUnavailable, UploadsBusy
+from service.errors import RetryLater, ServiceError, StoreUnavailable
 
 
 class ErrorBody(BaseModel):
@@ -95,7 +95,7 @@ def error_response(exc: ServiceError) -> JSONResponse:
     headers: dict[str, str] = {}
     if exc.status_code == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited | UploadsBusy | StoreUnavailable):
+    if isinstance(exc, RetryLater):
         headers["Retry-After"] = str(exc.retry_after)
     return JSONResponse(
         _body(exc.code, exc.message, exc.detail), status_code=exc.status_code, headers=headers

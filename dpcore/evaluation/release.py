@@ -163,10 +163,6 @@ def _table_release(
     return Release(X, Y, metadata, extra)
 
 
-def _stack(table: Any, columns: Sequence[str]) -> np.ndarray:
-    return np.column_stack([table.column(c).to_numpy() for c in columns]).astype(np.float64)
-
-
 def _legacy_table_release(
     table: Any, path: Any, metadata: dict[str, Any] | None, extra: dict[str, np.ndarray]
 ) -> Release:
@@ -187,7 +183,7 @@ def _legacy_table_release(
             "classes": [c[2:] for c in y_cols],
             "feature_names": [c[2:] for c in x_cols],
         }
-    X, Y = _stack(table, x_cols), _stack(table, y_cols)
+    X, Y = release_layout.stack_columns(table, x_cols), release_layout.stack_columns(table, y_cols)
     if len(metadata.get("classes", y_cols)) != len(y_cols):
         raise ValueError(
             f"{path} has {len(y_cols)} label columns, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -83,22 +83,12 @@ def detect_format(filename: str) -> str:
 
 
 @dataclass(frozen=True)
-class UploadLimits:
+class UploadLimits(Limits):
     """The caps an upload is parsed under (``parse_dataset``'s ``max_*``), stored with the
     dataset so that a job re-reads the file under the caps it was accepted under."""
 
-    max_bytes: int
-    max_cells: int | None = None
-    max_decoded_bytes: int | None = None
-    max_features: int | None = None
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "max_bytes": self.max_bytes,
-            "max_cells": self.max_cells,
-            "max_decoded_bytes": self.max_decoded_bytes,
-            "max_features": self.max_features,
-        }
+        return asdict(self)
 
     @classmethod
     def stored(cls, value: Mapping[str, Any] | None, fallback: UploadLimits) -> UploadLimits:

@@ -30,7 +30,7 @@ from service.config import Settings
 from service.errors import Conflict, ConversionsBusy
 from service.models import Release
 from service.releases import keys
-from service.releases.summary import METADATA_ARTIFACT, local_file
+from service.releases.summary import METADATA_ARTIFACT, companion_metadata, local_file
 from service.storage import ObjectExists, ObjectStore
 
 _ARRAY = "{name}.npy"
@@ -136,12 +136,8 @@ def _has_metadata_artifact(release: Release) -> bool:
 
 
 def _metadata(release: Release, store: ObjectStore, source: Path) -> dict[str, Any]:
-    if _has_metadata_artifact(release):
-        stored: dict[str, Any] = json.loads(
-            store.get(keys.extra_artifact(release.id, METADATA_ARTIFACT))
-        )
-        return stored
-    metadata = embedded_metadata(source)
+    """The release file's metadata: a CSV release's companion file, else its own."""
+    metadata = companion_metadata(release, store) or embedded_metadata(source)
     if metadata is None:
         raise NotConvertible(f"release {release.id}'s file carries no metadata")
     return metadata

@@ -65,13 +65,13 @@ def summarise(release: Release, store: ObjectStore, settings: Settings) -> Relea
             f"({settings.summary_max_bytes}, DPRELEASE_SUMMARY_MAX_BYTES): download it instead",
             detail={"artifact_bytes": size, "limit_bytes": settings.summary_max_bytes},
         )
-    metadata = _companion_metadata(release, store)
+    metadata = companion_metadata(release, store)
     with local_file(store, release.artifact_key, settings) as path:
         loaded = load_release_file(path, metadata)
     return _summary(loaded)
 
 
-def _companion_metadata(release: Release, store: ObjectStore) -> dict[str, Any] | None:
+def companion_metadata(release: Release, store: ObjectStore) -> dict[str, Any] | None:
     """A CSV release's metadata: its public ``metadata.json`` artifact (NPZ and Parquet files
     carry theirs inside)."""
     if not any(a["name"] == METADATA_ARTIFACT for a in release.artifacts or ()):

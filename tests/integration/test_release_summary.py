@@ -116,24 +116,11 @@ def test_a_declared_tables_summary_has_a_histogram_per_declared_column(
     column's missing entries counted apart (they are in no bar)."""
     import json
 
-    from tests.integration.test_python_client import _visits_table
+    from tests.integration.test_formats import _release
 
     h = embedded
     owner, _ = h.new_key("owner")
-    table, columns = _visits_table(np.random.default_rng(0))
-    meta = {
-        "name": "visits",
-        "label_column": "outcome",
-        "columns": columns,
-        "classes": [0, 1],
-        "budget": {"epsilon": 3.0, "delta": 1e-5},
-    }
-    r = h.upload(owner, table.encode(), filename="visits.csv", metadata=meta)
-    assert r.status_code == 201, r.text
-    body = h.release_body(r.json()["id"], mechanism="clustmix", params={}, format="parquet")
-    created = h.client.post("/releases", json={**body, "epsilon": 1.0}, headers=h.headers(owner))
-    done = h.wait(owner, created.json()["id"])
-    assert done["status"] == "succeeded", done
+    done = _release(h, owner, "parquet")
     summary = _summary(h, owner, done["id"]).json()
     hists = {hist["column"]: hist for hist in summary["histograms"]}
     assert list(hists) == ["site", "visits", "weight", "outcome"]
