@@ -42,13 +42,18 @@ def _positive(name: str, value: float) -> float:
 @dataclass(frozen=True)
 class NoiseScale:
     """One Gaussian noise: N(0, sigma²) on every entry of each noised row, where one record
-    moves a row by at most ``sensitivity`` in L2 (what the accountant assumed)."""
+    moves a row by at most ``sensitivity`` in L2 (what the accountant assumed).
+
+    ``at_least``: the mechanism chooses each measurement's σ as it runs (from its released
+    outputs), never below ``sigma``; its accountant bounds the whole run whatever it chooses
+    (a privacy filter, e.g. AIM's zCDP budget)."""
 
     name: str
     sigma: float
     sensitivity: float
     perturbs: tuple[str, ...]
     description: str = ""
+    at_least: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -70,6 +75,7 @@ class NoiseScale:
             "sensitivity": self.sensitivity,
             "perturbs": list(self.perturbs),
             "description": self.description,
+            "at_least": self.at_least,
         }
 
     @classmethod
@@ -80,6 +86,7 @@ class NoiseScale:
             sensitivity=float(value["sensitivity"]),
             perturbs=tuple(str(p) for p in value.get("perturbs", ())),
             description=str(value.get("description", "")),
+            at_least=bool(value.get("at_least", False)),
         )
 
 

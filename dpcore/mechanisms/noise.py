@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -286,7 +286,9 @@ class DeclaredNoise:
 
     Each call must name a declared scale's σ and a sensitivity no larger than the declared one
     (the generator computes it from the same accountant); the inner sampler then plans and
-    draws with the declared values, so the noise is what was charged and nothing else."""
+    draws with the declared values, so the noise is what was charged and nothing else. A scale
+    declared ``at_least`` takes any σ at or above its own (the accountant bounds the run
+    whatever the mechanism picks): the call's σ is drawn."""
 
     inner: NoiseSampler
     declared: NoiseDescription
@@ -297,10 +299,12 @@ class DeclaredNoise:
 
     def scale_for(self, *, sigma: float, sensitivity: float) -> NoiseScale:
         for scale in self.declared.scales:
-            if math.isclose(sigma, scale.sigma, rel_tol=_MATCH_RTOL) and sensitivity <= (
-                scale.sensitivity * (1 + _MATCH_RTOL)
-            ):
+            if sensitivity > scale.sensitivity * (1 + _MATCH_RTOL):
+                continue
+            if math.isclose(sigma, scale.sigma, rel_tol=_MATCH_RTOL):
                 return scale
+            if scale.at_least and sigma >= scale.sigma:
+                return replace(scale, sigma=sigma)
         declared = ", ".join(
             f"{s.name} (σ={s.sigma:g}, sensitivity {s.sensitivity:g})" for s in self.declared.scales
         )

@@ -29,6 +29,7 @@ BUILTIN = (
     "clustmix",
     "dpgm",
     "mst",
+    "aim",
 )
 ENTRY_POINT_GROUP = "dprelease.mechanisms"
 MODULES_ENV = "DPRELEASE_MECHANISM_MODULES"

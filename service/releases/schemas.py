@@ -134,6 +134,11 @@ class NoiseScaleOut(BaseModel):
     )
     perturbs: list[str] = Field(description="What this noise is added to")
     description: str = ""
+    at_least: bool = Field(
+        default=False,
+        description="The mechanism picks each measurement's std as it runs (from what it has "
+        "already released), never below sigma; its accountant bounds the whole run",
+    )
 
 
 class Noise(BaseModel):

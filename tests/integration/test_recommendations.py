@@ -69,9 +69,9 @@ def test_every_recommendation_is_admissible(embedded: Harness, kind: str) -> Non
     names = [r["mechanism"] for r in recommended]
     assert len(names) == len(set(names))
     served = {s.name for s in registry.served()}
-    # MST is for tables: admission refuses image-sized data (784 columns), so it is not
-    # recommended there; every other served mechanism is, on every shape.
-    assert set(names) == (served - {"mst"} if kind == "mnist_like" else served)
+    # MST and AIM are for tables: admission refuses image-sized data (784 columns), so they
+    # are not recommended there; every other served mechanism is, on every shape.
+    assert set(names) == (served - {"mst", "aim"} if kind == "mnist_like" else served)
     if kind != "mnist_like":
         body = {"dataset_id": ds, "mechanism": "dpcda", "params": {}, "epsilon": epsilon}
         out = _preview(h, owner, body)

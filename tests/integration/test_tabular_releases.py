@@ -60,6 +60,8 @@ PARAMS: dict[str, dict[str, Any]] = {
     # ε = 4 at m = 30, and their bounds would miss it; this test is about formats and units.
     "dpcda": {"min_class_size": 30, "class_sizes": "declared"},
     "dpgm": {"hidden": 32, "epochs": 2.0},
+    # Few planned rounds (each fits the model anew): the test's time, not AIM's quality.
+    "aim": {"iterations": 50, "rounds": 20},
 }
 
 

@@ -14,15 +14,13 @@ from scipy import stats
 from dpcore.accounting import gdp
 from dpcore.categorical import column_count, columns_of
 from dpcore.domain import MissingIndicator
+from dpcore.marginals import discretise
+from dpcore.marginals.exponential import _accepts, acceptance_bounds, exponential_mechanism
 from dpcore.mechanisms import registry
-from dpcore.mechanisms.mst import discretise
 from dpcore.mechanisms.mst.accounting import HISTOGRAM_SENSITIVITY, MSTEvent
 from dpcore.mechanisms.mst.selection import (
     SCORE_GRID,
     SCORE_SENSITIVITY,
-    _accepts,
-    acceptance_bounds,
-    exponential_mechanism,
     pair_scores,
     selection_rate,
 )

@@ -111,23 +111,39 @@ def neighbours() -> tuple[ParsedDataset, ParsedDataset]:
     return _parsed(X, labels), _parsed(X_prime, labels_prime)
 
 
-def _trace(mechanism: str, params: dict[str, Any], data: ParsedDataset) -> list[tuple[Any, ...]]:
+class _Reached(Exception):
+    """The traced job reached the phase the test stops at."""
+
+
+def _trace(
+    mechanism: str, params: dict[str, Any], data: ParsedDataset, until: str | None = None
+) -> list[tuple[Any, ...]]:
+    """The job's work, to its end or to its first report of phase ``until``."""
     trace = Trace()
     # The public facts, as the service knows them: never the private class counts.
     facts = facts_of(data, class_counts=None)
     two_scales = "sigma_y" in registry.accountant(mechanism, "tight").key_names
     noise = noise_for(mechanism, params, facts, sigma=0.7, sigma_y=0.7 if two_scales else None)
+
+    def report(done: float, total: float, phase: str) -> None:
+        trace.report(done, total, phase)
+        if phase == until:
+            raise _Reached
+
     with TorchWork(trace.events):
-        out = build(
-            mechanism,
-            params,
-            data,
-            noise=noise,
-            sampler=trace,
-            generator=SecureRandom.from_seed(11),
-            device=torch.device("cpu"),
-            report=trace.report,
-        )
+        try:
+            out = build(
+                mechanism,
+                params,
+                data,
+                noise=noise,
+                sampler=trace,
+                generator=SecureRandom.from_seed(11),
+                device=torch.device("cpu"),
+                report=report,
+            )
+        except _Reached:
+            return trace.events
         trace.events.append(("output", out.rows, out.progress, tuple(out.feature_names)))
         for x, y in out.chunks:
             trace.events.append(("chunk", tuple(x.shape), tuple(y.shape)))
@@ -231,14 +247,29 @@ def test_mst_measures_its_one_way_marginals_alike_on_neighbours() -> None:
         return trace[:end]
 
     params = {"bins": 4, "iterations": 5}
-    trace = measuring(_trace("mst", params, data))
+    trace = measuring(_trace("mst", params, data, until="selecting"))
     assert sum(event[0] == "noise" for event in trace) == D + 1  # every attribute measured
-    assert trace == measuring(_trace("mst", params, data_prime))
+    assert trace == measuring(_trace("mst", params, data_prime, until="selecting"))
+
+
+def test_aim_measures_its_one_way_marginals_alike_on_neighbours() -> None:
+    """AIM's rounds follow released values (the selections, the noisy marginals and the
+    model fitted to them); up to them its work is public."""
+    data, data_prime = neighbours()
+
+    def measuring(trace: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        end = next(i for i, e in enumerate(trace) if e[0] == "report" and e[3] == "rounds")
+        return trace[:end]
+
+    params = {"bins": 4, "iterations": 5, "rounds": 16 * (D + 1)}
+    trace = measuring(_trace("aim", params, data, until="rounds"))
+    assert sum(event[0] == "noise" for event in trace) == D + 1  # every attribute measured
+    assert trace == measuring(_trace("aim", params, data_prime, until="rounds"))
 
 
 def test_every_served_mechanism_is_traced() -> None:
     """A mechanism added to the registry must join this test."""
-    traced = {p.values[0] for p in CASES} | {"mst"}
+    traced = {p.values[0] for p in CASES} | {"mst", "aim"}
     assert {spec.name for spec in registry.served()} <= traced
 
 

@@ -4,23 +4,19 @@ pairs, measure them, fit the model, draw records (``accounting`` for the analysi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
+from dpcore.marginals import discretise, histograms, records
 from dpcore.mechanisms.contract import PrivateData, ReleaseOutput, RunContext
-from dpcore.mechanisms.mst import discretise
 from dpcore.mechanisms.mst.accounting import HISTOGRAM_SENSITIVITY
 from dpcore.mechanisms.mst.params import MSTParams
 from dpcore.mechanisms.mst.selection import pair_scores, selection_rate, spanning_tree
-from dpcore.preprocessing import RowTransform, one_hot
 
 if TYPE_CHECKING:
     from dpcore.mechanisms.noise import NoiseSampler
 
-CHUNK_ROWS = 1 << 16
 # Progress in the job's own units: the selection's rounds, the fit's steps, then sampling.
 _PHASES = ("measuring", "selecting", "fitting", "sampling")
 
@@ -28,33 +24,15 @@ _PHASES = ("measuring", "selecting", "fitting", "sampling")
 def noisy_counts(counts: np.ndarray, sigma: float, sampler: NoiseSampler) -> np.ndarray:
     """Histograms (one per row of ``counts``) plus N(0, σ²) per cell; one record moves each
     row by at most √2 (``accounting``)."""
-    values = torch.as_tensor(np.atleast_2d(counts), dtype=torch.float64)
-    noised = sampler(values, sigma=sigma, sensitivity=HISTOGRAM_SENSITIVITY)
-    return noised.double().numpy().reshape(np.shape(counts))
-
-
-def _rng(ctx: RunContext) -> np.random.Generator:
-    """Post-processing randomness (bins, merged values, ancestral draws), seeded from the
-    release's secure source."""
-    return np.random.default_rng([int(w) for w in ctx.generator.words(4)])
+    return histograms.noisy_counts(counts, sigma, sampler, HISTOGRAM_SENSITIVITY)
 
 
 def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
-    from dpcore.mechanisms.mst import model
+    from dpcore.marginals import model
 
-    attributes = discretise.layout(
-        data.feature_names,
-        getattr(data, "categorical_blocks", ()),
-        getattr(data, "missing_indicators", ()),
-        len(data.classes),
-        params.bins,
-    )
+    prepared = discretise.discretise(data, params.bins, int(ctx.noise.analysis["attributes"]))
+    attributes, codes, transform = prepared.attributes, prepared.codes, prepared.transform
     k = len(attributes)
-    declared = int(ctx.noise.analysis["attributes"])
-    if k != declared:
-        raise ValueError(f"the release was charged for {declared} attributes; the data has {k}")
-    transform = RowTransform.unit_range(data.lo, data.hi, None)
-    codes = discretise.encode(transform.rows(data.X), data.labels, attributes)
     sizes = [a.size for a in attributes]
     n = data.n_rows
     sigma_one, sigma_two = ctx.sigma("one_way"), ctx.sigma("two_way")
@@ -95,7 +73,7 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
             minlength=merged_sizes[a] * merged_sizes[b],
         ).reshape(merged_sizes[a], merged_sizes[b])
         measurements.append(
-            model.two_way_measurement(
+            model.measurement(
                 noisy_counts(joint.ravel(), sigma_two, ctx.sampler).reshape(joint.shape),
                 (a, b),
                 sigma_two,
@@ -110,15 +88,15 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
         report=lambda done: ctx.report(done, params.iterations, _PHASES[2]),
     )
     rows = params.n_samples if params.n_samples is not None else n
-    rng = _rng(ctx)
-    drawn = model.expand(model.sample(fitted, edges, k, rows, rng), compressed, rng)
+    rng = records.post_rng(ctx.generator)
+    drawn = model.expand(model.sample(fitted, merged_sizes, rows, rng), compressed, rng)
     ctx.report(1, 1, _PHASES[3])
     unit, labels = discretise.decode(drawn, attributes, data.X.shape[1], rng)
     names = [attributes[a].name for a in range(k)]
     return ReleaseOutput(
         rows=rows,
         feature_names=list(data.feature_names),
-        chunks=_chunks(unit, labels, len(data.classes), ctx.device),
+        chunks=records.chunks(unit, labels, len(data.classes), ctx.device),
         preprocessing={
             "features": f"each numeric column's declared [lo, hi] cut into {params.bins} "
             "equal-width bins, each missing-value indicator and categorical column and the "
@@ -139,15 +117,3 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
         progress="own",
         transform=transform,
     )
-
-
-def _chunks(
-    unit: np.ndarray, labels: np.ndarray, classes: int, device: torch.device
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for start in range(0, len(unit), CHUNK_ROWS):
-        stop = min(len(unit), start + CHUNK_ROWS)
-        x = torch.as_tensor(unit[start:stop], dtype=torch.float32, device=device)
-        y = torch.as_tensor(
-            one_hot(labels[start:stop], classes), dtype=torch.float32, device=device
-        )
-        yield x, y

@@ -22,6 +22,8 @@ from typing import Literal
 import numpy as np
 
 from dpcore.domain import MissingIndicator
+from dpcore.mechanisms.contract import PrivateData
+from dpcore.preprocessing import RowTransform
 
 Kind = Literal["numeric", "binary", "categorical", "label"]
 
@@ -120,3 +122,38 @@ def decode(
             filled = values < len(features)
             unit[rows[filled], features[values[filled]]] = 1.0
     return unit, labels
+
+
+@dataclass(frozen=True)
+class Discretised:
+    """A dataset's records as attribute values, with the attributes and the [0, 1] scaling
+    by the declared bounds the values were read under."""
+
+    attributes: list[Attribute]
+    codes: np.ndarray
+    transform: RowTransform
+
+    @property
+    def sizes(self) -> list[int]:
+        return [a.size for a in self.attributes]
+
+
+def discretise(data: PrivateData, bins: int, charged_attributes: int) -> Discretised:
+    """``data``'s records as attribute values, refused (before any noise is drawn) unless
+    the release was charged for as many attributes as the data has."""
+    attributes = layout(
+        data.feature_names,
+        getattr(data, "categorical_blocks", ()),
+        getattr(data, "missing_indicators", ()),
+        len(data.classes),
+        bins,
+    )
+    if len(attributes) != charged_attributes:
+        raise ValueError(
+            f"the release was charged for {charged_attributes} attributes; the data has "
+            f"{len(attributes)}"
+        )
+    transform = RowTransform.unit_range(data.lo, data.hi, None)
+    return Discretised(
+        attributes, encode(transform.rows(data.X), data.labels, attributes), transform
+    )
