@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     )
     max_release_samples: int = Field(default=10_000_000, gt=0)
     task_max_attempts: int = Field(default=3, ge=1, le=10)
+    task_retry_window_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="Seconds a job's retries wait in all, spread over its attempts with a "
+        "doubling back-off (worker.attempts.retry_delay): a store or database outage shorter "
+        "than this does not fail the release; 0: retry at once",
+    )
     celery_visibility_timeout: int = Field(
         default=6 * 3600,
         ge=1,
