@@ -375,7 +375,10 @@ def make_router() -> APIRouter:
         "has (when the cancel lands may then depend on the data), or once the upload of its "
         "output is claimed (output may exist), it is cancelled with the charge committed "
         "(`settlement` says which: docs/privacy.md, 'Failures and cancellations'), and it is "
-        "never served. Cancelling a cancelled release returns it unchanged; a succeeded "
+        "never served. The committed charge is the release's whole ε, whatever its progress "
+        "(a sharded release's too, however few of its shards were drawn). Before cancelling, "
+        "`GET /releases/{id}` tells the owner which applies now (`if_cancelled`). "
+        "Cancelling a cancelled release returns it unchanged; a succeeded "
         "or failed one answers 409. A running job notices at its next progress write and "
         "stops.",
         openapi_extra=objects(_MANAGERS),
