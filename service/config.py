@@ -149,8 +149,20 @@ class Settings(BaseSettings):
     summary_max_bytes: int = Field(
         default=256 * 1024**2,
         gt=0,
-        description="Largest release file GET /releases/{id}/summary reads (it holds the "
-        "file's values in memory); larger ones answer 409 summary_too_large",
+        description="Largest release file GET /releases/{id}/summary reads (chunk by chunk; "
+        "its time grows with the file); larger ones answer 409 summary_too_large",
+    )
+    max_concurrent_summaries: int = Field(
+        default=2,
+        ge=1,
+        description="Release summaries one API process computes at once; one more is refused "
+        "with 503 summaries_busy and Retry-After (a stored summary is served without a slot)",
+    )
+    max_concurrent_summaries_per_key: int = Field(
+        default=1,
+        ge=1,
+        description="Release summaries one API key has computed at once in one API process; "
+        "one more is refused with 503 summaries_busy and Retry-After",
     )
     # δ handled as a budget.
     delta_warning_ratio: float = Field(
