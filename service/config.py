@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     )
     max_release_samples: int = Field(default=10_000_000, gt=0)
     task_max_attempts: int = Field(default=3, ge=1, le=10)
+    task_retry_window_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="Seconds a job's retries wait in all, spread over its attempts with a "
+        "doubling back-off (worker.attempts.retry_delay): a store or database outage shorter "
+        "than this does not fail the release; 0: retry at once",
+    )
     celery_visibility_timeout: int = Field(
         default=6 * 3600,
         ge=1,
@@ -141,8 +149,20 @@ class Settings(BaseSettings):
     summary_max_bytes: int = Field(
         default=256 * 1024**2,
         gt=0,
-        description="Largest release file GET /releases/{id}/summary reads (it holds the "
-        "file's values in memory); larger ones answer 409 summary_too_large",
+        description="Largest release file GET /releases/{id}/summary reads (chunk by chunk; "
+        "its time grows with the file); larger ones answer 409 summary_too_large",
+    )
+    max_concurrent_summaries: int = Field(
+        default=2,
+        ge=1,
+        description="Release summaries one API process computes at once; one more is refused "
+        "with 503 summaries_busy and Retry-After (a stored summary is served without a slot)",
+    )
+    max_concurrent_summaries_per_key: int = Field(
+        default=1,
+        ge=1,
+        description="Release summaries one API key has computed at once in one API process; "
+        "one more is refused with 503 summaries_busy and Retry-After",
     )
     # δ handled as a budget.
     delta_warning_ratio: float = Field(

@@ -146,6 +146,13 @@ class ConversionsBusy(UploadsBusy):
     code = "conversions_busy"
 
 
+class SummariesBusy(UploadsBusy):
+    """This API process already computes its maximum of release summaries at once, or this
+    key its own maximum (503); retry after ``retry_after`` seconds."""
+
+    code = "summaries_busy"
+
+
 class StoreUnavailable(RetryLater):
     """The object store did not answer (503); nothing was stored or changed: retry after
     ``retry_after`` seconds."""

@@ -65,6 +65,7 @@ TESTS = Path(__file__).resolve().parent
 TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 MODES = ("embedded", "real")
 HARNESSES = ("harness", "toy_harness")
+TEST_RETRY_WINDOW_S = 2.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -285,7 +286,11 @@ def _embedded_runtime(home: Path, **overrides: Any) -> Runtime:
     # One job thread unless a test asks for more: the lifecycle tests hold one release at the
     # toy's gate to keep the next one queued (tests/integration/test_bounded_jobs.py runs the
     # default pool of DPRELEASE_JOB_THREADS=2).
-    settings = Settings(home=home, **{"job_threads": 1, **overrides})  # type: ignore[call-arg]
+    # Retries wait TEST_RETRY_WINDOW_S in all, not a minute: tests that make a job retry
+    # would otherwise wait for it (test_store_outage_retries.py sets the real default).
+    settings = Settings(  # type: ignore[call-arg]
+        home=home, **{"job_threads": 1, "task_retry_window_s": TEST_RETRY_WINDOW_S, **overrides}
+    )
     _start_from_migrated_copy(settings)
     bootstrap.prepare(settings)
     return build_runtime(settings, default_dispatcher)
@@ -367,6 +372,7 @@ def real_services() -> Iterator[dict[str, Any]]:
             s3_secret_access_key=S3_SECRET_KEY,  # type: ignore[arg-type]
             admin_key=ADMIN_KEY,  # type: ignore[arg-type]
             task_max_attempts=2,
+            task_retry_window_s=TEST_RETRY_WINDOW_S,
         )
         worker_runtime = build_runtime(settings, default_dispatcher)
         celery_module.configure(worker_runtime)

@@ -50,6 +50,19 @@ class Interrupted(Exception):
     counted (``lifecycle.requeue``). The caller leaves it for redelivery."""
 
 
+def retry_delay(retry: int, *, attempts: int, window_s: float) -> float:
+    """Seconds to wait before retry number ``retry`` (1 for the second attempt) of a job with
+    ``attempts`` attempts: a doubling back-off whose waits add up to ``window_s``
+    (``DPRELEASE_TASK_RETRY_WINDOW_S``). An outage of the object store or the database shorter
+    than the window is outlasted whatever the number of attempts, and the early retries stay
+    quick for a blip."""
+    retries = attempts - 1
+    if retries < 1 or window_s <= 0:
+        return 0.0
+    retry = min(max(retry, 1), retries)
+    return window_s * 2.0 ** (retry - 1) / (2.0**retries - 1)
+
+
 def retry(runtime: Runtime, release_id: str, once: Callable[[], None]) -> None:
     """Embedded mode: run ``once`` (one attempt) with bounded attempts and backoff, ending in
     a terminal state."""
@@ -65,7 +78,10 @@ def retry(runtime: Runtime, release_id: str, once: Callable[[], None]) -> None:
             if attempt == attempts:
                 fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
                 return
-            if backoff(runtime, min(30.0, 2.0**attempt)):
+            wait = retry_delay(
+                attempt, attempts=attempts, window_s=runtime.settings.task_retry_window_s
+            )
+            if backoff(runtime, wait):
                 return  # shutting down: still unfinished, resumed at the next start
 
 

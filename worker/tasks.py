@@ -7,6 +7,7 @@ from typing import Any
 
 from celery.exceptions import Reject
 
+from worker.attempts import retry_delay
 from worker.broker import FINISH_SHARDS, RUN_SHARD
 from worker.celery_app import RUN_RELEASE, celery_app, worker_runtime
 from worker.runner import Interrupted, TransientError, execute, fail, finish_shards, run_shard
@@ -26,7 +27,12 @@ def _run(task: Any, release_id: str, work: Callable[[], None]) -> None:
         if task.request.retries + 1 >= attempts:
             fail(runtime, release_id, f"gave up after {attempts} attempts: {exc}")
             return
-        raise task.retry(exc=exc, countdown=min(60, 2 ** (task.request.retries + 1))) from exc
+        wait = retry_delay(
+            task.request.retries + 1,
+            attempts=attempts,
+            window_s=runtime.settings.task_retry_window_s,
+        )
+        raise task.retry(exc=exc, countdown=wait) from exc
 
 
 @celery_app.task(name=RUN_RELEASE, bind=True, max_retries=None)

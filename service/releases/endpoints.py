@@ -31,7 +31,7 @@ from service.deps import (
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
 from service.models import Release
-from service.releases import conversions, keys, service, summary
+from service.releases import conversions, keys, service, summaries
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
     MechanismList,
@@ -164,7 +164,7 @@ def summarise_release(
     # release, so it costs no privacy.
     release = service.get(session, principal=principal, release_id=release_id)
     _require_succeeded(release)
-    return summary.summarise(release, runtime.store, runtime.settings)
+    return summaries.summary_of(release, principal.id, runtime.store, runtime.settings)
 
 
 def download_release_artifact(
@@ -375,7 +375,10 @@ def make_router() -> APIRouter:
         "has (when the cancel lands may then depend on the data), or once the upload of its "
         "output is claimed (output may exist), it is cancelled with the charge committed "
         "(`settlement` says which: docs/privacy.md, 'Failures and cancellations'), and it is "
-        "never served. Cancelling a cancelled release returns it unchanged; a succeeded "
+        "never served. The committed charge is the release's whole ε, whatever its progress "
+        "(a sharded release's too, however few of its shards were drawn). Before cancelling, "
+        "`GET /releases/{id}` tells the owner which applies now (`if_cancelled`). "
+        "Cancelling a cancelled release returns it unchanged; a succeeded "
         "or failed one answers 409. A running job notices at its next progress write and "
         "stops.",
         openapi_extra=objects(_MANAGERS),
@@ -415,7 +418,10 @@ def make_router() -> APIRouter:
             503,
             e409="The release is not ready or was cancelled (not_ready), or its file is larger "
             "than DPRELEASE_SUMMARY_MAX_BYTES (summary_too_large)",
-            e503="The object store did not answer (store_unavailable): retry after Retry-After",
+            e503="Its summary is not stored yet and this API process already computes "
+            "DPRELEASE_MAX_CONCURRENT_SUMMARIES summaries, or this key "
+            "DPRELEASE_MAX_CONCURRENT_SUMMARIES_PER_KEY (summaries_busy); or the object store "
+            "did not answer (store_unavailable): retry after Retry-After",
         ),
         summary="A succeeded release's file summarised: shape, sample rows, histograms",
         description="Post-processing of the file GET /releases/{id}/download serves (never "
@@ -423,7 +429,9 @@ def make_router() -> APIRouter:
         "value range, 64 rows spread evenly over the file (row ⌊i·n/64⌋, each with its index; "
         "features and label as released) and, per "
         "column, a histogram of 20 bins over the declared range (or the column's min–max); "
-        "for image-shaped rows (a 2-D feature_shape) the label histograms only.",
+        "for image-shaped rows (a 2-D feature_shape) the label histograms only. Computed "
+        "once, reading the file chunk by chunk, and kept beside the release: later requests, "
+        "by any of its readers, get the stored summary.",
         openapi_extra=objects(_READERS),
     )
     router.add_api_route(

@@ -40,6 +40,13 @@ def public_metadata(release_id: str) -> str:
     return f"{prefix(release_id)}converted/metadata.json"
 
 
+def summary(release_id: str, version: int) -> str:
+    """The summary of a succeeded release (GET /releases/{id}/summary: a function of the
+    release file alone, post-processing), kept on its first request; ``version``: the
+    summary's computation, so a changed one never serves an older answer."""
+    return f"{prefix(release_id)}converted/summary-v{version}.json"
+
+
 def metadata(release_id: str) -> str:
     """The owner-side provenance file (holds the raw data's hash: never served)."""
     return f"{prefix(release_id)}metadata.json"

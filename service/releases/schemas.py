@@ -254,6 +254,14 @@ class ReleaseOut(BaseModel):
         description="What became of the charge (reserved, committed or refunded, and why); "
         "null for a research release, which charges nothing",
     )
+    if_cancelled: Literal["refunded", "committed"] | None = Field(
+        default=None,
+        description="Queued or running, to the dataset's owner (who alone may cancel): what a "
+        "cancel landing now would do with the charge. refunded: no job has begun reading the "
+        "dataset; committed: one has (or claimed the upload), and the full ε stays charged "
+        "whatever the progress, a sharded release's too. A job may begin reading before the "
+        "cancel lands: its answer's settlement says what was done. Null otherwise",
+    )
     neighbour_relation: str = Field(
         description="The neighbour relation its ε holds for: 'replace-one (n public)', or a "
         "narrower one its parameters opted in to (dpcda's class_sizes 'declared': "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from sqlalchemy.orm import Session
@@ -493,6 +493,18 @@ def _settlement(release: Release) -> Settlement | None:
     return Settlement(state=entry.state, because=entry.settled_because)
 
 
+def _if_cancelled(release: Release) -> Literal["refunded", "committed"] | None:
+    """What a cancel now would do with the charge: the rule ``lifecycle.cancel`` applies, read
+    from the same recorded marks."""
+    if release.research is not None or release.status not in (
+        ReleaseStatus.queued,
+        ReleaseStatus.running,
+    ):
+        return None
+    refunded = lifecycle.unfinished_settlement(release) == budget_service.BEFORE_PRIVATE_READ
+    return "refunded" if refunded else "committed"
+
+
 def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
     """Everyone but the dataset's owner (analysts and admins alike) sees that a release
     failed, not why (the error text may quote the raw data), and not when its job started or
@@ -536,6 +548,7 @@ def to_out(release: Release, *, viewer: Principal) -> ReleaseOut:
         noise=release_noise.to_out(release.noise, release.noise_sampler),
         charge=_charge(release),
         settlement=_settlement(release),
+        if_cancelled=_if_cancelled(release) if owner else None,
         neighbour_relation=neighbour_relation(release.mechanism, release.params),
         error=release.error if owner or release.error is None else HIDDEN_ERROR,
         attempts=release.attempts,

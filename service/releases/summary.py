@@ -10,28 +10,31 @@ anyone who may download the release may read its summary (docs/privacy.md).
 from __future__ import annotations
 
 import json
-import math
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from dpcore import release_layout
+from dpcore.conversion import count_rows, embedded_metadata, read_chunks
 from dpcore.evaluation import Release as LoadedRelease
 from dpcore.evaluation import load_release_file
-from dpcore.table import decode
+from dpcore.evaluation.release import detect_format
 from service.config import Settings
 from service.errors import Conflict
 from service.models import Release
 from service.releases import keys
-from service.releases.schemas import (
-    ReleaseSummary,
-    SummaryHistogram,
-    SummarySample,
-    SummaryValueRange,
+from service.releases.schemas import ReleaseSummary, SummarySample, SummaryValueRange
+from service.releases.summary_columns import (
+    Chunk,
+    Column,
+    feature_columns,
+    label_columns,
+    rounded,
+    table_columns,
 )
 from service.storage import ObjectStore
 
@@ -40,23 +43,22 @@ from service.storage import ObjectStore
 # rows are already a DP release, so which of them are shown is post-processing whatever the
 # rule; a fixed public rule keeps the answer the same on every call and for every reader.
 SAMPLE_ROWS = 64
-BINS = 20
-# Significant digits of the sampled values: enough for a picture or a glance, and a 28 × 28
-# image sample stays a few hundred kilobytes of JSON.
-DIGITS = 6
+# Values per chunk of rows read (float64: 32 MiB), whatever the file's size.
+CHUNK_VALUES = 1 << 22
 # The CSV release's metadata travels beside it as this further artifact (worker/metadata.py).
 METADATA_ARTIFACT = "metadata.json"
 
 
 class SummaryTooLarge(Conflict):
-    """The release file is larger than DPRELEASE_SUMMARY_MAX_BYTES: the API would hold it in
-    memory to summarise it (409; download it instead)."""
+    """The release file is larger than DPRELEASE_SUMMARY_MAX_BYTES: reading it would take
+    this request too long (409; download it instead)."""
 
     code = "summary_too_large"
 
 
 def summarise(release: Release, store: ObjectStore, settings: Settings) -> ReleaseSummary:
-    """The summary of a succeeded release (the caller checked access and status)."""
+    """The summary of a succeeded release (the caller checked access and status), read chunk
+    by chunk (``summarise_file``)."""
     assert release.artifact_key is not None
     size = release.artifact_bytes or 0
     if size > settings.summary_max_bytes:
@@ -67,8 +69,25 @@ def summarise(release: Release, store: ObjectStore, settings: Settings) -> Relea
         )
     metadata = companion_metadata(release, store)
     with local_file(store, release.artifact_key, settings) as path:
+        return summarise_file(path, metadata)
+
+
+def summarise_file(path: Path, metadata: dict[str, Any] | None) -> ReleaseSummary:
+    """The summary of the release file at ``path`` (``metadata``: a CSV release's companion
+    file; NPZ and Parquet files carry theirs). Memory holds one chunk of rows
+    (``CHUNK_VALUES`` values) and the sampled rows, whatever the file's size; a release made
+    before layouts (no chunked reader) or holding no row is read whole."""
+    fmt = detect_format(path)
+    meta = metadata if metadata is not None else embedded_metadata(path)
+    layout = release_layout.read_layout(meta) if meta is not None else None
+    rows = count_rows(path, fmt, layout) if layout is not None else 0
+    if layout is None or meta is None or rows == 0:
         loaded = load_release_file(path, metadata)
-    return _summary(loaded)
+        X, Y = np.asarray(loaded.X, np.float64), np.asarray(loaded.Y, np.float64)
+        return _summary(loaded.metadata, len(X), X.shape[1], Y.shape[1], lambda: iter([(X, Y)]))
+    width, classes = len(layout.features), len(layout.classes)
+    chunk_rows = max(1, CHUNK_VALUES // max(width + classes, 1))
+    return _summary(meta, rows, width, classes, lambda: read_chunks(path, fmt, meta, chunk_rows))
 
 
 def companion_metadata(release: Release, store: ObjectStore) -> dict[str, Any] | None:
@@ -100,24 +119,44 @@ def local_file(store: ObjectStore, key: str, settings: Settings) -> Iterator[Pat
         yield copy
 
 
-def _summary(loaded: LoadedRelease) -> ReleaseSummary:
-    meta = loaded.metadata
-    X, Y = loaded.X, loaded.Y
+Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
+
+
+def _summary(
+    meta: Mapping[str, Any], rows: int, width: int, classes: int, chunks: Chunks
+) -> ReleaseSummary:
+    """The summary from the file's (X, Y) chunks, in file order; ``chunks`` is called again
+    for a second pass when a column is binned over its own min–max, which the first finds."""
     layout = release_layout.read_layout(meta)
-    features = list(layout.features) if layout is not None else _feature_names(meta, X)
-    labels = layout.label_columns if layout is not None else _label_names(meta, Y)
-    shape = _image_shape(loaded)
-    declared = _declared_range(meta, X.shape[1])
-    shown = sample_rows(int(X.shape[0]))
-    if shape is not None:
-        histograms = []
-    elif layout is not None and layout.table:
-        histograms = _table_histograms(X, layout, declared)
-    else:
-        histograms = _feature_histograms(X, features, declared)
-    histograms += _label_histograms(Y, labels, layout)
+    features = list(layout.features) if layout is not None else _feature_names(meta, width)
+    labels = layout.label_columns if layout is not None else _label_names(meta, classes)
+    shape = _image_shape(meta, width, classes)
+    declared = _declared_range(meta, width)
+    columns: list[Column] = []
+    if shape is None and layout is not None and layout.table:
+        columns = table_columns(layout, declared)
+    elif shape is None:
+        columns = feature_columns(features, declared)
+    columns += label_columns(labels, layout)
+    if any(c.needs_range for c in columns):
+        for X, Y in chunks():
+            chunk = Chunk(np.asarray(X, np.float64), np.asarray(Y, np.float64), layout)
+            for c in columns:
+                c.scan(chunk)
+    shown = sample_rows(rows)
+    picked_X, picked_Y, offset = [], [], 0
+    for X, Y in chunks():
+        chunk = Chunk(np.asarray(X, np.float64), np.asarray(Y, np.float64), layout)
+        here = shown[(shown >= offset) & (shown < offset + len(chunk.X))] - offset
+        picked_X.append(chunk.X[here])
+        picked_Y.append(chunk.Y[here])
+        for c in columns:
+            c.add(chunk)
+        offset += len(chunk.X)
+    X_shown = np.concatenate(picked_X) if picked_X else np.zeros((0, width))
+    Y_shown = np.concatenate(picked_Y) if picked_Y else np.zeros((0, classes))
     return ReleaseSummary(
-        rows=int(X.shape[0]),
+        rows=rows,
         columns=[*features, *labels],
         feature_columns=features,
         label_columns=labels,
@@ -125,30 +164,30 @@ def _summary(loaded: LoadedRelease) -> ReleaseSummary:
         classes=[str(c) for c in meta.get("classes", ())],
         feature_shape=list(shape) if shape is not None else None,
         value_range=declared,
-        display_range=_display_range(declared, X[shown]),
-        samples=_samples(shown, X[shown], Y[shown], layout),
-        histograms=histograms,
+        display_range=_display_range(declared, X_shown),
+        samples=_samples(shown, X_shown, Y_shown, layout),
+        histograms=[c.result() for c in columns],
     )
 
 
-def _feature_names(meta: Mapping[str, Any], X: np.ndarray) -> list[str]:
+def _feature_names(meta: Mapping[str, Any], width: int) -> list[str]:
     names = [str(n) for n in meta.get("feature_names", ())]
-    return names if len(names) == X.shape[1] else [f"x{j}" for j in range(X.shape[1])]
+    return names if len(names) == width else [f"x{j}" for j in range(width)]
 
 
-def _label_names(meta: Mapping[str, Any], Y: np.ndarray) -> list[str]:
-    classes = [str(c) for c in meta.get("classes", ())]
-    return classes if len(classes) == Y.shape[1] else [f"y{j}" for j in range(Y.shape[1])]
+def _label_names(meta: Mapping[str, Any], classes: int) -> list[str]:
+    names = [str(c) for c in meta.get("classes", ())]
+    return names if len(names) == classes else [f"y{j}" for j in range(classes)]
 
 
-def _image_shape(loaded: LoadedRelease) -> tuple[int, int] | None:
+def _image_shape(meta: Mapping[str, Any], width: int, classes: int) -> tuple[int, int] | None:
     """(h, w) when the rows are images of the declared 2-D shape (a projection's rows, of
     another width, are not)."""
     try:
-        shape = loaded.image_shape
+        shape = LoadedRelease(np.zeros((0, width)), np.zeros((0, classes)), dict(meta)).image_shape
     except (KeyError, TypeError, ValueError):
         return None
-    if shape is None or len(shape) != 2 or shape[0] * shape[1] != loaded.X.shape[1]:
+    if shape is None or len(shape) != 2 or shape[0] * shape[1] != width:
         return None
     return int(shape[0]), int(shape[1])
 
@@ -174,11 +213,7 @@ def _display_range(declared: SummaryValueRange | None, rows: np.ndarray) -> list
     finite = rows[np.isfinite(rows)]
     if finite.size == 0:
         return None
-    return [_round(float(finite.min())), _round(float(finite.max()))]
-
-
-def _round(value: float) -> float:
-    return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else value
+    return [rounded(float(finite.min())), rounded(float(finite.max()))]
 
 
 def sample_rows(n: int) -> np.ndarray:
@@ -196,96 +231,8 @@ def _samples(
     if layout is not None and layout.kind == "exact" and len(Y):
         label_values: list[Any] = layout.class_values(Y)
     else:
-        label_values = [[_round(float(v)) for v in row] for row in Y]
+        label_values = [[rounded(float(v)) for v in row] for row in Y]
     return [
-        SummarySample(row=int(row), features=[_round(float(v)) for v in x], label=label)
+        SummarySample(row=int(row), features=[rounded(float(v)) for v in x], label=label)
         for row, x, label in zip(rows, X, label_values, strict=True)
-    ]
-
-
-def _histogram(
-    column: str, values: np.ndarray, lo: float | None, hi: float | None
-) -> SummaryHistogram:
-    """``BINS`` equal bins over [lo, hi] (the declared range), else over the column's own
-    min–max; values outside the declared range are counted as below or above it."""
-    values = values[np.isfinite(values)]
-    source: Literal["declared", "release"] = (
-        "declared" if lo is not None and hi is not None else "release"
-    )
-    if lo is None or hi is None:
-        lo = float(values.min()) if values.size else 0.0
-        hi = float(values.max()) if values.size else 1.0
-    if not hi > lo:
-        lo, hi = lo - 0.5, hi + 0.5  # a constant column: one bin holds it
-    counts, edges = np.histogram(values, bins=BINS, range=(lo, hi))
-    return SummaryHistogram(
-        column=column,
-        kind="numeric",
-        range_source=source,
-        edges=[_round(float(e)) for e in edges],
-        counts=[int(c) for c in counts],
-        below=int((values < lo).sum()),
-        above=int((values > hi).sum()),
-    )
-
-
-def _feature_histograms(
-    X: np.ndarray, names: Sequence[str], declared: SummaryValueRange | None
-) -> list[SummaryHistogram]:
-    out = []
-    for j, name in enumerate(names):
-        lo = declared.lo[j] if declared is not None else None
-        hi = declared.hi[j] if declared is not None else None
-        out.append(_histogram(name, X[:, j], lo, hi))
-    return out
-
-
-def _table_histograms(
-    X: np.ndarray, layout: release_layout.Layout, declared: SummaryValueRange | None
-) -> list[SummaryHistogram]:
-    """A declared table's columns as the file holds them (``dpcore.table``): a categorical
-    column's rows per category, a numeric one's bins over its declared bounds; each with its
-    missing entries counted apart."""
-    out = []
-    for column, (values, missing) in zip(layout.table, decode(X, layout.table), strict=True):
-        if column.type == "categorical":
-            held = values[~missing]
-            counts = [
-                int(np.sum(held == c)) for c in np.asarray(column.categories, dtype=held.dtype)
-            ]
-            histogram = SummaryHistogram(
-                column=column.name,
-                kind="categorical",
-                categories=[str(c) for c in column.categories],
-                counts=counts,
-            )
-        else:
-            j = column.features[0]
-            lo = declared.lo[j] if declared is not None else None
-            hi = declared.hi[j] if declared is not None else None
-            histogram = _histogram(column.name, values[~missing].astype(np.float64), lo, hi)
-        out.append(histogram.model_copy(update={"missing": int(missing.sum())}))
-    return out
-
-
-def _label_histograms(
-    Y: np.ndarray,
-    names: Sequence[str],
-    layout: release_layout.Layout | None,
-) -> list[SummaryHistogram]:
-    """An exact label: the rows per class. Proportions: each class column over [0, 1]. Other
-    label columns (signed combinations): over their own min–max."""
-    if layout is not None and layout.kind == "exact":
-        return [
-            SummaryHistogram(
-                column=layout.label,
-                kind="categorical",
-                categories=[str(c) for c in layout.classes],
-                counts=[int(c) for c in np.asarray(Y).sum(axis=0).round()],
-            )
-        ]
-    unit = layout is not None and layout.kind == "proportions" and not layout.as_drawn
-    return [
-        _histogram(name, Y[:, j], 0.0 if unit else None, 1.0 if unit else None)
-        for j, name in enumerate(names)
     ]

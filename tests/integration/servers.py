@@ -82,6 +82,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         else None,
         "ADMIN_KEY": settings.admin_key.get_secret_value() if settings.admin_key else None,
         "TASK_MAX_ATTEMPTS": settings.task_max_attempts,
+        "TASK_RETRY_WINDOW_S": settings.task_retry_window_s,
         "CELERY_VISIBILITY_TIMEOUT": settings.celery_visibility_timeout,
         "CPU_QUEUE": settings.cpu_queue,
         "GPU_QUEUE": settings.gpu_queue,

@@ -67,6 +67,15 @@ def _settled(browser: Any, status: str) -> None:
     )
 
 
+def _confirm(browser: Any) -> Any:
+    """The cancel's confirm dialog, once the page has read the release afresh and asked."""
+
+    def present() -> Any:
+        return browser.switch_to.alert  # raises until it is open
+
+    return wait_until(present, "the cancel's confirm dialog")
+
+
 def _facts(browser: Any, list_id: str) -> dict[str, str]:
     from selenium.webdriver.common.by import By
 
@@ -223,16 +232,21 @@ def test_tabular_histograms_and_cancel_from_the_page(
     ready(browser)
     assert browser.find_element(By.ID, "release-state").text == "queued"
     assert browser.find_element(By.ID, "release-progress-box").is_displayed()
+    # The page and the confirm say what a cancel now does with the charge: no job read the
+    # data yet, so it is refunded (the release's if_cancelled).
+    assert "refunds its charge" in browser.find_element(By.ID, "release-cancel-charge").text
     button = browser.find_element(By.ID, "release-cancel")
     button.click()
-    browser.switch_to.alert.dismiss()  # thought better of it: nothing happens
+    dialog = _confirm(browser)
+    assert "refunds its charge (ε = 2" in dialog.text
+    dialog.dismiss()  # thought better of it: nothing happens
     time.sleep(0.3)
     assert (
         live.http.get(f"/releases/{queued}", headers=live.headers(owner)).json()["status"]
         == "queued"
     )
     button.click()
-    browser.switch_to.alert.accept()
+    _confirm(browser).accept()
     _settled(browser, "cancelled")
     assert browser.find_element(By.ID, "release-state").text == "cancelled"
     assert "refunded" in browser.find_element(By.ID, "release-live").text

@@ -111,12 +111,17 @@ def test_cancel_a_queued_release(toy_harness: Harness) -> None:
     queued = _toy_release(h, owner, ds)["id"]
     assert h.wait_for(owner, queued, lambda r: True)["status"] == "queued"
     assert _entry_state(_ledger(h, owner, ds), queued) == "reserved"
+    # Before confirming, the owner reads what a cancel would do: no job read the data yet.
+    before = h.client.get(f"/releases/{queued}", headers=h.headers(owner)).json()
+    assert before["if_cancelled"] == "refunded"
+    admin = h.client.get(f"/releases/{queued}", headers=h.headers(h.admin_key)).json()
+    assert admin["if_cancelled"] is None  # the owner's alone, who alone may cancel
 
     r = _cancel(h, owner, queued)
     assert r.status_code == 200, r.text
     cancelled = r.json()
     assert cancelled["status"] == "cancelled" and cancelled["finished_at"] is not None
-    assert cancelled["artifact"] is None
+    assert cancelled["artifact"] is None and cancelled["if_cancelled"] is None
     assert _entry_state(_ledger(h, owner, ds), queued) == "refunded"
     # Again: the same answer, nothing changes (one audit event).
     again = _cancel(h, owner, queued)
@@ -173,6 +178,7 @@ def test_cancel_a_running_release(
     rid = _toy_release(h, owner, ds, own_progress=own)["id"]
     running = h.wait_for(owner, rid, lambda r: r["phase"] is not None)
     assert running["status"] == "running"
+    assert running["if_cancelled"] == "committed"  # its job is reading: stated beforehand
     assert _ledger(h, owner, ds)["remaining"] < BUDGET
 
     reserved = _ledger(h, owner, ds)["reserved"]

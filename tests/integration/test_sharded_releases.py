@@ -146,8 +146,9 @@ def test_record_assignment_runs_whole(sharding: Harness) -> None:
 def test_a_cancelled_sharded_release_stores_nothing_more(
     embedded: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Cancelled after its first shard stored a part: charged (its output may exist), no
-    further part, no artifact, and the stored part removed."""
+    """Cancelled after its first shard stored a part: charged its whole ε (its job read the
+    data, and output may exist), as the release said before the cancel (``if_cancelled``);
+    no further part, no artifact, and the stored part removed."""
     from worker import production
 
     h = embedded
@@ -160,6 +161,7 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
     ).json()
     draw = production.draw_shard
     seen: list[int] = []
+    answers: list[dict[str, Any]] = []
 
     def cancel_after_first(
         runtime: Any, job: Any, parsed: Any, plan: Any, index: int, done: int
@@ -167,8 +169,12 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
         draw(runtime, job, parsed, plan, index, done)
         seen.append(index)
         if len(seen) == 1:
-            r = h.client.post(f"/releases/{job.release_id}/cancel", headers=h.headers(owner))
+            path = f"/releases/{job.release_id}"
+            before = h.client.get(path, headers=h.headers(owner)).json()
+            assert before["progress"] < 1.0 and before["if_cancelled"] == "committed"
+            r = h.client.post(f"{path}/cancel", headers=h.headers(owner))
             assert r.status_code in (200, 202), r.text
+            answers.append(r.json())
 
     monkeypatch.setattr(production, "draw_shard", cancel_after_first)
     body = h.release_body(ds["id"], params={"mixture_degree": 4, "n_samples": 1000})
@@ -178,6 +184,8 @@ def test_a_cancelled_sharded_release_stores_nothing_more(
     done = h.wait(owner, rid)
     assert done["status"] == "cancelled" and seen == [0]
     assert [e.state for e in _ledger(h, rid)] == ["committed"]  # a part was stored: charged
+    assert _ledger(h, rid)[0].epsilon == pytest.approx(1.0)  # the whole ε, at 1 shard of 3
+    assert answers[0]["settlement"] == {"state": "committed", "because": "upload_claimed"}
     # The job removes the part once it sees the cancel, which may be after the status reads
     # "cancelled": wait for the job's end, not for the status.
     deadline = time.monotonic() + 60

@@ -46,6 +46,7 @@
       `${Math.round(release.progress * 100)}%` + (release.phase ? ` · phase: ${release.phase}` : "");
     // Only the dataset's owner may cancel; an owner who sees a release owns its dataset.
     $("release-cancel-box").hidden = !(active && me.role === "owner");
+    if (release.if_cancelled) $("release-cancel-charge").textContent = cancelWords(release);
     const error = $("release-error");
     error.hidden = !release.error;
     error.textContent = release.error ? `Error: ${release.error}` : "";
@@ -100,9 +101,35 @@
     document.body.dataset.releaseSettled = release.status;
   }
 
+  // What a cancel landing now would do with the charge (the release's `if_cancelled`, the
+  // rule the server applies: docs/privacy.md "Failures and cancellations").
+  function cancelWords(release) {
+    const epsilon = `ε = ${fmt(release.charge.epsilon)}`;
+    if (release.if_cancelled === "committed") {
+      return `Its job has begun reading the dataset: cancelling now keeps its whole charge ` +
+        `(${epsilon}) committed, whatever its progress.`;
+    }
+    return `No job of it has read the dataset yet: cancelling now refunds its charge ` +
+      `(${epsilon}), unless its job begins reading before the cancel lands.`;
+  }
+
   async function cancel(id, me) {
+    // Read afresh, so the confirm states the charge as it stands now.
+    let current;
+    try {
+      current = await api(`/releases/${enc(id)}`);
+    } catch (error) {
+      showError(error);
+      return;
+    }
+    if (!ACTIVE.has(current.status)) {
+      renderState(current, me);
+      return;
+    }
+    const charge = current.if_cancelled ? ` ${cancelWords(current)}` : "";
     // A native confirm: keyboard and screen-reader friendly, and nothing to build.
-    if (!window.confirm(`Cancel release ${id}? Its job stops; this cannot be undone.`)) return;
+    const question = `Cancel release ${id}?${charge} Its job stops; this cannot be undone.`;
+    if (!window.confirm(question)) return;
     $("release-cancel").disabled = true;
     let release;
     try {
