@@ -27,6 +27,16 @@ from dpcore.preprocessing import RowTransform
 
 Kind = Literal["numeric", "binary", "categorical", "label"]
 
+# Numeric columns' bins where the request names none: about 30 rows per bin or more, a power of
+# two within [4, 16] (n public). Measured on the study's tables with MST: docs/results/mst.md,
+# "Bins".
+BINS_RULE = "n/30 rounded down to a power of two, within [4, 16] (measured: docs/results/mst.md)"
+
+
+def default_bins(n: int) -> int:
+    bins = 1 << max(0, (max(1, n) // 30).bit_length() - 1)
+    return min(16, max(4, bins))
+
 
 @dataclass(frozen=True)
 class Attribute:

@@ -70,3 +70,17 @@ def test_records_are_drawn_from_the_model() -> None:
         ).pvalue
         < 1e-6
     )
+
+
+def test_growth_bounds_a_chain_closed_into_a_loop() -> None:
+    from dpcore.marginals.inference import Growth
+
+    sizes = [3, 4, 5, 2]
+    growth = Growth(sizes, [(0, 1), (1, 2), (3,)])
+    cells = 3 * 4 + 4 * 5 + 2
+    assert growth.size == pytest.approx(cells * 8 / 2**20)
+    assert growth.inside((1, 2)) and growth.bound((1, 2)) == growth.size
+    # Closing 0–1–2 into a loop: 0 joins (1, 2) (or 2 joins (0, 1)), the cheaper of the two.
+    assert growth.bound((0, 2)) == pytest.approx((cells + min(4 * 5 * 2, 3 * 4 * 4)) * 8 / 2**20)
+    # The model grown by (0, 2) is one clique (0, 1, 2) beside (3,): within the bound.
+    assert Growth(sizes, [(0, 1), (1, 2), (3,), (0, 2)]).size <= growth.bound((0, 2))

@@ -227,7 +227,7 @@ def test_an_empty_categorical_block_is_a_value_of_its_own() -> None:
 
 
 def test_bins_default_from_the_public_row_count() -> None:
-    from dpcore.mechanisms.mst.params import default_bins
+    from dpcore.marginals.discretise import default_bins
 
     assert [default_bins(n) for n in (10, 124, 398, 1257, 7000)] == [4, 4, 8, 16, 16]
     spec = registry.get("mst")

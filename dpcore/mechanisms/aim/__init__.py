@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.marginals.discretise import BINS_RULE, default_bins
 from dpcore.mechanisms.aim.params import (
     MAX_COLUMNS,
     MAX_PAIR_READS,
@@ -130,6 +131,7 @@ SPEC = MechanismSpec(
         title="AIMRequest",
         shape_defaults=(
             rows_default(),
+            ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
             ShapeDefault(
                 "rounds",
                 ROUNDS_RULE,

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from dpcore.marginals import histograms
-from dpcore.marginals.inference import JunctionTree, maximal_cliques, model_size
+from dpcore.marginals.inference import Growth, JunctionTree
 from dpcore.mechanisms.aim.accounting import MARGINAL_L1_SENSITIVITY
 
 SCORE_GRID = 64
@@ -56,15 +56,11 @@ class Candidates:
 
     def within(self, measured: list[Clique], size_limit: float) -> list[Clique]:
         """The candidates whose measurement keeps the model within ``size_limit`` MiB (AIM's
-        rule, ``mbi``'s junction-tree size): those inside a measured clique's junction tree
-        cost nothing more. A function of the cliques measured so far (released) only."""
-        inside = [set(c) for c in maximal_cliques(self.sizes, measured)]
-        out = []
-        for clique in self.cliques:
-            free = any(set(clique) <= c for c in inside)
-            if free or model_size(self.sizes, [*measured, clique]) <= size_limit:
-                out.append(clique)
-        return out
+        rule, on ``inference.Growth``'s bound of the grown model's junction tree): those
+        inside a clique of the current tree cost nothing more. A function of the cliques
+        measured so far (released) only."""
+        growth = Growth(self.sizes, measured)
+        return [c for c in self.cliques if growth.bound(c) <= size_limit or growth.inside(c)]
 
     def scores(self, cliques: list[Clique], tree: JunctionTree, sigma: float) -> np.ndarray:
         out = np.empty(len(cliques), dtype=np.int64)

@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
+from dpcore.marginals.discretise import BINS_RULE, default_bins
 from dpcore.mechanisms.mst.params import (
-    BINS_RULE,
     MAX_COLUMNS,
     MAX_PAIR_READS,
     MSTParams,
-    default_bins,
 )
 from dpcore.mechanisms.spec import (
     Accounting,

@@ -16,16 +16,6 @@ MAX_COLUMNS = 120
 MAX_PAIR_READS = 2_000_000_000
 
 
-# Numeric columns' bins where the request names none: about 30 rows per bin or more, a power of
-# two within [4, 16] (n public). Measured on the study's tables: docs/results/mst.md, "Bins".
-BINS_RULE = "n/30 rounded down to a power of two, within [4, 16] (measured: docs/results/mst.md)"
-
-
-def default_bins(n: int) -> int:
-    bins = 1 << max(0, (max(1, n) // 30).bit_length() - 1)
-    return min(16, max(4, bins))
-
-
 class MSTParams(BaseModel):
     """MST on the table's declared columns and its label."""
 
