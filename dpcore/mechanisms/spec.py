@@ -185,6 +185,11 @@ class ShapeDefault:
 
 Check = Callable[[Any, PublicFacts], None]
 
+#: Per noise scale (its name in the accountant's description), an upper bound on how many
+#: values one draw of it spans (the last axis of a sampler call), from public figures only.
+#: Scales left out draw rows no wider than a released record (features plus classes).
+NoiseWidths = Callable[[Any, PublicFacts], Mapping[str, int]]
+
 #: The neighbour relation every ε the service reports holds for, unless a mechanism's
 #: parameters opt in to a narrower one (``Accounting.relation``).
 REPLACE_ONE = "replace-one (n public)"
@@ -297,11 +302,14 @@ class Admission:
     """What admission does with a request's parameters: ``shape_defaults`` fill in those left
     out from the dataset's public shape (``ShapeDefault``), then ``check`` refuses values that
     do not fit its public facts or the server's limits. ``title``: the name of the generated
-    API request schema (e.g. "MixingRequest")."""
+    API request schema (e.g. "MixingRequest"). ``noise_widths``: how wide the job's noise
+    draws are (``NoiseWidths``), so that admission refuses a noise the secure sampler could
+    not draw instead of the job failing after it read the data (None: row-wide draws)."""
 
     check: Check = _no_check
     shape_defaults: tuple[ShapeDefault, ...] = ()
     title: str = ""
+    noise_widths: NoiseWidths | None = None
 
     def validate(self, mechanism: str, fields: set[str]) -> None:
         shaped = [d.name for d in self.shape_defaults]
@@ -439,6 +447,30 @@ class MechanismSpec:
         (``InvalidParams`` where they do not fit)."""
         self.admission.check(params, facts)
 
+    def check_sampler(
+        self, params: BaseModel, facts: PublicFacts, noise: NoiseDescription, sampler: str
+    ) -> None:
+        """Refuse (``InvalidParams``) a noise the named sampler could not draw in the job:
+        the secure sampler's lattice has a largest scale, which a large σ over wide rows
+        passes. Public figures only (σ, the declared widths)."""
+        if sampler != "secure":
+            return
+        from dpcore.mechanisms.noise import check_drawable
+
+        widths = self.admission.noise_widths
+        declared = widths(params, facts) if widths is not None else {}
+        row = facts.n_features + facts.n_classes
+        for scale in noise.scales:
+            width = int(declared.get(scale.name, row))
+            try:
+                check_drawable(sigma=scale.sigma, sensitivity=scale.sensitivity, width=width)
+            except ValueError as exc:
+                raise InvalidParams(
+                    f"noise {scale.name!r} (σ = {scale.sigma:g} over up to {width} values per "
+                    f"draw) is beyond what the secure sampler draws: ask for less noise (a "
+                    f"larger ε), or noise_sampler 'fast'"
+                ) from exc
+
     def accountant(self, name: str) -> Accountant:
         for accountant in self.accounting.accountants:
             if accountant.name == name:
@@ -481,17 +513,21 @@ class MechanismSpec:
         target: Target,
         *,
         admit: Callable[[Accountant], None] | None = None,
+        sampler: str | None = None,
     ) -> Planned:
         """A release of ``params`` (of ``request_params``) on the public ``facts`` at
         ``target``: shape defaults filled in, admission's checks, the target's accountant
         (``admit``: the caller's own policy on it, run before any accounting), its event at
-        the calibrated or given noise, and the (ε, δ) it costs at the target's δ."""
+        the calibrated or given noise, and the (ε, δ) it costs at the target's δ. ``sampler``:
+        the release's noise sampler, whose limits the noise must fit (``check_sampler``)."""
         resolved = self.resolve(params, facts)
         self.check(resolved, facts)
         accountant = self.accountant(target.accountant)
         if admit is not None:
             admit(accountant)
         event = self.event_at(target, resolved, facts)
+        if sampler is not None:
+            self.check_sampler(resolved, facts, event.noise(), sampler)
         return Planned(resolved, accountant, event, event.cost(target.delta_for(event)))
 
     def accountant_keys(

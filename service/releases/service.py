@@ -194,6 +194,7 @@ def plan(
             facts(dataset, settings, request.format),
             target(request, budget, spent),
             admit=lambda accountant: admit_accountant(spec, accountant, request),
+            sampler=request.noise_sampler,
         )
     except ReleaseOverSizeCap as exc:
         raise ReleaseTooLarge(

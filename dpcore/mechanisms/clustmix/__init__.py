@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms import basis
+from dpcore.mechanisms import basis, float_error
 from dpcore.mechanisms.clipping import (
     DEFAULT_RULE,
     check_clip_norm,
@@ -164,6 +164,24 @@ TIGHT = Accountant(
 )
 
 
+def _noise_widths(params: ClustMixParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: second moments (upper triangle plus the diagonal tail),
+    the values' histogram, DP-KIP's gradient of every centre at once, k-means sums (Fourier
+    features or records) and every centre's count."""
+    from dpcore.mechanisms.values import BINS
+
+    d = facts.n_features
+    centres = params.clusters_per_class * facts.n_classes
+    return {
+        "second": d * (d + 1) // 2 + d,
+        "values": BINS,
+        "kip": centres * d,
+        "kmeans_sums": max(2 * params.rff_frequencies, d),
+        "kmeans_counts": centres,
+        "counts": centres,
+    }
+
+
 def _check(params: ClustMixParams, facts: PublicFacts) -> None:
     foreign = foreign_fields(params)
     if foreign:
@@ -179,6 +197,18 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
         )
     basis.check(params, facts)
     check_clip_norm(params.clip_norm, facts)
+    if params.feature_map == "rff":
+        from dpcore.mechanisms.kmeans import check_rbf_width
+
+        check_rbf_width(
+            k=facts.n_features,
+            frequencies=params.rff_frequencies,
+            width=params.rbf_width,
+            terms=facts.n,
+            # Above the basis's rounding (``Basis.excess``; float64, orders below float32's
+            # unit): conservative, it refuses only widths that fit no data anyway.
+            input_error=float_error.INPUT_RELATIVE,
+        )
     if params.model == "gaussian":
         _check_gaussian(params, facts)
     if params.dpkip_steps:
@@ -367,6 +397,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="ClustMixRequest",
+        noise_widths=_noise_widths,
         shape_defaults=(
             ShapeDefault("model", MODEL_RULE, model_default),
             ShapeDefault(

@@ -63,6 +63,13 @@ TIGHT = Accountant(
 )
 
 
+def _noise_widths(params: MSTParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: one attribute's histogram (numeric bins, a categorical
+    block, the label, each with a missing-value level), and two such attributes' joint one."""
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    return {"one_way": size, "two_way": size * size}
+
+
 def _check(params: MSTParams, facts: PublicFacts) -> None:
     columns = facts.keys()["n_columns"]
     if columns > MAX_COLUMNS:
@@ -128,6 +135,7 @@ SPEC = MechanismSpec(
             ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
         ),
         check=_check,
+        noise_widths=_noise_widths,
     ),
     execution=Execution(release=lazy(f"{__name__}.release", "release")),
     audit=AuditSpec(keys=(audit_keys.N,), case=lazy(f"{__name__}.audit", "case")),
