@@ -162,6 +162,13 @@ class Settings(BaseSettings):
         "rows x (features + classes) x bytes per value of the format (4 for NPZ and Parquet, "
         "16 for CSV); larger requests answer 422 release_too_large",
     )
+    max_job_work: float = Field(
+        default=2e13,
+        gt=0,
+        description="Largest job, in multiply-adds, as its mechanism's spec estimates it at "
+        "admission from public figures (parameters, the dataset's shape): it bounds how long "
+        "one release may hold a worker; larger requests answer 422 job_too_long",
+    )
     scratch_dir: Path | None = Field(
         default=None,
         description="Where jobs write their scratch files (one dprelease-<pid>-* directory per "

@@ -15,7 +15,13 @@ from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.planning import DeltaRule, Target
-from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec, ReleaseOverSizeCap
+from dpcore.mechanisms.spec import (
+    REPLACE_ONE,
+    InvalidParams,
+    JobOverWorkCap,
+    MechanismSpec,
+    ReleaseOverSizeCap,
+)
 from service import owner_only
 from service.access import (
     dataset_for,
@@ -33,6 +39,7 @@ from service.errors import (
     BudgetExceeded,
     ClassesUndeclared,
     InvalidInput,
+    JobTooLong,
     NotFound,
     ReleaseTooLarge,
 )
@@ -199,6 +206,10 @@ def plan(
     except ReleaseOverSizeCap as exc:
         raise ReleaseTooLarge(
             str(exc), detail={"estimated_bytes": exc.estimate, "limit_bytes": exc.limit}
+        ) from exc
+    except JobOverWorkCap as exc:
+        raise JobTooLong(
+            str(exc), detail={"estimated_work": exc.estimate, "limit_work": exc.limit}
         ) from exc
     except (CalibrationError, InvalidParams, ValueError) as exc:
         raise InvalidInput(str(exc)) from exc

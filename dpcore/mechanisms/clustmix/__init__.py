@@ -345,6 +345,31 @@ def _feature_noise(
     return FeatureNoise(None, row_shrink(facts.n_features, params.clip_norm), what)
 
 
+def _work(params: ClustMixParams, facts: PublicFacts) -> float:
+    """Reading the records into the basis; every k-means step's distances from each record
+    to every centre (in the basis, or its Fourier features); second moments (model
+    gaussian); DP-KIP's and the paper's KIP steps (each batch record against every centre)
+    and the paper's mixture fits; drawing the rows."""
+    from dpcore.mechanisms.clustmix.release import BASIS_DIM, MOMENT_DIM
+
+    n, k = float(facts.n), facts.n_classes
+    dim = basis.dimension(params, facts, BASIS_DIM)
+    centres = params.clusters_per_class * k
+    space = 2 * params.rff_frequencies if params.feature_map == "rff" else dim
+    steps = 2 + params.clusters_per_class.bit_length() + params.kmeans_refine
+    work = basis.projection_work(params, facts, BASIS_DIM) + steps * n * space * centres
+    second = 0
+    if params.model == "gaussian":
+        second = min(params.moment_dim or MOMENT_DIM, dim)
+        work += n * second * second
+    work += float(params.dpkip_steps) * params.dpkip_batch * centres * (dim + centres)
+    if params.variant == "paper":
+        work += float(params.kip_steps) * params.kip_batch * centres * (dim + centres)
+        work += float(params.gmm_iters) * n * centres * dim
+    rows = params.n_samples if params.n_samples is not None else facts.n
+    return work + float(rows) * (dim + second * second)
+
+
 SPEC = MechanismSpec(
     name="clustmix",
     params=ClustMixParams,
@@ -397,6 +422,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="ClustMixRequest",
+        work=_work,
         noise_widths=_noise_widths,
         shape_defaults=(
             ShapeDefault("model", MODEL_RULE, model_default),

@@ -160,6 +160,24 @@ def _feature_noise(params: DPGMParams, facts: PublicFacts, noise: NoiseDescripti
     )
 
 
+def _work(params: DPGMParams, facts: PublicFacts) -> float:
+    """The k-means' steps over the records' Fourier features, then every DP-SGD step: the
+    batch's per-record gradients (a forward and a backward pass, and their norms) and the
+    noise on every network's parameters, then the samples' decoding."""
+    from dpcore.mechanisms.dpgm.accounting import sgd_schedule
+
+    batch, steps = sgd_schedule(params.batch_size, params.epochs, facts.n)
+    models = params.clusters_per_class * facts.n_classes
+    size = network_size(params.model, facts.n_features, params.hidden, params.latent_dim)
+    kmeans = 0.0
+    if params.clusters_per_class > 1:
+        kmeans_steps = 2 + params.clusters_per_class.bit_length() + params.kmeans_refine
+        fourier = 2 * params.rff_frequencies
+        kmeans = kmeans_steps * float(facts.n) * fourier * (facts.n_features + models)
+    training = float(steps) * (3 * batch + models) * size
+    return kmeans + training + float(params.n_samples or facts.n) * size
+
+
 SPEC = MechanismSpec(
     name="dpgm",
     params=DPGMParams,
@@ -199,6 +217,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="DPGMRequest",
+        work=_work,
         check=_check,
         noise_widths=_noise_widths,
     ),

@@ -105,6 +105,17 @@ def _warnings(
     return []
 
 
+def _work(params: MSTParams, facts: PublicFacts) -> float:
+    """Reading every column, scoring the candidate pairs (``_check`` bounds their reads),
+    the fit's iterations over the measured marginals, and sampling every column per row."""
+    columns = facts.keys()["n_columns"] + 1  # with the label
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    pairs = math.comb(columns, 2) if params.structure == "tree" else columns
+    fit = float(params.iterations) * columns * size * size
+    rows = params.n_samples if params.n_samples is not None else facts.n
+    return float(facts.n) * (columns + pairs) + fit + float(rows) * columns * size
+
+
 SPEC = MechanismSpec(
     name="mst",
     params=MSTParams,
@@ -130,6 +141,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="MSTRequest",
+        work=_work,
         shape_defaults=(
             rows_default(),
             ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
