@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         description="Embedded mode: release jobs run at once, taken from per-owner queues in "
         "turn (so one owner's backlog does not hold up another's release)",
     )
+    job_threads_per_owner: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Embedded mode: most release jobs one owner runs at once; unset: all job "
+        "threads but one (at least one), so one owner's long jobs always leave a thread for "
+        "another owner's release",
+    )
     # One release, every format (service/releases/conversions.py).
     conversion_max_bytes: int = Field(
         default=2 * 1024**3,
