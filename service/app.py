@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from service import bootstrap, errors_http, owner_only
+from service import bootstrap, errors_http, logs
 from service.access_schema import declare_access
 from service.audit_trail.endpoints import router as audit_router
 from service.auth.endpoints import router as auth_router
@@ -78,8 +78,9 @@ def create_app(
             rt = runtime_factory(settings)
         bootstrap.ensure_admin(rt)
         app.state.runtime = rt
-        # uvicorn has configured its loggers by now: research releases' traces are dropped.
-        owner_only.install()
+        # uvicorn has configured its loggers by now: JSON lines, third-party chatter kept
+        # out, research releases' traces dropped (``service.logs``).
+        logs.configure(settings.log_level)
         if isinstance(rt.dispatcher, InProcessDispatcher):
             _resume_unfinished(rt)
         sweeping = None

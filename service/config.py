@@ -182,6 +182,13 @@ class Settings(BaseSettings):
         "rows x (features + classes) x bytes per value of the format (4 for NPZ and Parquet, "
         "16 for CSV); larger requests answer 422 release_too_large",
     )
+    max_job_work: float = Field(
+        default=2e13,
+        gt=0,
+        description="Largest job, in multiply-adds, as its mechanism's spec estimates it at "
+        "admission from public figures (parameters, the dataset's shape): it bounds how long "
+        "one release may hold a worker; larger requests answer 422 job_too_long",
+    )
     scratch_dir: Path | None = Field(
         default=None,
         description="Where jobs write their scratch files (one dprelease-<pid>-* directory per "
@@ -200,6 +207,14 @@ class Settings(BaseSettings):
         le=64,
         description="Embedded mode: release jobs run at once, taken from per-owner queues in "
         "turn (so one owner's backlog does not hold up another's release)",
+    )
+    job_threads_per_owner: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Embedded mode: most release jobs one owner runs at once; unset: all job "
+        "threads but one (at least one), so one owner's long jobs always leave a thread for "
+        "another owner's release",
     )
     # One release, every format (service/releases/conversions.py).
     conversion_max_bytes: int = Field(

@@ -33,6 +33,13 @@ class ReleaseTooLarge(InvalidInput):
     code = "release_too_large"
 
 
+class JobTooLong(InvalidInput):
+    """The job's declared work would pass DPRELEASE_MAX_JOB_WORK (422): estimated from
+    public figures only (its parameters, the dataset's shape)."""
+
+    code = "job_too_long"
+
+
 class LabelColumnClash(InvalidInput):
     """A release table of the dataset would repeat a column name (422): its label column,
     or a '<label>=<class>' column, is also a feature's name."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uvicorn
 from fastapi import FastAPI
 
+from service import logs
 from service.app import create_app
 from service.config import Settings, get_settings
 from service.runtime import Runtime, build_runtime
@@ -41,6 +42,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=logs.uvicorn_config(settings.log_level),
     )
 
 

@@ -55,7 +55,9 @@ class InProcessDispatcher:
     """Embedded mode: the same task code, run on ``workers`` background threads of this
     process (every job, whatever its mechanism's queue), taken from per-owner queues in turn:
     the next job goes to the owner with the fewest jobs running, the one served longest ago
-    first on a tie, so one owner's backlog does not hold up another owner's release.
+    first on a tie, so one owner's backlog does not hold up another owner's release. No owner
+    runs more than ``per_owner`` jobs at once (default: all threads but one), so one owner's
+    long jobs leave a thread for another owner's release even when they arrived first.
 
     ``owner_of(release_id)`` names a job's owner (read once, at enqueue). ``shutdown`` sets
     ``stopping``: a running job stops at its next chunk and leaves its release queued (the
@@ -67,10 +69,12 @@ class InProcessDispatcher:
         *,
         owner_of: Callable[[str], str] = lambda release_id: "",
         workers: int = 1,
+        per_owner: int | None = None,
         stopping: threading.Event | None = None,
     ) -> None:
         self._run = run
         self._owner_of = owner_of
+        self._per_owner = max(1, per_owner if per_owner is not None else workers - 1)
         self.stopping = stopping or threading.Event()
         self._lock = threading.Condition()
         self._pending: dict[str, deque[str]] = {}  # owner → release ids, oldest first
@@ -99,13 +103,17 @@ class InProcessDispatcher:
             self._pending.setdefault(owner, deque()).append(release_id)
             self._lock.notify()
 
+    def _ready(self) -> list[str]:
+        """Owners with a job waiting and fewer than ``per_owner`` running."""
+        return [o for o in self._pending if self._running[o] < self._per_owner]
+
     def _next(self) -> tuple[str, str] | None:
         with self._lock:
-            while not self._pending and not self._closed:
+            while not self._ready() and not self._closed:
                 self._lock.wait()
             if self._closed:
                 return None
-            owner = min(self._pending, key=lambda o: (self._running[o], self._served.get(o, -1)))
+            owner = min(self._ready(), key=lambda o: (self._running[o], self._served.get(o, -1)))
             waiting = self._pending[owner]
             release_id = waiting.popleft()
             if not waiting:
@@ -130,6 +138,8 @@ class InProcessDispatcher:
             finally:
                 with self._lock:
                     self._running[owner] -= 1
+                    # The owner may be under its limit again: a waiting thread may take it.
+                    self._lock.notify_all()
 
     def shutdown(self) -> None:
         self.stopping.set()

@@ -23,7 +23,7 @@ from celery.signals import (
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from service import owner_only
+from service import logs, owner_only
 from service.config import get_settings
 from service.runtime import Runtime, build_runtime
 from worker.broker import RUN_RELEASE, celery_app
@@ -105,9 +105,10 @@ def _close_unit(task_id: str | None = None, **_: Any) -> None:
 
 @after_setup_logger.connect
 @after_setup_task_logger.connect
-def _filter_logs(**_: Any) -> None:
-    """A research release's job leaves no log record (``service.owner_only``). The consumer
-    logs each task it receives before any job reads the release, so that line (task name and
-    id, at INFO) is not written at all: its time would date a research release's job."""
+def _filter_logs(loglevel: int | str | None = None, **_: Any) -> None:
+    """JSON lines, third-party chatter kept out (``service.logs``), and no log record of a
+    research release's job (``service.owner_only``). The consumer logs each task it receives
+    before any job reads the release, so that line (task name and id, at INFO) is not written
+    at all: its time would date a research release's job."""
     logging.getLogger("celery.worker.strategy").setLevel(logging.WARNING)
-    owner_only.install()
+    logs.configure(loglevel if loglevel is not None else logging.INFO)

@@ -65,6 +65,7 @@ def in_process_dispatcher(runtime: Runtime) -> Dispatcher:
         lambda release_id: run_release(runtime, release_id),
         owner_of=lambda release_id: _owner_of(runtime, release_id),
         workers=runtime.settings.job_threads,
+        per_owner=runtime.settings.job_threads_per_owner,
         stopping=runtime.stopping,
     )
 

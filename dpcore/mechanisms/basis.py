@@ -167,6 +167,13 @@ def dimension(params: BasisParams, facts: PublicFacts, default_dim: int) -> int:
     return n if _identity(params, image, n, k) else min(k, n)
 
 
+def projection_work(params: BasisParams, facts: PublicFacts, default_dim: int) -> float:
+    """Multiply-adds of reading the records into ``basis_for``'s basis: n·d, times its
+    dimension where it projects (public figures; ``Admission.work``)."""
+    dim = dimension(params, facts, default_dim)
+    return float(facts.n) * facts.n_features * (1 if dim == facts.n_features else dim)
+
+
 def basis_for(
     params: BasisParams, feature_shape: tuple[int, ...], n_features: int, default_dim: int
 ) -> Basis:

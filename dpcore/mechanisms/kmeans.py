@@ -113,15 +113,46 @@ class FourierFeatures:
         the float64 summation of unit-norm rows."""
         k = int(self.frequencies.shape[0])
         lipschitz = float(self.frequencies.norm(dim=0).max())
-        row = math.sqrt(2.0) * (lipschitz * (input_error + float_error.gamma(k + 1)) + 2.0**-51)
-        return 2.0 * row + float_error.scaled_sum(
-            FOURIER_SUM_SENSITIVITY, terms=terms, magnitude=float(terms)
-        )
+        return _fourier_sum_error(lipschitz, k, input_error, terms)
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         angles = rows.double() @ self.frequencies.to(rows.device)
         scale = 1.0 / math.sqrt(self.frequencies.shape[1])
         return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1) * scale
+
+
+def _fourier_sum_error(lipschitz: float, k: int, input_error: float, terms: int) -> float:
+    """``FourierFeatures.sum_error`` for frequencies of largest norm ``lipschitz``."""
+    row = math.sqrt(2.0) * (lipschitz * (input_error + float_error.gamma(k + 1)) + 2.0**-51)
+    return 2.0 * row + float_error.scaled_sum(
+        FOURIER_SUM_SENSITIVITY, terms=terms, magnitude=float(terms)
+    )
+
+
+# How far past √k (the norm's mean scale) a frequency's norm may be at admission: Gaussian
+# concentration, P(‖ω‖·w ≥ √k + t) ≤ exp(−t²/2), with t = √(2 ln d) + this, makes a draw
+# past the bound, over all d frequencies, less likely than exp(−this²/2).
+_NORM_TAIL = 10.0
+
+
+def check_rbf_width(
+    *, k: int, frequencies: int, width: float, terms: int, input_error: float
+) -> None:
+    """Refuse (``InvalidParams``) a bandwidth so narrow that the Fourier features' rounding
+    cover (``FourierFeatures.sum_error`` of rows of ``k`` features off by at most
+    ``input_error``) would pass the unit the k-means sums are analysed at, which the job's
+    sampler refuses after it has read the data: checked at admission with a bound on the
+    frequencies' largest norm (``_NORM_TAIL``), from public figures only."""
+    from dpcore.mechanisms.spec import InvalidParams
+
+    lipschitz = (math.sqrt(k) + math.sqrt(2.0 * math.log(frequencies)) + _NORM_TAIL) / width
+    error = _fourier_sum_error(lipschitz, k, input_error, terms)
+    if not error < SUM_ROW_UNIT:
+        raise InvalidParams(
+            f"rbf_width {width:g} is too narrow for {k} features: the Fourier features' "
+            "floating-point error would exceed what the noise covers (a kernel this narrow "
+            "also makes every pair of records orthogonal); use a larger rbf_width"
+        )
 
 
 def _space(rows: torch.Tensor, features: FourierFeatures | None) -> torch.Tensor:

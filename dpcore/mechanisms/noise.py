@@ -188,6 +188,26 @@ def lattice_plan(
     return best
 
 
+# The smallest cover unit any draw uses, relative to its scale's sensitivity: a call's unit is
+# the contribution it is analysed for (half the replace-one sensitivity of a subsampled sum,
+# ClustMix paper's smaller row move), never less than a quarter of it.
+MIN_UNIT_SHARE = 0.25
+
+
+def check_drawable(*, sigma: float, sensitivity: float, width: int) -> None:
+    """Raise ``ValueError`` (``lattice_plan``'s) unless the secure sampler draws noise of std
+    ``sigma`` for any call of this scale over at most ``width`` values: admission's check, in
+    the worst case — the smallest unit (``MIN_UNIT_SHARE``) and a rounding error up to the
+    unit, which raises σ' by less than a factor 2 (the finest lattice, where the limit is
+    reached, does not depend on σ)."""
+    lattice_plan(
+        sigma=2.0 * sigma,
+        sensitivity=sensitivity,
+        dim=max(1, width),
+        unit=sensitivity * MIN_UNIT_SHARE,
+    )
+
+
 @dataclass
 class SecureNoise:
     """Lattice rounding plus exact rounded-Gaussian noise from the secure source (the

@@ -54,6 +54,15 @@ class ReleaseOverSizeCap(InvalidParams):
         self.estimate, self.limit = estimate, limit
 
 
+class JobOverWorkCap(InvalidParams):
+    """The job's declared work (``Admission.work``) passes the server's cap
+    (``PublicFacts.max_job_work``). Its figures are public: the parameters and the shape."""
+
+    def __init__(self, message: str, *, estimate: float, limit: float) -> None:
+        super().__init__(message)
+        self.estimate, self.limit = estimate, limit
+
+
 class SpecError(TypeError):
     """A mechanism's spec is inconsistent (a programming error, found at registration)."""
 
@@ -83,6 +92,10 @@ class PublicFacts:
     max_release_bytes: int | None = None
     value_bytes: int = 4
     bytes_hint: str | None = None
+    # The cap on a job's declared work (``Admission.work``, multiply-adds), and how errors
+    # name it; None: no cap.
+    max_job_work: float | None = None
+    work_hint: str | None = None
 
     def keys(self) -> dict[str, int]:
         """The facts an accountant may declare as keys (it takes those it declares)."""
@@ -108,6 +121,19 @@ class PublicFacts:
                 f"bytes per value), more than {limit}: ask for fewer rows",
                 estimate=estimate,
                 limit=self.max_release_bytes,
+            )
+
+    def check_work(self, estimate: float) -> None:
+        """Refuse (``JobOverWorkCap``) a job whose declared work passes the cap."""
+        if self.max_job_work is not None and not estimate <= self.max_job_work:
+            limit = self.work_hint or f"the limit of {self.max_job_work:.3g}"
+            raise JobOverWorkCap(
+                f"this job's estimated work, {estimate:.3g} multiply-adds (from its parameters "
+                f"and the dataset's public shape), is more than {limit}: lower the "
+                "parameters that repeat the work (epochs, steps, iterations, rows) or the "
+                "model's size",
+                estimate=estimate,
+                limit=self.max_job_work,
             )
 
     def default_rows(self, multiple: int = 1) -> int:
@@ -184,6 +210,16 @@ class ShapeDefault:
 
 
 Check = Callable[[Any, PublicFacts], None]
+
+#: Per noise scale (its name in the accountant's description), an upper bound on how many
+#: values one draw of it spans (the last axis of a sampler call), from public figures only.
+#: Scales left out draw rows no wider than a released record (features plus classes).
+NoiseWidths = Callable[[Any, PublicFacts], Mapping[str, int]]
+
+#: A job's work, declared: an upper bound on its arithmetic in multiply-adds (the order of its
+#: time on one worker), from public figures only (parameters, the dataset's shape), so that
+#: admission bounds a job's time before it is queued.
+WorkOf = Callable[[Any, PublicFacts], float]
 
 #: The neighbour relation every ε the service reports holds for, unless a mechanism's
 #: parameters opt in to a narrower one (``Accounting.relation``).
@@ -297,11 +333,17 @@ class Admission:
     """What admission does with a request's parameters: ``shape_defaults`` fill in those left
     out from the dataset's public shape (``ShapeDefault``), then ``check`` refuses values that
     do not fit its public facts or the server's limits. ``title``: the name of the generated
-    API request schema (e.g. "MixingRequest")."""
+    API request schema (e.g. "MixingRequest"). ``work``: the job's declared work
+    (``WorkOf``), held to the server's cap (``PublicFacts.check_work``); None: uncapped.
+    ``noise_widths``: how wide the job's noise draws are (``NoiseWidths``), so that admission
+    refuses a noise the secure sampler could not draw instead of the job failing after it
+    read the data (None: row-wide draws)."""
 
     check: Check = _no_check
     shape_defaults: tuple[ShapeDefault, ...] = ()
     title: str = ""
+    noise_widths: NoiseWidths | None = None
+    work: WorkOf | None = None
 
     def validate(self, mechanism: str, fields: set[str]) -> None:
         shaped = [d.name for d in self.shape_defaults]
@@ -436,8 +478,34 @@ class MechanismSpec:
 
     def check(self, params: BaseModel, facts: PublicFacts) -> None:
         """Admission's checks of resolved ``params`` against the public ``facts``
-        (``InvalidParams`` where they do not fit)."""
+        (``InvalidParams`` where they do not fit), then its declared work against the cap."""
         self.admission.check(params, facts)
+        if self.admission.work is not None:
+            facts.check_work(self.admission.work(params, facts))
+
+    def check_sampler(
+        self, params: BaseModel, facts: PublicFacts, noise: NoiseDescription, sampler: str
+    ) -> None:
+        """Refuse (``InvalidParams``) a noise the named sampler could not draw in the job:
+        the secure sampler's lattice has a largest scale, which a large σ over wide rows
+        passes. Public figures only (σ, the declared widths)."""
+        if sampler != "secure":
+            return
+        from dpcore.mechanisms.noise import check_drawable
+
+        widths = self.admission.noise_widths
+        declared = widths(params, facts) if widths is not None else {}
+        row = facts.n_features + facts.n_classes
+        for scale in noise.scales:
+            width = int(declared.get(scale.name, row))
+            try:
+                check_drawable(sigma=scale.sigma, sensitivity=scale.sensitivity, width=width)
+            except ValueError as exc:
+                raise InvalidParams(
+                    f"noise {scale.name!r} (σ = {scale.sigma:g} over up to {width} values per "
+                    f"draw) is beyond what the secure sampler draws: ask for less noise (a "
+                    f"larger ε), or noise_sampler 'fast'"
+                ) from exc
 
     def accountant(self, name: str) -> Accountant:
         for accountant in self.accounting.accountants:
@@ -481,17 +549,21 @@ class MechanismSpec:
         target: Target,
         *,
         admit: Callable[[Accountant], None] | None = None,
+        sampler: str | None = None,
     ) -> Planned:
         """A release of ``params`` (of ``request_params``) on the public ``facts`` at
         ``target``: shape defaults filled in, admission's checks, the target's accountant
         (``admit``: the caller's own policy on it, run before any accounting), its event at
-        the calibrated or given noise, and the (ε, δ) it costs at the target's δ."""
+        the calibrated or given noise, and the (ε, δ) it costs at the target's δ. ``sampler``:
+        the release's noise sampler, whose limits the noise must fit (``check_sampler``)."""
         resolved = self.resolve(params, facts)
         self.check(resolved, facts)
         accountant = self.accountant(target.accountant)
         if admit is not None:
             admit(accountant)
         event = self.event_at(target, resolved, facts)
+        if sampler is not None:
+            self.check_sampler(resolved, facts, event.noise(), sampler)
         return Planned(resolved, accountant, event, event.cost(target.delta_for(event)))
 
     def accountant_keys(

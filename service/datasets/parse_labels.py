@@ -3,6 +3,8 @@ against the declared classes, per-feature bounds, and how positions and values a
 
 from __future__ import annotations
 
+import re
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,9 +32,29 @@ def long_label(length: int, where: str) -> str:
     return f"label {where} has {length} characters; labels have at most {MAX_LABEL_CHARS}"
 
 
+# A parser's failure in our words: its own text names library internals and may quote the
+# file's bytes, so a 422 never carries it (nor does the log: the bytes are the owner's data).
+_RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+_UNREADABLE = {
+    "csv": "it is not UTF-8 text of comma-separated rows under one header line",
+    "parquet": "it is not a readable Parquet file (damaged, truncated, or an encoding this "
+    "server does not read)",
+    "npz": "it is not a readable NPZ archive of .npy arrays (damaged or truncated)",
+}
+
+
 def unreadable(fmt: str, exc: BaseException) -> InvalidInput:
-    lines = str(exc).strip().splitlines()
-    reason = lines[0][:200] if lines else type(exc).__name__
+    """The 422 of a file its parser could not read: why, in the service's own words."""
+    ragged = _RAGGED.search(str(exc)) if fmt == "csv" else None
+    if ragged is not None:
+        expected, line, saw = ragged.groups()
+        reason = f"line {line} of the file has {saw} fields where the header has {expected}"
+    elif isinstance(exc, UnicodeDecodeError):
+        reason = "it is not UTF-8 text"
+    elif isinstance(exc, zipfile.BadZipFile):
+        reason = "it is not a zip archive (an NPZ file is one)"
+    else:
+        reason = _UNREADABLE.get(fmt, f"it is not a readable {fmt} file")
     return InvalidInput(f"file could not be read as {fmt}: {reason}")
 
 

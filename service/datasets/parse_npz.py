@@ -132,7 +132,11 @@ def _check_npy_header(
             else:
                 raise ValueError(f"npy format version {version} is not supported")
         except ValueError as exc:
-            raise InvalidInput(f"file could not be read as npz: array {key!r}: {exc}") from exc
+            # numpy's text quotes the header's bytes: the service's own words instead.
+            raise InvalidInput(
+                f"file could not be read as npz: array {key!r} has a damaged .npy header or "
+                "one of a version this server does not read"
+            ) from exc
         header_bytes = member.tell()
     if dtype.hasobject:
         raise InvalidInput(

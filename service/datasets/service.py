@@ -45,7 +45,9 @@ def parse_metadata(raw: str) -> DatasetMetadata:
     except strict_json.TooDeep as exc:
         raise InvalidInput(f"metadata: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
+        raise InvalidInput(
+            f"metadata is not valid JSON (line {exc.lineno}, column {exc.colno})"
+        ) from exc
     try:
         return DatasetMetadata.model_validate(payload)
     except ValidationError as exc:

@@ -50,6 +50,8 @@ def facts(dataset: Dataset, settings: Settings, fmt: str = "npz") -> PublicFacts
         value_bytes=VALUE_BYTES[fmt],
         bytes_hint=f"this server's limit of {settings.max_release_bytes} bytes "
         "(DPRELEASE_MAX_RELEASE_BYTES)",
+        max_job_work=settings.max_job_work,
+        work_hint=f"this server's limit of {settings.max_job_work:.3g} (DPRELEASE_MAX_JOB_WORK)",
     )
 
 

@@ -15,7 +15,13 @@ from dpcore.accounting.filter import Spend
 from dpcore.calibration import CalibrationError
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.planning import DeltaRule, Target
-from dpcore.mechanisms.spec import REPLACE_ONE, InvalidParams, MechanismSpec, ReleaseOverSizeCap
+from dpcore.mechanisms.spec import (
+    REPLACE_ONE,
+    InvalidParams,
+    JobOverWorkCap,
+    MechanismSpec,
+    ReleaseOverSizeCap,
+)
 from service import owner_only
 from service.access import (
     dataset_for,
@@ -33,6 +39,7 @@ from service.errors import (
     BudgetExceeded,
     ClassesUndeclared,
     InvalidInput,
+    JobTooLong,
     NotFound,
     ReleaseTooLarge,
 )
@@ -194,18 +201,29 @@ def plan(
             facts(dataset, settings, request.format),
             target(request, budget, spent),
             admit=lambda accountant: admit_accountant(spec, accountant, request),
+            sampler=request.noise_sampler,
         )
     except ReleaseOverSizeCap as exc:
         raise ReleaseTooLarge(
             str(exc), detail={"estimated_bytes": exc.estimate, "limit_bytes": exc.limit}
         ) from exc
+    except JobOverWorkCap as exc:
+        raise JobTooLong(
+            str(exc), detail={"estimated_work": exc.estimate, "limit_work": exc.limit}
+        ) from exc
     except (CalibrationError, InvalidParams, ValueError) as exc:
+        if not raised_by_us(exc):
+            # A library's text (numpy, scipy, dp-accounting) is not the service's answer.
+            raise InvalidInput(
+                "these parameters cannot be accounted for: the accountant's numerics refused "
+                "them; try a noise or ε nearer the usual range"
+            ) from exc
         raise InvalidInput(str(exc)) from exc
     except ArithmeticError as exc:
         # Numbers at the edge of floating point (a noise of 5e-324, whose square is 0) break
         # the accountant's arithmetic: refused, as nothing can be accounted for them.
         raise InvalidInput(
-            f"these numbers are out of the range the accountant can evaluate ({exc})"
+            "these numbers are out of the range the accountant can evaluate"
         ) from exc
     if not math.isfinite(planned.epsilon):
         raise InvalidInput("this noise gives no finite ε at the requested δ; add noise")
@@ -233,6 +251,22 @@ def plan(
         else None,
         report_dataset=report_dataset,
     )
+
+
+# The packages whose exception texts are the service's own wording.
+_OWN_PACKAGES = ("dpcore", "service")
+
+
+def raised_by_us(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the service's own code (its text is ours to show), not
+    by a library it called (whose text names internals)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = str(tb.tb_frame.f_globals.get("__name__", ""))
+    return module.split(".")[0] in _OWN_PACKAGES
 
 
 def require_declared_classes(dataset: Dataset) -> None:

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections import namedtuple
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -347,11 +346,45 @@ def test_in_process_jobs_take_owners_in_turn() -> None:
     assert order == ["a1", "b1", "a2", "a3"]
 
 
-def test_one_owners_backlog_does_not_hold_up_anothers_release(
+def test_one_owner_runs_at_most_all_threads_but_one() -> None:
+    """Two threads: A's three jobs, handed over first, run one at a time, and B's, handed
+    over while A's first runs, takes the other thread at once. On main A's first two took
+    both threads and B's waited for one of them to end."""
+    started: list[str] = []
+    release = threading.Event()
+
+    def run(release_id: str) -> None:
+        started.append(release_id)
+        release.wait(10)
+
+    owners = {"a1": "A", "a2": "A", "a3": "A", "b1": "B"}
+    dispatcher = InProcessDispatcher(run, owner_of=owners.__getitem__, workers=2)
+    try:
+        for rid in ("a1", "a2", "a3"):
+            dispatcher.enqueue(rid, "cpu")
+        time.sleep(0.2)
+        assert started == ["a1"]  # A at its limit: the second thread waits for another owner
+        dispatcher.enqueue("b1", "cpu")
+        deadline = time.monotonic() + 10
+        while len(started) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert started == ["a1", "b1"]
+        release.set()
+        while len(started) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert started == ["a1", "b1", "a2", "a3"]
+    finally:
+        release.set()
+        dispatcher.shutdown()
+
+
+def test_one_owners_long_jobs_do_not_hold_up_anothers_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The default pool (DPRELEASE_JOB_THREADS=2): A's four slow releases take both threads,
-    B's one starts as soon as a thread is free, before the rest of A's backlog."""
+    """The default pool (DPRELEASE_JOB_THREADS=2): A's four long releases (held at the toy's
+    gate) run one at a time, so B's release, made after them, runs to its end while all of
+    A's are still held. On main A's first two took both threads and B's stayed queued until
+    one of them ended (40 s and more in the issue's run)."""
     from dpcore.mechanisms import registry
 
     for var in [v for v in os.environ if v.startswith("DPRELEASE_") and "TEST" not in v]:
@@ -359,25 +392,23 @@ def test_one_owners_backlog_does_not_hold_up_anothers_release(
     home = tmp_path / "home"
     with registry.registered(toy.SPEC):
         toy.GATE.clear()
-        runtime = _embedded_runtime(home, job_threads=2)
+        runtime = _embedded_runtime(home, job_threads=2, job_threads_per_owner=None)
         try:
             with TestClient(create_app(runtime=runtime)) as client:
                 h = Harness("embedded", client, runtime, (home / "admin.key").read_text().strip())
                 a, a_ds = _dataset(h)
                 b, b_ds = _dataset(h)
                 backlog = [_toy_release(h, a, a_ds, rows=toy.CHUNK) for _ in range(4)]
-                for rid in backlog[:2]:
-                    h.wait_for(a, rid, lambda r: r["status"] == "running")
-                mine = _toy_release(h, b, b_ds, rows=toy.CHUNK)
-                time.sleep(0.2)
-                assert _get(h, b, mine)["status"] == "queued"  # both threads busy
+                h.wait_for(a, backlog[0], lambda r: r["status"] == "running")
+                # B's release is a real mechanism's, which the toy's gate does not hold.
+                r = client.post("/releases", json=h.release_body(b_ds), headers=h.headers(b))
+                assert r.status_code == 202, r.text
+                mine = h.wait(b, r.json()["id"], timeout=30)
+                assert mine["status"] == "succeeded", mine
+                held = [_get(h, a, rid)["status"] for rid in backlog]
+                assert held == ["running", "queued", "queued", "queued"], held
                 toy.GATE.set()
-                started = {rid: h.wait(a, rid)["started_at"] for rid in backlog}
-                b_started = h.wait(b, mine)["started_at"]
-            at = datetime.fromisoformat
-            # Before the last of A's (the one after B's in turn; a1's and a2's threads free
-            # up together, so a3 may start beside B's).
-            assert at(b_started) < at(started[backlog[3]]), (b_started, started)
+                assert all(h.wait(a, rid)["status"] == "succeeded" for rid in backlog)
         finally:
             toy.GATE.set()
             runtime.dispatcher.shutdown()

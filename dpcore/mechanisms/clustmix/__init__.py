@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms import basis
+from dpcore.mechanisms import basis, float_error
 from dpcore.mechanisms.clipping import (
     DEFAULT_RULE,
     check_clip_norm,
@@ -164,6 +164,24 @@ TIGHT = Accountant(
 )
 
 
+def _noise_widths(params: ClustMixParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: second moments (upper triangle plus the diagonal tail),
+    the values' histogram, DP-KIP's gradient of every centre at once, k-means sums (Fourier
+    features or records) and every centre's count."""
+    from dpcore.mechanisms.values import BINS
+
+    d = facts.n_features
+    centres = params.clusters_per_class * facts.n_classes
+    return {
+        "second": d * (d + 1) // 2 + d,
+        "values": BINS,
+        "kip": centres * d,
+        "kmeans_sums": max(2 * params.rff_frequencies, d),
+        "kmeans_counts": centres,
+        "counts": centres,
+    }
+
+
 def _check(params: ClustMixParams, facts: PublicFacts) -> None:
     foreign = foreign_fields(params)
     if foreign:
@@ -179,6 +197,18 @@ def _check(params: ClustMixParams, facts: PublicFacts) -> None:
         )
     basis.check(params, facts)
     check_clip_norm(params.clip_norm, facts)
+    if params.feature_map == "rff":
+        from dpcore.mechanisms.kmeans import check_rbf_width
+
+        check_rbf_width(
+            k=facts.n_features,
+            frequencies=params.rff_frequencies,
+            width=params.rbf_width,
+            terms=facts.n,
+            # Above the basis's rounding (``Basis.excess``; float64, orders below float32's
+            # unit): conservative, it refuses only widths that fit no data anyway.
+            input_error=float_error.INPUT_RELATIVE,
+        )
     if params.model == "gaussian":
         _check_gaussian(params, facts)
     if params.dpkip_steps:
@@ -315,6 +345,31 @@ def _feature_noise(
     return FeatureNoise(None, row_shrink(facts.n_features, params.clip_norm), what)
 
 
+def _work(params: ClustMixParams, facts: PublicFacts) -> float:
+    """Reading the records into the basis; every k-means step's distances from each record
+    to every centre (in the basis, or its Fourier features); second moments (model
+    gaussian); DP-KIP's and the paper's KIP steps (each batch record against every centre)
+    and the paper's mixture fits; drawing the rows."""
+    from dpcore.mechanisms.clustmix.release import BASIS_DIM, MOMENT_DIM
+
+    n, k = float(facts.n), facts.n_classes
+    dim = basis.dimension(params, facts, BASIS_DIM)
+    centres = params.clusters_per_class * k
+    space = 2 * params.rff_frequencies if params.feature_map == "rff" else dim
+    steps = 2 + params.clusters_per_class.bit_length() + params.kmeans_refine
+    work = basis.projection_work(params, facts, BASIS_DIM) + steps * n * space * centres
+    second = 0
+    if params.model == "gaussian":
+        second = min(params.moment_dim or MOMENT_DIM, dim)
+        work += n * second * second
+    work += float(params.dpkip_steps) * params.dpkip_batch * centres * (dim + centres)
+    if params.variant == "paper":
+        work += float(params.kip_steps) * params.kip_batch * centres * (dim + centres)
+        work += float(params.gmm_iters) * n * centres * dim
+    rows = params.n_samples if params.n_samples is not None else facts.n
+    return work + float(rows) * (dim + second * second)
+
+
 SPEC = MechanismSpec(
     name="clustmix",
     params=ClustMixParams,
@@ -367,6 +422,8 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="ClustMixRequest",
+        work=_work,
+        noise_widths=_noise_widths,
         shape_defaults=(
             ShapeDefault("model", MODEL_RULE, model_default),
             ShapeDefault(

@@ -224,6 +224,15 @@ def _shard_refusal(params: DPCDAParams) -> str | None:
     return None
 
 
+def _work(params: DPCDAParams, facts: PublicFacts) -> float:
+    """Reading the records into the basis, then T mixtures of ℓ rows of the basis's width."""
+    from dpcore.mechanisms.dpcda.release import BASIS_DIM
+
+    width = basis.dimension(params, facts, BASIS_DIM) + facts.n_classes
+    rows = params.n_samples * params.mixture_degree * width
+    return basis.projection_work(params, facts, BASIS_DIM) + rows
+
+
 SPEC = MechanismSpec(
     name="dpcda",
     params=DPCDAParams,
@@ -255,6 +264,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="DPCDARequest",
+        work=_work,
         shape_defaults=(
             # Half a balanced class: public figures only. With class sizes 'dp' (the default) a
             # class mixes when its DP lower bound reaches it (≥ 1.25 of it plus a few

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, N, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.mechanisms.dpgm.params import DPGMParams
+from dpcore.mechanisms import float_error
+from dpcore.mechanisms.dpgm.params import DPGMParams, network_size
 from dpcore.mechanisms.spec import (
     Accounting,
     Admission,
@@ -124,7 +125,30 @@ def _check(params: DPGMParams, facts: PublicFacts) -> None:
             f"epochs {params.epochs:g} at batch_size {batch} make {steps} DP-SGD "
             f"steps; at most {MAX_SGD_STEPS} (raise batch_size or lower epochs)"
         )
+    if params.clusters_per_class > 1:  # K = 1 runs no k-means
+        from dpcore.mechanisms.kmeans import check_rbf_width
+
+        check_rbf_width(
+            k=facts.n_features,
+            frequencies=params.rff_frequencies,
+            width=params.rbf_width,
+            terms=facts.n,
+            # The job's rows: float32 as stored (``float_error.stored_rows``).
+            input_error=float_error.stored_rows(1.0),
+        )
     facts.check_rows(params.n_samples or facts.n)
+
+
+def _noise_widths(params: DPGMParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: every network's whole gradient at once (one network per
+    class and cluster), the norm histogram, the k-means' Fourier features and sizes."""
+    models = params.clusters_per_class * facts.n_classes
+    size = network_size(params.model, facts.n_features, params.hidden, params.latent_dim)
+    return {
+        "gradients": models * size,
+        "norm_histogram": params.norm_bins,
+        "kmeans": max(2 * params.rff_frequencies, facts.n_features, models),
+    }
 
 
 def _feature_noise(params: DPGMParams, facts: PublicFacts, noise: NoiseDescription) -> FeatureNoise:
@@ -134,6 +158,24 @@ def _feature_noise(params: DPGMParams, facts: PublicFacts, noise: NoiseDescripti
         "the noise is added to the networks' training gradients (DP-SGD), not to the released "
         "records: no per-value noise figure applies",
     )
+
+
+def _work(params: DPGMParams, facts: PublicFacts) -> float:
+    """The k-means' steps over the records' Fourier features, then every DP-SGD step: the
+    batch's per-record gradients (a forward and a backward pass, and their norms) and the
+    noise on every network's parameters, then the samples' decoding."""
+    from dpcore.mechanisms.dpgm.accounting import sgd_schedule
+
+    batch, steps = sgd_schedule(params.batch_size, params.epochs, facts.n)
+    models = params.clusters_per_class * facts.n_classes
+    size = network_size(params.model, facts.n_features, params.hidden, params.latent_dim)
+    kmeans = 0.0
+    if params.clusters_per_class > 1:
+        kmeans_steps = 2 + params.clusters_per_class.bit_length() + params.kmeans_refine
+        fourier = 2 * params.rff_frequencies
+        kmeans = kmeans_steps * float(facts.n) * fourier * (facts.n_features + models)
+    training = float(steps) * (3 * batch + models) * size
+    return kmeans + training + float(params.n_samples or facts.n) * size
 
 
 SPEC = MechanismSpec(
@@ -175,7 +217,9 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="DPGMRequest",
+        work=_work,
         check=_check,
+        noise_widths=_noise_widths,
     ),
     execution=Execution(
         release=lazy(f"{__name__}.release", "release"),

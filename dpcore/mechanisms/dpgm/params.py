@@ -21,6 +21,14 @@ def batch_size_for(batch_size: int | None, n: int) -> int:
     return max(1, min(DEFAULT_BATCH, -(-n // 5)))
 
 
+def network_size(model: str, d: int, hidden: int, latent: int) -> int:
+    """Parameters of one network (``models``' shapes): the values of every DP-SGD step's
+    noisy gradient per network."""
+    if model == "rbm":
+        return d * hidden + d + hidden
+    return 2 * d * hidden + 3 * hidden * latent + 2 * hidden + 2 * latent + d
+
+
 class DPGMParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -110,6 +110,15 @@ def _feature_noise(
     )
 
 
+def _work(params: DPMixParams, facts: PublicFacts) -> float:
+    """Reading the records into the basis, then T mixtures of ℓ rows of the basis's width."""
+    from dpcore.mechanisms.dpmix.release import BASIS_DIM
+
+    width = basis.dimension(params, facts, BASIS_DIM) + facts.n_classes
+    rows = params.n_samples * params.mixture_degree * width
+    return basis.projection_work(params, facts, BASIS_DIM) + rows
+
+
 SPEC = MechanismSpec(
     name="dpmix",
     params=DPMixParams,
@@ -132,6 +141,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="DPMixRequest",
+        work=_work,
         shape_defaults=(
             ShapeDefault(
                 "mixture_degree",

@@ -85,6 +85,11 @@ def _feature_noise(
     )
 
 
+def _work(params: LocalPerturbationParams, facts: PublicFacts) -> float:
+    """Every record once, noised."""
+    return float(facts.n) * (facts.n_features + facts.n_classes)
+
+
 SPEC = MechanismSpec(
     name="local_perturbation",
     params=LocalPerturbationParams,
@@ -109,6 +114,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="LocalPerturbationRequest",
+        work=_work,
         shape_defaults=(CLIP_DEFAULT,),
         check=_check,
     ),

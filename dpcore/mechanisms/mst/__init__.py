@@ -62,6 +62,13 @@ TIGHT = Accountant(
 )
 
 
+def _noise_widths(params: MSTParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: one attribute's histogram (numeric bins, a categorical
+    block, the label, each with a missing-value level), and two such attributes' joint one."""
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    return {"one_way": size, "two_way": size * size}
+
+
 def _check(params: MSTParams, facts: PublicFacts) -> None:
     columns = facts.keys()["n_columns"]
     if columns > MAX_COLUMNS:
@@ -97,6 +104,17 @@ def _warnings(
     return []
 
 
+def _work(params: MSTParams, facts: PublicFacts) -> float:
+    """Reading every column, scoring the candidate pairs (``_check`` bounds their reads),
+    the fit's iterations over the measured marginals, and sampling every column per row."""
+    columns = facts.keys()["n_columns"] + 1  # with the label
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    pairs = math.comb(columns, 2) if params.structure == "tree" else columns
+    fit = float(params.iterations) * columns * size * size
+    rows = params.n_samples if params.n_samples is not None else facts.n
+    return float(facts.n) * (columns + pairs) + fit + float(rows) * columns * size
+
+
 SPEC = MechanismSpec(
     name="mst",
     params=MSTParams,
@@ -122,11 +140,13 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="MSTRequest",
+        work=_work,
         shape_defaults=(
             rows_default(),
             ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
         ),
         check=_check,
+        noise_widths=_noise_widths,
     ),
     execution=Execution(release=lazy(f"{__name__}.release", "release")),
     audit=AuditSpec(keys=(audit_keys.N,), case=lazy(f"{__name__}.audit", "case")),

@@ -108,6 +108,11 @@ def _feature_noise(
     )
 
 
+def _work(params: RandomProjectionParams, facts: PublicFacts) -> float:
+    """Every record projected once, noised."""
+    return float(facts.n) * (facts.n_features * params.projection_dim + facts.n_classes)
+
+
 SPEC = MechanismSpec(
     name="random_projection",
     params=RandomProjectionParams,
@@ -133,6 +138,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="RandomProjectionRequest",
+        work=_work,
         shape_defaults=(
             # The benches' choice on MNIST (its bench module), never more than the features.
             ShapeDefault(

@@ -115,6 +115,17 @@ def _feature_noise(
     )
 
 
+def _work(params: SGDRMParams, facts: PublicFacts) -> float:
+    """Reading the records into the basis, one inclusion draw per mixture and record, and T
+    combinations of ~ℓ rows of the basis's width."""
+    from dpcore.mechanisms.sgdrm.release import BASIS_DIM
+
+    width = basis.dimension(params, facts, BASIS_DIM) + facts.n_classes
+    draws = float(params.n_samples) * facts.n
+    rows = params.n_samples * params.mixture_width * width
+    return basis.projection_work(params, facts, BASIS_DIM) + draws + rows
+
+
 SPEC = MechanismSpec(
     name="sgdrm",
     params=SGDRMParams,
@@ -142,6 +153,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="SGDRMRequest",
+        work=_work,
         shape_defaults=(
             ShapeDefault(
                 "mixture_width",
