@@ -87,6 +87,27 @@ def _check(params: AIMParams, facts: PublicFacts) -> None:
     facts.check_rows(params.n_samples if params.n_samples is not None else facts.n)
 
 
+def _noise_widths(params: AIMParams, facts: PublicFacts) -> dict[str, int]:
+    """The widest draw of each noise: one attribute's histogram (numeric bins, a categorical
+    block, the label, each with a missing-value level), and two such attributes' joint one."""
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    return {"one_way": size, "marginals": size * size}
+
+
+def _work(params: AIMParams, facts: PublicFacts) -> float:
+    """Reading every candidate's histogram once; each of at most T rounds scoring every
+    candidate and fitting a model of at most ``max_model_size``; sampling every column per
+    row."""
+    columns = facts.keys()["n_columns"] + 1  # with the label
+    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    pairs = math.comb(columns, 2)
+    rounds = params.rounds if params.rounds is not None else default_rounds(columns)
+    cells = params.max_model_size * 2**20 / 8
+    per_round = pairs * size * size + float(params.iterations) * cells
+    rows = params.n_samples if params.n_samples is not None else facts.n
+    return float(facts.n) * (columns + pairs) + rounds * per_round + float(rows) * columns * size
+
+
 def _warnings(
     params: AIMParams, facts: PublicFacts, noise: NoiseDescription
 ) -> list[dict[str, str]]:
@@ -129,6 +150,7 @@ SPEC = MechanismSpec(
     ),
     admission=Admission(
         title="AIMRequest",
+        work=_work,
         shape_defaults=(
             rows_default(),
             ShapeDefault("bins", BINS_RULE, lambda values, facts: default_bins(facts.n)),
@@ -139,6 +161,7 @@ SPEC = MechanismSpec(
             ),
         ),
         check=_check,
+        noise_widths=_noise_widths,
     ),
     execution=Execution(release=lazy(f"{__name__}.release", "release")),
     audit=AuditSpec(keys=(audit_keys.N,), case=lazy(f"{__name__}.audit", "case")),
