@@ -103,7 +103,10 @@ def uvicorn_process(
 @contextmanager
 def embedded_server(home: Path, repo: Path = ROOT) -> Iterator[str]:
     """``uvicorn service.run:app_factory --factory`` in embedded mode; yields its URL."""
-    with uvicorn_process(embedded_env(home, repo), repo, home.parent / "server.log") as (url, _):
+    # The scenarios' load comes from one key: let it fill both upload slots, as two tenants
+    # could (one principal alone holds one by default).
+    env = embedded_env(home, repo, MAX_CONCURRENT_UPLOADS_PER_PRINCIPAL="2")
+    with uvicorn_process(env, repo, home.parent / "server.log") as (url, _):
         yield url
 
 

@@ -44,7 +44,8 @@ class Download:
 
 def refused_unread(response: httpx.Response) -> bool:
     """An answer given before the server read the request, so resending cannot act twice:
-    429 (rate limit) or 503 ``uploads_busy`` (the upload slots are full; nothing stored).
+    429 (rate limit) or 503 ``uploads_busy`` (the upload slots, or this key's owner's own
+    share of them, are full; nothing stored).
     Other 503s (``/ready`` not ready) are answers, not a request to come back."""
     if response.status_code == 429:
         return True

@@ -240,8 +240,37 @@ class Settings(BaseSettings):
         description="Uploads (POST /datasets) one API process reads and parses at once; one "
         "more is refused with 503 uploads_busy and Retry-After before its body is read",
     )
+    max_concurrent_uploads_per_principal: int = Field(
+        default=1,
+        ge=1,
+        description="Uploads one principal (all its keys together) has in progress at once in "
+        "one API process; one more is refused with 503 uploads_busy and Retry-After before its "
+        "body is read, so one tenant cannot take every upload slot",
+    )
     upload_retry_after_s: int = Field(
         default=5, ge=1, description="Retry-After of the 503 answered to an upload over the cap"
+    )
+    # A slot is held while the body arrives: a client that trickles it would keep the slot
+    # from every other tenant (service/upload_rate.py).
+    upload_min_bytes_per_s: int = Field(
+        default=16 * 1024,
+        ge=0,
+        description="Slowest an upload's body may arrive, in bytes per second over each "
+        "window after the grace: a slower one is cut off with 408 upload_too_slow, nothing "
+        "stored and its slot given back; 0: no minimum",
+    )
+    upload_rate_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Seconds of waiting for an upload's body before its rate is checked",
+    )
+    upload_rate_window_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="Seconds over which an upload's body rate is averaged: after the grace, "
+        "each such stretch of waiting must bring upload_min_bytes_per_s x this many bytes",
     )
     max_upload_cells: int = Field(
         default=64_000_000,

@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from service.auth.schemas import Role
-from service.auth.service import authenticate
+from service.auth.service import authenticate, check_role
 from service.db import unit_of_work
-from service.errors import Forbidden, InvalidInput
+from service.errors import InvalidInput
 from service.models import Principal
 from service.runtime import Runtime
 
@@ -98,11 +98,7 @@ class RoleCheck:
         self.roles = tuple(sorted(roles))
 
     def __call__(self, principal: PrincipalDep) -> Principal:
-        if principal.role not in self.roles:
-            raise Forbidden(
-                f"this operation needs role {' or '.join(self.roles)}; "
-                f"your key has role {principal.role}"
-            )
+        check_role(principal, self.roles)
         return principal
 
 

@@ -113,6 +113,14 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class UploadTooSlow(ServiceError):
+    """An upload whose body arrived slower than DPRELEASE_UPLOAD_MIN_BYTES_PER_S (408): it was
+    cut off so that it gives its upload slot back; nothing was stored."""
+
+    status_code = 408
+    code = "upload_too_slow"
+
+
 class DatasetTooLarge(InvalidInput):
     """An upload whose size, cell count or estimated decoded size passes a limit (413). An
     ``InvalidInput`` (the file is unusable as it is) answered with 413: the message and
@@ -139,8 +147,8 @@ class RateLimited(RetryLater):
 
 
 class UploadsBusy(RetryLater):
-    """This API process already parses its maximum of uploads at once (503); retry after
-    ``retry_after`` seconds."""
+    """This API process already parses its maximum of uploads at once, or this principal its
+    own maximum (503); retry after ``retry_after`` seconds."""
 
     status_code = 503
     code = "uploads_busy"

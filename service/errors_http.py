@@ -40,6 +40,9 @@ _DESCRIPTIONS = {
     "cancelled), the release already finished, the dataset was deleted or has no declared "
     "classes, releases of the dataset are still pending, or the key is the last active admin "
     "key",
+    408: "The upload's body arrived slower than DPRELEASE_UPLOAD_MIN_BYTES_PER_S over "
+    "DPRELEASE_UPLOAD_RATE_WINDOW_S (after DPRELEASE_UPLOAD_RATE_GRACE_S; code "
+    "upload_too_slow): it was cut off and nothing was stored; the connection is closed",
     410: "Erased: the object was deleted with the raw data it was computed from",
     413: "Request body too large (uploads: DPRELEASE_MAX_UPLOAD_BYTES; any other request: "
     "DPRELEASE_MAX_REQUEST_BYTES); or, for an upload (code dataset_too_large), a file whose "
@@ -47,9 +50,10 @@ _DESCRIPTIONS = {
     "DPRELEASE_MAX_UPLOAD_DECODED_BYTES",
     422: "Invalid input; the message says what to fix",
     429: "Too many requests with this API key (DPRELEASE_RATE_LIMIT); retry after Retry-After",
-    503: "This API process already parses DPRELEASE_MAX_CONCURRENT_UPLOADS uploads (code "
-    "uploads_busy), or the object store did not answer (code store_unavailable); nothing was "
-    "stored or changed: retry after Retry-After",
+    503: "This API process already parses DPRELEASE_MAX_CONCURRENT_UPLOADS uploads, or this "
+    "key's owner DPRELEASE_MAX_CONCURRENT_UPLOADS_PER_PRINCIPAL (code uploads_busy; the "
+    "detail names the limit), or the object store did not answer (code store_unavailable); "
+    "nothing was stored or changed: retry after Retry-After",
 }
 
 _RETRY_AFTER = {

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.audit_trail import service as audit
 from service.auth import repository
 from service.auth.schemas import ApiKeyCreated, ApiKeyOut, Role
-from service.errors import InvalidInput, LastAdminKey, NotAuthenticated, NotFound
+from service.errors import Forbidden, InvalidInput, LastAdminKey, NotAuthenticated, NotFound
 from service.models import ApiKey, Principal, utcnow
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,14 @@ def authenticate(session: Session, *, authorization: str | None) -> Principal:
     if refusal is not None:
         raise NotAuthenticated(refusal)
     return principal
+
+
+def check_role(principal: Principal, roles: tuple[Role, ...]) -> None:
+    """Forbidden unless ``principal`` has one of ``roles``."""
+    if principal.role not in roles:
+        raise Forbidden(
+            f"this operation needs role {' or '.join(roles)}; your key has role {principal.role}"
+        )
 
 
 def create_key(

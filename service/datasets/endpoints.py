@@ -65,6 +65,7 @@ async def _one_of_each_part(request: Request) -> None:
     responses=responses(
         401,
         403,
+        408,
         409,
         413,
         422,
@@ -88,7 +89,9 @@ def create_dataset(
 ) -> Any:
     # A sync endpoint: FastAPI runs it in a worker thread, so reading, parsing and storing
     # never block the event loop (/health and every other tenant keep being answered). At
-    # most DPRELEASE_MAX_CONCURRENT_UPLOADS of these run at once (service/upload_slots.py).
+    # most DPRELEASE_MAX_CONCURRENT_UPLOADS of these run at once, and as many per principal
+    # as DPRELEASE_MAX_CONCURRENT_UPLOADS_PER_PRINCIPAL; a body that arrives too slowly is cut
+    # off before this runs (service/upload_slots.py).
     content = _read_limited(file, runtime.settings.max_upload_bytes)
     filename = file.filename or ""
     if "\x00" in filename:

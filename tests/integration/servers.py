@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import uvicorn
+from starlette.types import ASGIApp
 
 from service.config import Settings
 from tests.conftest import free_port
@@ -150,3 +153,28 @@ def uvicorn_server(env: dict[str, str], *, workers: int, log: Path) -> Iterator[
         yield url
     finally:
         stop(proc)
+
+
+@contextmanager
+def served(app: ASGIApp) -> Iterator[str]:
+    """``app`` served by uvicorn on a loopback port from a thread of this process; yields its
+    URL. The app must be started already (a harness's ``TestClient`` ran its lifespan, so
+    ``app.state.runtime`` is set): uvicorn runs no lifespan of its own. For tests that need a
+    real socket (a client that sends its body slowly), at the cost of no process start."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, lifespan="off", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-served", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)

@@ -201,7 +201,9 @@ def test_concurrent_uploads_over_the_cap_answer_503(
     h = harness
     owner, _ = h.new_key("owner")
     content = npz_bytes(*toy_dataset())
-    held = [_in_thread(lambda: h.upload(owner, content)) for _ in range(2)]
+    # Two owners: one owner alone holds one slot (test_upload_slots.py).
+    holders = [h.new_key("owner")[0] for _ in range(2)]
+    held = [_in_thread(lambda key=key: h.upload(key, content)) for key in holders]
     # Before the fix the first parse blocked the event loop: the second never started.
     assert blocker.wait_entered(2), "two uploads should be parsed at once"
     monkeypatch.setattr(h.runtime.settings, "max_concurrent_uploads", 2)
