@@ -21,6 +21,7 @@ from dpcore.mechanisms.aim.params import (
     MAX_COLUMNS,
     MAX_PAIR_READS,
     AIMParams,
+    default_max_rounds,
     default_rounds,
 )
 from dpcore.mechanisms.spec import (
@@ -95,13 +96,13 @@ def _noise_widths(params: AIMParams, facts: PublicFacts) -> dict[str, int]:
 
 
 def _work(params: AIMParams, facts: PublicFacts) -> float:
-    """Reading every candidate's histogram once; each of at most T rounds scoring every
+    """Reading every candidate's histogram once; each of at most ``max_rounds`` rounds scoring every
     candidate and fitting a model of at most ``max_model_size``; sampling every column per
     row."""
     columns = facts.keys()["n_columns"] + 1  # with the label
     size = max(params.bins, facts.n_features, facts.n_classes) + 1
     pairs = math.comb(columns, 2)
-    rounds = params.rounds if params.rounds is not None else default_rounds(columns)
+    rounds = params.max_rounds if params.max_rounds is not None else default_max_rounds(columns)
     cells = params.max_model_size * 2**20 / 8
     per_round = pairs * size * size + float(params.iterations) * cells
     rows = params.n_samples if params.n_samples is not None else facts.n
@@ -132,7 +133,7 @@ SPEC = MechanismSpec(
     label_kind="exact",
     accounting=Accounting(
         accountants=(TIGHT,),
-        release_only=frozenset({"n_samples", "bins", "iterations", "max_model_size"}),
+        release_only=frozenset({"n_samples", "bins", "iterations", "max_model_size", "max_rounds"}),
     ),
     guidance=Guidance(
         essentials=("bins", "n_samples"),
@@ -158,6 +159,11 @@ SPEC = MechanismSpec(
                 "rounds",
                 ROUNDS_RULE,
                 lambda values, facts: default_rounds(facts.keys()["n_columns"] + 1),
+            ),
+            ShapeDefault(
+                "max_rounds",
+                "twice the attributes: 2·(declared columns + 1)",
+                lambda values, facts: default_max_rounds(facts.keys()["n_columns"] + 1),
             ),
         ),
         check=_check,

@@ -16,6 +16,10 @@ ROUNDS_PER_ATTRIBUTE = 16
 MAX_ROUNDS = ROUNDS_PER_ATTRIBUTE * (MAX_COLUMNS + 1)
 
 
+def default_max_rounds(attributes: int) -> int:
+    return min(MAX_ROUNDS, 2 * attributes)
+
+
 def default_rounds(attributes: int) -> int:
     """The paper's T, within the parameter's range (wider tables are refused at admission)."""
     return min(MAX_ROUNDS, ROUNDS_PER_ATTRIBUTE * attributes)
@@ -46,6 +50,14 @@ class AIMParams(BaseModel):
         "it (nine tenths to the Gaussian, one tenth to the selection) and doubles its share "
         "each time the model stops improving, until the budget is spent; default 16 per "
         "attribute (the paper's)",
+    )
+    max_rounds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_ROUNDS,
+        description="most rounds the job runs (each fits the model anew: the job's time); a "
+        "round takes at least an even share of the budget left over the rounds left, so the "
+        "budget is spent within them; default twice the attributes",
     )
     max_model_size: float = Field(
         default=16.0,

@@ -67,6 +67,11 @@ def last_round(left: Fraction) -> tuple[float, float]:
     return sigma, epsilon
 
 
+def _cost(sigma: float, epsilon: float) -> Fraction:
+    """A round's planned zCDP cost at (σ, ε)."""
+    return gaussian_cost(sigma) + selection_cost(Fraction(epsilon))
+
+
 def noisy_counts(counts: np.ndarray, sigma: float, sampler: NoiseSampler) -> np.ndarray:
     """A histogram plus N(0, σ²) per cell; one record moves it by at most √2 (``accounting``)."""
     return histograms.noisy_counts(counts, sigma, sampler, HISTOGRAM_SENSITIVITY)
@@ -96,9 +101,16 @@ def release(params: AIMParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     candidates = selection.Candidates(codes, sizes)
     measured: list[tuple[int, ...]] = [(a,) for a in range(k)]
     chosen: list[tuple[int, ...]] = []
+    max_rounds = params.max_rounds if params.max_rounds is not None else len(candidates.cliques)
     last = False
     while not last:
-        if budget.left < 2 * (gaussian_cost(sigma) + selection_cost(Fraction(epsilon))):
+        rounds_left = max_rounds - len(chosen)
+        # At most ``max_rounds`` rounds (the job's time): a round takes at least an even share
+        # of what is left over the rounds left (a public rule on released state).
+        share = budget.left / rounds_left
+        if _cost(sigma, epsilon) < share:
+            sigma, epsilon = last_round(share)
+        if rounds_left <= 1 or budget.left < 2 * _cost(sigma, epsilon):
             sigma, epsilon = last_round(budget.left)
             last = True
         rate = selection_rate(epsilon, candidates.sensitivity)
