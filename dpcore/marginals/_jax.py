@@ -9,7 +9,7 @@ os.environ.setdefault(
     "XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 )
 
-import jax  # noqa: E402
+import jax
 
 # Private-PGM's estimates stall in float32 on large totals (its own warning): JAX in float64.
 jax.config.update("jax_enable_x64", True)
