@@ -30,7 +30,7 @@ from service.deps import (
 )
 from service.errors import Gone, NotFound, NotReady
 from service.errors_http import responses
-from service.models import Release
+from service.models import Principal, Release
 from service.releases import conversions, keys, service, summaries
 from service.releases.mechanisms import catalogue, request_union
 from service.releases.schemas import (
@@ -132,9 +132,21 @@ def _require_succeeded(release: Release) -> None:
         )
 
 
+def _succeeded_release(runtime: Runtime, principal: Principal, release_id: str) -> Release:
+    """The succeeded release the caller may read, from a short session of its own: it comes
+    back detached, its columns loaded, before the endpoint's long work on its file (a summary,
+    a format conversion, metadata read from the file). On SQLite every transaction holds the
+    write lock from its start (``service.db``), so a request session held across that work
+    kept every other tenant's request waiting, and answered them 500 past the busy timeout
+    (issue 35; tests/integration/test_tenant_isolation.py)."""
+    with runtime.session_factory() as session:
+        release = service.get(session, principal=principal, release_id=release_id)
+        _require_succeeded(release)
+        return release
+
+
 def download_release(
     release_id: str,
-    session: SessionDep,
     principal: PrincipalDep,
     runtime: RuntimeDep,
     format: Annotated[
@@ -146,8 +158,7 @@ def download_release(
         ),
     ] = None,
 ) -> Response:
-    release = service.get(session, principal=principal, release_id=release_id)
-    _require_succeeded(release)
+    release = _succeeded_release(runtime, principal, release_id)
     assert release.artifact_key is not None
     fmt = format or release.format
     filename = f"release-{release.id}.{fmt}"
@@ -158,20 +169,18 @@ def download_release(
 
 
 def summarise_release(
-    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+    release_id: str, principal: PrincipalDep, runtime: RuntimeDep
 ) -> ReleaseSummary:
     # Exactly what the download serves, to exactly its readers: post-processing of the
     # release, so it costs no privacy.
-    release = service.get(session, principal=principal, release_id=release_id)
-    _require_succeeded(release)
+    release = _succeeded_release(runtime, principal, release_id)
     return summaries.summary_of(release, principal.id, runtime.store, runtime.settings)
 
 
 def download_release_artifact(
-    release_id: str, name: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+    release_id: str, name: str, principal: PrincipalDep, runtime: RuntimeDep
 ) -> Response:
-    release = service.get(session, principal=principal, release_id=release_id)
-    _require_succeeded(release)
+    release = _succeeded_release(runtime, principal, release_id)
     record = next((a for a in release.artifacts or () if a["name"] == name), None)
     if record is None and name == METADATA_ARTIFACT:
         # Every release's metadata, whatever its format (NPZ and Parquet carry theirs).
