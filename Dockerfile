@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # dprelease image: the API by default; the same image runs the Celery workers with
-#   celery -A worker.celery_app worker -Q celery --loglevel=info --concurrency=1 --prefetch-multiplier=1 --pool=threads
-# (-Q celery: the CPU mechanisms' queue; -Q gpu on a worker that holds a GPU; -Q celery,gpu for
-# the one worker of a CPU-only host: see docker-compose.yml).
+#   celery -A worker.celery_app worker -Q long,celery --loglevel=info --concurrency=1 --prefetch-multiplier=1 --pool=threads
+# (-Q long,celery: both lanes of the CPU mechanisms; -Q celery: a short-lane worker that never
+# takes a long job; -Q gpu-long,gpu on a worker that holds a GPU; -Q celery,long,gpu,gpu-long
+# for a CPU-only host's worker of every queue: see docker-compose.yml and docs/operations.md).
 #
 # torch comes from the PyTorch index given by TORCH_INDEX_URL (CPU wheels by default). For a GPU
 # image build with --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128.

@@ -345,6 +345,8 @@ def real_stack(tmp: Path) -> Iterator[Stack]:
                 database_url=database_url,
                 cpu_queue=f"{queue}-cpu",
                 gpu_queue=f"{queue}-gpu",
+                long_queue=f"{queue}-long",
+                gpu_long_queue=f"{queue}-gpu-long",
                 celery_broker_url=redis_url,
                 s3_endpoint_url=s3.endpoint_url,
                 s3_bucket=queue,
@@ -358,7 +360,8 @@ def real_stack(tmp: Path) -> Iterator[Stack]:
             def worker() -> Iterator[subprocess.Popen[bytes]]:
                 path = tmp / f"worker-{uuid.uuid4().hex[:6]}.log"
                 command = [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker"]
-                command += ["--pool", "solo", "--queues", f"{queue}-cpu,{queue}-gpu"]
+                lanes = ",".join(f"{queue}-{lane}" for lane in ("cpu", "long", "gpu", "gpu-long"))
+                command += ["--pool", "solo", "--queues", lanes]
                 command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
                 command += ["--loglevel", "INFO"]
                 with path.open("w") as out:

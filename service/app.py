@@ -26,7 +26,7 @@ from service.models import utcnow
 from service.releases import repository as release_repository
 from service.releases.endpoints import make_router as releases_router
 from service.releases.endpoints import mechanisms_router
-from service.releases.mechanisms import worker_queue
+from service.releases.mechanisms import route
 from service.releases.sweeper import Sweeper
 from service.request_limits import RequestLimits
 from service.runtime import InProcessDispatcher, Runtime
@@ -137,11 +137,13 @@ def _resume_unfinished(runtime: Runtime) -> None:
     """In-process jobs die with the process: queue again what a previous run left."""
     with transaction(runtime.session_factory) as session:
         unfinished = release_repository.unfinished(session)
-        for release_id, _ in unfinished:  # handed over now: not due for the sweeper yet
-            release_repository.touch_queued(session, release_id=release_id, at=utcnow())
+        for pending in unfinished:  # handed over now: not due for the sweeper yet
+            release_repository.touch_queued(session, release_id=pending.id, at=utcnow())
     # Not logged: a research release's existence is its owner's alone (service.owner_only).
-    for release_id, mechanism in unfinished:
-        runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
+    for pending in unfinished:
+        runtime.dispatcher.enqueue(
+            pending.id, route(pending.mechanism, pending.work, runtime.settings)
+        )
 
 
 async def _sweep_forever(sweeper: Sweeper, interval_s: float) -> None:

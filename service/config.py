@@ -83,6 +83,28 @@ class Settings(BaseSettings):
         description="Celery queue of the mechanisms whose spec says queue 'gpu' (training "
         "jobs): consumed by workers that hold a GPU, or by every worker on a CPU-only host",
     )
+    # Lanes (real mode): a job whose declared work passes long_job_work waits on its pool's
+    # long queue, so that workers reading only the short queues never take one.
+    long_job_work: float = Field(
+        default=5e10,
+        gt=0,
+        description="Real mode: a release whose job's declared work (multiply-adds, from public "
+        "figures at admission) is above this goes to its pool's long lane (DPRELEASE_LONG_QUEUE "
+        "or DPRELEASE_GPU_LONG_QUEUE), the rest to the short lane (DPRELEASE_CPU_QUEUE, "
+        "DPRELEASE_GPU_QUEUE); at or above DPRELEASE_MAX_JOB_WORK every job is short",
+    )
+    long_queue: str = Field(
+        default="long",
+        min_length=1,
+        description="Celery queue of the CPU pool's long lane (jobs whose declared work passes "
+        "DPRELEASE_LONG_JOB_WORK); a worker started without -Q consumes it besides the CPU queue",
+    )
+    gpu_long_queue: str = Field(
+        default="gpu-long",
+        min_length=1,
+        description="Celery queue of the GPU pool's long lane (jobs whose declared work passes "
+        "DPRELEASE_LONG_JOB_WORK)",
+    )
     sweep_interval_s: float = Field(
         default=60.0,
         ge=0,

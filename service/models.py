@@ -180,6 +180,10 @@ class Release(Base):
     )
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
+    # The job's declared work in multiply-adds (its spec's ``Admission.work``, from public
+    # figures), computed at admission: its lane in real mode (service.releases.mechanisms.route).
+    # Null where the mechanism declares none, and for releases admitted before 0019.
+    work: Mapped[float | None] = mapped_column(Float, nullable=True)
     status: Mapped[ReleaseStatus] = mapped_column(StatusType(), default=ReleaseStatus.queued)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     # What the job last reported it was doing, in the mechanism's words ("rows" when the

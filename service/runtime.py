@@ -12,7 +12,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,12 +26,26 @@ from service.storage import ObjectStore, make_store
 log = logging.getLogger(__name__)
 
 
-class Dispatcher(Protocol):
-    """Hands a release's job over to be run. ``queue`` is the worker pool of the release's
-    mechanism (``Execution.queue``); a dispatcher with a single pool ignores it. Called
-    after the release's row is committed; nothing may depend on it succeeding."""
+# A job's lane within its worker pool: "long" when its declared work passes
+# ``Settings.long_job_work`` (``service.releases.mechanisms.route``), so that workers reading
+# only the short lane's queue are never taken by a long job.
+Lane = Literal["short", "long"]
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None: ...
+
+class Route(NamedTuple):
+    """Where a release's job waits: the worker pool of its mechanism (``Execution.queue``)
+    and its lane in that pool. The Celery dispatcher names one queue per pool and lane."""
+
+    pool: WorkerQueue
+    lane: Lane = "short"
+
+
+class Dispatcher(Protocol):
+    """Hands a release's job over to be run. ``route`` is the release's worker pool and lane
+    (``Route``); a dispatcher with a single pool (in-process) ignores it. Called after the
+    release's row is committed; nothing may depend on it succeeding."""
+
+    def enqueue(self, release_id: str, route: Route) -> None: ...
     def shutdown(self) -> None: ...
 
 
@@ -90,7 +104,7 @@ class InProcessDispatcher:
         for thread in self._threads:
             thread.start()
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, route: Route) -> None:
         try:
             owner = self._owner_of(release_id)
         except Exception:  # nothing may depend on the hand-over: unknown owners share a turn

@@ -347,9 +347,10 @@ def scratch_database(base_url: str) -> Iterator[str]:
 def real_services() -> Iterator[dict[str, Any]]:
     """Postgres migrated from scratch, a signature-checking S3 server (moto behind
     tests/sigv4_s3.py) and a Celery worker on Redis, all private to this session (own
-    database, bucket and queues). The worker consumes both the CPU and the GPU queue, as a
-    CPU-only deployment's worker does. ``s3`` is the server: ``s3.verifier.offset`` moves
-    its clock (restore it), ``s3.verifier.refusals`` lists what it refused."""
+    database, bucket and queues). The worker consumes both lanes of the CPU and the GPU
+    pool, as a CPU-only deployment's single worker does. ``s3`` is the server:
+    ``s3.verifier.offset`` moves its clock (restore it), ``s3.verifier.refusals`` lists what
+    it refused."""
     from celery.contrib.testing.worker import start_worker
 
     from tests.sigv4_s3 import SigV4S3Server
@@ -365,6 +366,8 @@ def real_services() -> Iterator[dict[str, Any]]:
             database_url=database_url,
             cpu_queue=f"{queue}-cpu",
             gpu_queue=f"{queue}-gpu",
+            long_queue=f"{queue}-long",
+            gpu_long_queue=f"{queue}-gpu-long",
             celery_broker_url=TEST_REDIS_URL,
             s3_endpoint_url=s3.endpoint_url,
             s3_bucket=f"dprelease-test-{uuid.uuid4().hex[:8]}",
@@ -379,7 +382,13 @@ def real_services() -> Iterator[dict[str, Any]]:
         app = celery_module.celery_app
         app.conf.broker_url = TEST_REDIS_URL
         app.conf.task_default_queue = settings.cpu_queue
-        queues = [settings.cpu_queue, settings.gpu_queue]
+        # Every pool's two lanes: the worker of a CPU-only deployment that runs one worker.
+        queues = [
+            settings.cpu_queue,
+            settings.long_queue,
+            settings.gpu_queue,
+            settings.gpu_long_queue,
+        ]
         try:
             with start_worker(
                 app, pool="solo", perform_ping_check=False, shutdown_timeout=30, queues=queues

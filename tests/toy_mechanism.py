@@ -202,6 +202,11 @@ def check(params: ToyParams, facts: PublicFacts) -> None:
     facts.check_rows(params.rows)
 
 
+def work(params: ToyParams, facts: PublicFacts) -> float:
+    """Declared work: each released mean sums all n records' features."""
+    return float(params.rows * facts.n * max(facts.n_features, 1))
+
+
 def run_audit(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release, Release]:
     out = []
     for features, labels in each(run):
@@ -266,6 +271,7 @@ SPEC = MechanismSpec(
     admission=Admission(
         title="ToyAverageRequest",
         check=check,
+        work=work,
     ),
     execution=Execution(
         release=release,

@@ -10,40 +10,48 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service.config import Settings
 from service.releases import repository as releases
-from service.runtime import Dispatcher, InProcessDispatcher, Runtime
+from service.runtime import Dispatcher, InProcessDispatcher, Route, Runtime
 from worker.broker import FINISH_SHARDS, RUN_RELEASE, RUN_SHARD, celery_app
 from worker.scratch import clean_stale
 
 
 class CeleryDispatcher:
-    """Real mode: queue the job on the broker, on the Celery queue of its worker pool
-    (``queues``: pool → Celery queue name, from the settings), for a worker consuming it."""
+    """Real mode: queue the job on the broker, on the Celery queue of its route (``queues``:
+    worker pool and lane → Celery queue name, from the settings), for a worker consuming it.
+    A long job (its declared work above ``long_job_work``) waits on its pool's long queue,
+    which the short lane's workers do not read, so they are never taken by one."""
 
-    def __init__(self, queues: Mapping[WorkerQueue, str]) -> None:
+    def __init__(self, queues: Mapping[Route, str]) -> None:
         self.queues = dict(queues)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CeleryDispatcher:
-        return cls({"cpu": settings.cpu_queue, "gpu": settings.gpu_queue})
-
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
-        celery_app.send_task(RUN_RELEASE, args=[release_id], queue=self.queues[queue])
-
-    # A sharded release (worker.shards): its shards go to the pool's queue for any worker of
-    # it, and its finaliser after them.
-    def enqueue_shard(
-        self, release_id: str, attempt: int, index: int, plan: str, queue: WorkerQueue
-    ) -> None:
-        celery_app.send_task(
-            RUN_SHARD, args=[release_id, attempt, index, plan], queue=self.queues[queue]
+        return cls(
+            {
+                Route("cpu", "short"): settings.cpu_queue,
+                Route("cpu", "long"): settings.long_queue,
+                Route("gpu", "short"): settings.gpu_queue,
+                Route("gpu", "long"): settings.gpu_long_queue,
+            }
         )
 
-    def enqueue_finish(self, release_id: str, attempt: int, plan: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, route: Route) -> None:
+        celery_app.send_task(RUN_RELEASE, args=[release_id], queue=self.queues[route])
+
+    # A sharded release (worker.shards): its shards go to the release's queue for any worker
+    # of its pool and lane, and its finaliser after them.
+    def enqueue_shard(
+        self, release_id: str, attempt: int, index: int, plan: str, route: Route
+    ) -> None:
         celery_app.send_task(
-            FINISH_SHARDS, args=[release_id, attempt, plan], queue=self.queues[queue]
+            RUN_SHARD, args=[release_id, attempt, index, plan], queue=self.queues[route]
+        )
+
+    def enqueue_finish(self, release_id: str, attempt: int, plan: str, route: Route) -> None:
+        celery_app.send_task(
+            FINISH_SHARDS, args=[release_id, attempt, plan], queue=self.queues[route]
         )
 
     def shutdown(self) -> None:

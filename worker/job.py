@@ -50,6 +50,9 @@ class Job:
     # When the release was requested (public): the metadata's ``created_at``. Not the time the
     # job wrote it, which would date the job's end for every reader of the file.
     requested_at: datetime | None = None
+    # The job's declared work (``releases.work``): its shard and finaliser tasks take the
+    # release's lane (``service.releases.mechanisms.route``).
+    work: float | None = None
 
     @property
     def artifact_key(self) -> str:
@@ -129,6 +132,7 @@ def job_of(session: Session, release: Release) -> Job:
         declared=lifecycle.declared_artifacts(release),
         research=release.research,
         requested_at=release.created_at,
+        work=release.work,
     )
 
 

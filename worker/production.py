@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
-from dpcore.mechanisms import registry
 from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.mechanisms.spec import Cancelled
 from service.datasets.parsing import ParsedDataset, UploadLimits
@@ -16,7 +14,8 @@ from service.datasets.service import upload_limits
 from service.db import transaction
 from service.errors import ClassesUndeclared
 from service.releases import keys, lifecycle
-from service.runtime import Runtime
+from service.releases.mechanisms import route
+from service.runtime import Route, Runtime
 from service.storage import sha256_hex
 from worker import engines, publishing, shards, writing
 from worker import progress as progress_of
@@ -65,7 +64,7 @@ def produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
             for index in todo:
                 _enqueue(
                     lambda d, j=index: d.enqueue_shard(  # type: ignore[misc]
-                        job.release_id, job.attempt, j, plan.key, _queue(job)
+                        job.release_id, job.attempt, j, plan.key, _route(runtime, job)
                     ),
                     runtime,
                 )
@@ -122,7 +121,7 @@ def shard(runtime: Runtime, job: Job, index: int, plan_key: str) -> None:
         draw_shard(runtime, job, parsed, plan, index, done)
     if not shards.missing(store, job.release_id, plan):
         _enqueue(
-            lambda d: d.enqueue_finish(job.release_id, job.attempt, plan.key, _queue(job)),
+            lambda d: d.enqueue_finish(job.release_id, job.attempt, plan.key, _route(runtime, job)),
             runtime,
         )
 
@@ -164,8 +163,9 @@ def draw_shard(
         shards.store_part(runtime.store, job.release_id, plan, index, drawn.path)
 
 
-def _queue(job: Job) -> Any:
-    return registry.get(job.mechanism).execution.queue
+def _route(runtime: Runtime, job: Job) -> Route:
+    """The release's own pool and lane: its shards and finaliser wait where it did."""
+    return route(job.mechanism, job.work, runtime.settings)
 
 
 def _enqueue(send: Callable[[shards.ShardDispatcher], None], runtime: Runtime) -> None:

@@ -5,7 +5,8 @@ A release of more than ``shard_rows`` rows by a shardable mechanism runs as:
 
 1. the coordinator (the release's ordinary job, ``worker.runner``) plans the split from public
    facts and hands every missing shard to the workers (Celery: one ``run_shard`` task each, on
-   the mechanism's queue; embedded mode: one after the other, in this thread);
+   the release's own queue, its mechanism's pool and its lane; embedded mode: one after the
+   other, in this thread);
 2. each shard draws its rows with its own secure source (a fresh 256-bit OS key, as every
    release's), claims the release's upload (from then on the release stays charged: the
    ledger's rule "output may exist ⇒ charged" covers parts like the artifact) and stores its
@@ -38,6 +39,7 @@ from dpcore.mechanisms import registry, sharding
 from dpcore.mechanisms.run import build, params_of, randomness
 from dpcore.mechanisms.sharding import ShardPlan
 from service.releases import keys
+from service.runtime import Route
 from service.storage import ObjectExists, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -56,10 +58,10 @@ class ShardDispatcher(Protocol):
     these methods (embedded mode) has the coordinator run the shards itself."""
 
     def enqueue_shard(
-        self, release_id: str, attempt: int, index: int, plan: str, queue: Any
+        self, release_id: str, attempt: int, index: int, plan: str, route: Route
     ) -> None: ...
 
-    def enqueue_finish(self, release_id: str, attempt: int, plan: str, queue: Any) -> None: ...
+    def enqueue_finish(self, release_id: str, attempt: int, plan: str, route: Route) -> None: ...
 
 
 def plan_for(

@@ -62,12 +62,15 @@ class Target:
 class Planned:
     """A planned release: ``params`` resolved (shape defaults filled in) and admitted, the
     target's ``accountant``, its ``event`` at the calibrated or given noise, and ``cost``, the
-    (ε, δ) the event costs at the target's δ (ε as the accountant gives it, not rounded)."""
+    (ε, δ) the event costs at the target's δ (ε as the accountant gives it, not rounded).
+    ``work``: the job's declared work in multiply-adds (``Admission.work``, from public figures
+    only), None where the mechanism declares none."""
 
     params: BaseModel
     accountant: Accountant
     event: Event
     cost: Cost
+    work: float | None = None
 
     @property
     def epsilon(self) -> float:

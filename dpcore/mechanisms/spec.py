@@ -480,8 +480,16 @@ class MechanismSpec:
         """Admission's checks of resolved ``params`` against the public ``facts``
         (``InvalidParams`` where they do not fit), then its declared work against the cap."""
         self.admission.check(params, facts)
-        if self.admission.work is not None:
-            facts.check_work(self.admission.work(params, facts))
+        work = self.work(params, facts)
+        if work is not None:
+            facts.check_work(work)
+
+    def work(self, params: BaseModel, facts: PublicFacts) -> float | None:
+        """The job's declared work (``Admission.work``) for resolved ``params`` on the public
+        ``facts``; None when the spec declares none."""
+        if self.admission.work is None:
+            return None
+        return float(self.admission.work(params, facts))
 
     def check_sampler(
         self, params: BaseModel, facts: PublicFacts, noise: NoiseDescription, sampler: str
@@ -564,7 +572,13 @@ class MechanismSpec:
         event = self.event_at(target, resolved, facts)
         if sampler is not None:
             self.check_sampler(resolved, facts, event.noise(), sampler)
-        return Planned(resolved, accountant, event, event.cost(target.delta_for(event)))
+        return Planned(
+            resolved,
+            accountant,
+            event,
+            event.cost(target.delta_for(event)),
+            work=self.work(resolved, facts),
+        )
 
     def accountant_keys(
         self,

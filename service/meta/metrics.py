@@ -200,7 +200,9 @@ class DeploymentCollector(Collector):
         url = settings.celery_broker_url
         if url is None or not url.startswith(("redis://", "rediss://", "unix://")):
             return None  # embedded (releases queued is the depth) or a broker we cannot read
-        queues = sorted({settings.cpu_queue, settings.gpu_queue})
+        queues = sorted(
+            {settings.cpu_queue, settings.long_queue, settings.gpu_queue, settings.gpu_long_queue}
+        )
         client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         try:
             # Kombu's Redis transport keeps a queue as a list named after it.

@@ -25,6 +25,7 @@ from service.releases.schemas import (
     MechanismList,
     ReleaseRequestBase,
 )
+from service.runtime import Lane, Route
 
 # Bytes one written value takes in each release format (worker.artifacts): float32 in NPZ and
 # Parquet (uncompressed: noise does not compress); a float32 printed as CSV text with its
@@ -71,6 +72,20 @@ def worker_queue(mechanism: str) -> WorkerQueue:
         return registry.get(mechanism).execution.queue
     except ValueError:
         return "cpu"
+
+
+def lane(work: float | None, settings: Settings) -> Lane:
+    """The lane of a job whose declared work (``Admission.work``, stored with its release) is
+    ``work``: long above ``settings.long_job_work``, else short. A job without a declared
+    work (a mechanism that declares none, a release admitted before the figure was stored)
+    stays short, where every job waited before lanes."""
+    return "long" if work is not None and work > settings.long_job_work else "short"
+
+
+def route(mechanism: str, work: float | None, settings: Settings) -> Route:
+    """Where a release's job waits (real mode): its mechanism's pool, and the lane its
+    declared work puts it in. Its shard and finaliser tasks follow the same route."""
+    return Route(worker_queue(mechanism), lane(work, settings))
 
 
 _NUMBERS = (int, float)

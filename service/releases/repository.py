@@ -2,13 +2,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from service.models import Release, utcnow
 from service.releases.status import UNFINISHED, ReleaseStatus
+
+
+class Pending(NamedTuple):
+    """A release whose job is to be handed over: what routes it (its mechanism's pool, its
+    declared work's lane: ``service.releases.mechanisms.route``)."""
+
+    id: str
+    mechanism: str
+    work: float | None
+
+
+def _pending(rows: Any) -> list[Pending]:
+    return [Pending(r.id, r.mechanism, r.work) for r in rows]
 
 
 def add(session: Session, release: Release) -> Release:
@@ -53,10 +66,10 @@ def list_for(session: Session, *, dataset_ids: list[str] | None) -> list[Release
     return list(session.scalars(stmt))
 
 
-def unfinished(session: Session) -> list[tuple[str, str]]:
-    """(id, mechanism) of every queued or running release, oldest first."""
-    stmt = select(Release.id, Release.mechanism).where(Release.status.in_(UNFINISHED))
-    return [(r.id, r.mechanism) for r in session.execute(stmt.order_by(Release.created_at))]
+def unfinished(session: Session) -> list[Pending]:
+    """Every queued or running release, oldest first."""
+    stmt = select(Release.id, Release.mechanism, Release.work).where(Release.status.in_(UNFINISHED))
+    return _pending(session.execute(stmt.order_by(Release.created_at)))
 
 
 def pending_using(session: Session, *, dataset_id: str) -> list[str]:
@@ -120,27 +133,27 @@ def _last_sign_of_life() -> ColumnElement[Any]:
     return func.coalesce(Release.touched_at, Release.started_at, Release.created_at)
 
 
-def stale_queued(session: Session, *, before: datetime, limit: int) -> list[tuple[str, str]]:
-    """(id, mechanism) of queued releases last handed over (or created) before ``before``,
-    oldest first, at most ``limit``."""
+def stale_queued(session: Session, *, before: datetime, limit: int) -> list[Pending]:
+    """The queued releases last handed over (or created) before ``before``, oldest first, at
+    most ``limit``."""
     stmt = (
-        select(Release.id, Release.mechanism)
+        select(Release.id, Release.mechanism, Release.work)
         .where(Release.status == ReleaseStatus.queued, _last_sign_of_life() < before)
         .order_by(Release.created_at, Release.id)
         .limit(limit)
     )
-    return [(r.id, r.mechanism) for r in session.execute(stmt)]
+    return _pending(session.execute(stmt))
 
 
-def queued_mechanisms(session: Session, release_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """(id, mechanism) of those of ``release_ids`` that are queued, in the order given."""
+def queued_mechanisms(session: Session, release_ids: Sequence[str]) -> list[Pending]:
+    """Those of ``release_ids`` that are queued, in the order given."""
     if not release_ids:
         return []
-    stmt = select(Release.id, Release.mechanism).where(
+    stmt = select(Release.id, Release.mechanism, Release.work).where(
         Release.id.in_(release_ids), Release.status == ReleaseStatus.queued
     )
-    found = {row.id: row.mechanism for row in session.execute(stmt)}
-    return [(i, found[i]) for i in release_ids if i in found]
+    found = {p.id: p for p in _pending(session.execute(stmt))}
+    return [found[i] for i in release_ids if i in found]
 
 
 def touch_queued(session: Session, *, release_id: str, at: datetime) -> bool:

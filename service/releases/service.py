@@ -47,7 +47,7 @@ from service.models import Dataset, DatasetBudget, Principal, Release
 from service.releases import guidance, lifecycle, repository
 from service.releases import noise as release_noise
 from service.releases import research as research_releases
-from service.releases.mechanisms import facts, worker_queue
+from service.releases.mechanisms import facts, route
 from service.releases.schemas import (
     Artifact,
     Charge,
@@ -77,6 +77,8 @@ class Plan:
     research: dict[str, Any] | None = None
     # The held-out dataset of the owner-only report (``report_test_dataset_id``), checked.
     report_dataset: Dataset | None = None
+    # The job's declared work (``Planned.work``): stored with the release, it picks the lane.
+    work: float | None = None
 
     @property
     def noise(self) -> Noise:
@@ -250,6 +252,7 @@ def plan(
         if request.research
         else None,
         report_dataset=report_dataset,
+        work=planned.work,
     )
 
 
@@ -368,6 +371,7 @@ def create(
             noise_sampler=request.noise_sampler,
             epsilon=p.charge.epsilon,
             delta=p.charge.delta,
+            work=p.work,
             status=ReleaseStatus.queued,
             report_dataset_id=report_id,
             research=p.research,
@@ -404,8 +408,9 @@ def create(
             detail={"mechanism": request.mechanism, "requested": charge, "reason": "budget"},
         )
         raise
-    release_id, queue = release.id, worker_queue(request.mechanism)
-    after_commit(session, lambda: dispatcher.enqueue(release_id, queue))
+    # Its worker pool, and the lane its declared work puts it in (real mode).
+    release_id, where = release.id, route(request.mechanism, p.work, settings)
+    after_commit(session, lambda: dispatcher.enqueue(release_id, where))
     if p.research is not None:
         # Shown to its owner only: no audit event (the trail is read by admins), no request
         # timing, no log line (``service.owner_only``).

@@ -52,7 +52,7 @@ from sqlalchemy.exc import IntegrityError
 from service.db import transaction
 from service.models import SweeperLease, utcnow
 from service.releases import lifecycle, repository
-from service.releases.mechanisms import worker_queue
+from service.releases.mechanisms import route
 from service.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -162,12 +162,14 @@ class Sweeper:
                 session, before=before, limit=BATCH
             )
         sent: list[str] = []
-        for release_id, mechanism in dict(due).items():  # each once, in order
+        for release_id, pending in {p.id: p for p in due}.items():  # each once, in order
             with transaction(factory) as session:
                 if not repository.touch_queued(session, release_id=release_id, at=now):
                     continue  # started or settled meanwhile
             try:
-                self.runtime.dispatcher.enqueue(release_id, worker_queue(mechanism))
+                self.runtime.dispatcher.enqueue(
+                    release_id, route(pending.mechanism, pending.work, settings)
+                )
             except Exception:
                 # No id: the release may be a research release (service.owner_only).
                 log.warning("sweeper: a release could not be handed over; next pass", exc_info=True)

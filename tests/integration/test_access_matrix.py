@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from dpcore.mechanisms.spec import WorkerQueue
+from service.runtime import Route
 from tests import toy_mechanism as toy
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
@@ -118,7 +118,7 @@ def _release(h: Harness, owner: str, dataset_id: str, **extra: Any) -> str:
 class Held:
     """A dispatcher that queues nothing: a release admitted through it stays queued."""
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         pass
 
     def shutdown(self) -> None:

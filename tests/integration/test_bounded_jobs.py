@@ -12,20 +12,31 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from dpcore import artifacts
+from dpcore.mechanisms.spec import PublicFacts
 from service.app import create_app
+from service.models import Release
 from service.runtime import InProcessDispatcher, Runtime
 from tests import toy_mechanism as toy
-from tests.conftest import Harness, _embedded_runtime, npz_bytes, toy_dataset
+from tests.conftest import (
+    ADMIN_KEY,
+    TEST_REDIS_URL,
+    Harness,
+    _embedded_runtime,
+    npz_bytes,
+    toy_dataset,
+)
 from worker import celery_app as celery_module
-from worker import scratch
+from worker import dispatch, scratch
 
 DiskUsage = namedtuple("DiskUsage", "total used free")
 
@@ -412,6 +423,82 @@ def test_one_owners_long_jobs_do_not_hold_up_anothers_release(
         finally:
             toy.GATE.set()
             runtime.dispatcher.shutdown()
+            runtime.engine.dispose()
+
+
+# --- lanes in real mode ----------------------------------------------------------------------
+
+
+def test_one_owners_long_jobs_wait_in_the_long_lane_while_anothers_release_runs(
+    real_services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real mode: owner A's two releases, whose declared work is above the long-lane
+    threshold, go to the long queue, which no worker reads here (its worker not started);
+    owner B's small release, made after them, goes to the short queue and the session's
+    worker runs it to its end while both of A's still wait. Before lanes A's jobs went to the
+    one CPU queue ahead of B's: the first held the worker at the toy's gate and B's stayed
+    queued behind it for as long as A's jobs ran."""
+    from dpcore.mechanisms import registry
+    from service.runtime import build_runtime
+    from worker.dispatch import default_dispatcher
+
+    rows = toy.CHUNK * 50
+    X, y = toy_dataset()  # what _dataset uploads
+    shape = PublicFacts(n=X.shape[0], n_features=X.shape[1], n_classes=len(set(y.tolist())))
+    long_queue = f"unread-long-{uuid.uuid4().hex[:8]}"
+    # Just below the work of A's releases: each goes long, and B's far smaller one stays short.
+    threshold = toy.work(toy.ToyParams(rows=rows), shape) - 1
+    settings = real_services["settings"].model_copy(
+        update={"long_job_work": threshold, "long_queue": long_queue}
+    )
+    sent: list[tuple[str, str]] = []
+    send_task = dispatch.celery_app.send_task
+
+    def spy(name: str, *, args: list[Any], queue: str, **kwargs: Any) -> Any:
+        sent.append((args[0], queue))
+        return send_task(name, args=args, queue=queue, **kwargs)
+
+    monkeypatch.setattr(dispatch.celery_app, "send_task", spy)
+    broker = redis.Redis.from_url(TEST_REDIS_URL)
+    runtime = build_runtime(settings, default_dispatcher)
+    backlog: list[str] = []
+    with registry.registered(toy.SPEC):
+        toy.GATE.clear()  # a toy job that reached a worker would hold it
+        try:
+            with TestClient(create_app(runtime=runtime)) as client:
+                h = Harness("real", client, runtime, ADMIN_KEY)
+                a, a_ds = _dataset(h)
+                b, b_ds = _dataset(h)
+                backlog = [_toy_release(h, a, a_ds, rows=rows) for _ in range(2)]
+                # B's release is a real mechanism's, which the toy's gate does not hold.
+                body = h.release_body(b_ds, params={"mixture_degree": 4, "n_samples": 20})
+                r = client.post("/releases", json=body, headers=h.headers(b))
+                assert r.status_code == 202, r.text
+                mine = r.json()["id"]
+                done = h.wait(b, mine, timeout=30)
+                assert done["status"] == "succeeded", done
+                assert [_get(h, a, rid)["status"] for rid in backlog] == ["queued", "queued"]
+                assert sent == [
+                    (backlog[0], long_queue),
+                    (backlog[1], long_queue),
+                    (mine, settings.cpu_queue),
+                ]
+                assert broker.llen(long_queue) == 2
+                # The lane comes from the work stored with each release (the sweeper and the
+                # shard tasks route by it too).
+                with runtime.session_factory() as session:
+                    rows_of = session.query(Release).filter(Release.id.in_([*backlog, mine]))
+                    stored = {row.id: row.work for row in rows_of}
+                assert all(stored[rid] > settings.long_job_work for rid in backlog)
+                assert stored[mine] is not None and stored[mine] <= settings.long_job_work
+                # A's releases never ran, and no worker will read their queue: cancelled.
+                for rid in backlog:
+                    r = client.post(f"/releases/{rid}/cancel", headers=h.headers(a))
+                    assert r.status_code == 200, r.text
+        finally:
+            toy.GATE.set()
+            broker.delete(long_queue)
+            broker.close()
             runtime.engine.dispose()
 
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service import bootstrap
 from service.app import create_app
 from service.config import Settings
 from service.run import app_factory, server_runtime
-from service.runtime import InProcessDispatcher, Runtime, build_runtime
+from service.runtime import InProcessDispatcher, Route, Runtime, build_runtime
 from tests.conftest import Harness, npz_bytes, toy_dataset
 from worker.dispatch import CeleryDispatcher
 
@@ -25,7 +24,7 @@ class Dropped:
     def __init__(self) -> None:
         self.dropped: list[str] = []
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         self.dropped.append(release_id)
 
     def shutdown(self) -> None:
@@ -47,8 +46,14 @@ def test_server_dispatches_in_process_without_a_broker_and_to_celery_with_one(ho
     try:
         assert isinstance(embedded.dispatcher, InProcessDispatcher)
         assert isinstance(queued.dispatcher, CeleryDispatcher)
-        # Jobs go to the Celery queue of their mechanism's pool, named by the settings.
-        assert queued.dispatcher.queues == {"cpu": "celery", "gpu": "gpu"}
+        # Jobs go to the Celery queue of their mechanism's pool and lane, named by the
+        # settings.
+        assert queued.dispatcher.queues == {
+            ("cpu", "short"): "celery",
+            ("cpu", "long"): "long",
+            ("gpu", "short"): "gpu",
+            ("gpu", "long"): "gpu-long",
+        }
     finally:
         for runtime in (embedded, queued):
             runtime.dispatcher.shutdown()

@@ -30,11 +30,10 @@ from celery import Celery
 from fastapi.testclient import TestClient
 from sqlalchemy import select as sql_select
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service.app import create_app
 from service.models import LedgerEntry, Release
 from service.releases import keys
-from service.runtime import Runtime, build_runtime
+from service.runtime import Route, Runtime, build_runtime
 from service.storage import S3ObjectStore, sha256_hex
 from tests.conftest import ADMIN_KEY, Harness, npz_bytes, toy_dataset
 from tests.integration.crash_worker import PHASES
@@ -59,7 +58,7 @@ class PrivateQueue:
         self.app.conf.task_serializer = "json"
         self.queue = "unset"
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         # Every job (DPMix: the CPU pool) goes to the one private queue the spawned workers read.
         self.app.send_task(RUN_RELEASE, args=[release_id], queue=self.queue)
 

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service.budgets import repository as budget_repository
 from service.models import Dataset, utcnow
-from service.runtime import Dispatcher
+from service.runtime import Dispatcher, Route
 from service.storage import S3ObjectStore
 from tests.conftest import Harness, npz_bytes, toy_dataset
 from worker import runner
@@ -25,9 +24,9 @@ class HeldDispatcher:
 
     def __init__(self, inner: Dispatcher) -> None:
         self.inner = inner
-        self.held: list[tuple[str, WorkerQueue]] = []
+        self.held: list[tuple[str, Route]] = []
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         self.held.append((release_id, queue))
 
     def shutdown(self) -> None:

@@ -137,29 +137,40 @@ def test_queue_depth_counts_no_research_job(embedded: Harness) -> None:
     dataset_id = r.json()["id"]
     ordinary = _release(h, owner, dataset_id, research=False)
     research = _release(h, owner, dataset_id, research=True)
-    cpu, gpu = f"depth-{uuid.uuid4().hex[:8]}-cpu", f"depth-{uuid.uuid4().hex[:8]}-gpu"
+    prefix = f"depth-{uuid.uuid4().hex[:8]}"
+    cpu, gpu, long, gpu_long = (f"{prefix}-{lane}" for lane in ("cpu", "gpu", "long", "gpu-long"))
     sender = Celery("depth-test", broker=TEST_REDIS_URL)
     client = redis.Redis.from_url(TEST_REDIS_URL)
     try:
         for release_id in (ordinary, research, research):
             sender.send_task(RUN_RELEASE, args=[release_id], queue=cpu)
         sender.send_task(RUN_RELEASE, args=[research], queue=gpu)
+        # The long lanes' queues are counted the same way.
+        sender.send_task(RUN_RELEASE, args=[ordinary], queue=long)
+        sender.send_task(RUN_RELEASE, args=[research], queue=gpu_long)
         client.lpush(cpu, b"not a kombu message")
         raw = client.lrange(cpu, 0, -1)
         assert sorted(str(release_of_message(m)) for m in raw) == sorted(
             ["None", ordinary, research, research]
         )
         settings = h.runtime.settings.model_copy(
-            update={"celery_broker_url": TEST_REDIS_URL, "cpu_queue": cpu, "gpu_queue": gpu}
+            update={
+                "celery_broker_url": TEST_REDIS_URL,
+                "cpu_queue": cpu,
+                "gpu_queue": gpu,
+                "long_queue": long,
+                "gpu_long_queue": gpu_long,
+            }
         )
         runtime: Any = types.SimpleNamespace(
             settings=settings, session_factory=h.runtime.session_factory
         )
-        assert DeploymentCollector(runtime)._queue_depth() == {cpu: 2, gpu: 0}
+        depth = DeploymentCollector(runtime)._queue_depth()
+        assert depth == {cpu: 2, gpu: 0, long: 1, gpu_long: 0}
         # The raw length, which the gauge used to report, would have shown them.
-        assert (client.llen(cpu), client.llen(gpu)) == (4, 1)
+        assert (client.llen(cpu), client.llen(gpu), client.llen(gpu_long)) == (4, 1, 1)
     finally:
-        client.delete(cpu, gpu)
+        client.delete(cpu, gpu, long, gpu_long)
         client.close()
         sender.close()
 

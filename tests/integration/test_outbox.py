@@ -21,7 +21,6 @@ from botocore.exceptions import EndpointConnectionError
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service.db import transaction
 from service.models import LedgerEntry, Release, SweeperLease, utcnow
 from service.releases import lifecycle
@@ -29,7 +28,7 @@ from service.releases import service as release_service
 from service.releases.mechanisms import worker_queue
 from service.releases.status import ReleaseStatus
 from service.releases.sweeper import Sweeper
-from service.runtime import Dispatcher, Runtime
+from service.runtime import Dispatcher, Route, Runtime
 from service.storage import S3ObjectStore
 from tests.conftest import Harness, free_port, npz_bytes, toy_dataset
 from worker import runner
@@ -44,10 +43,10 @@ class Broker:
         self.inner, self.down = inner, down
         self.tried: list[str] = []
         self.sent: list[str] = []
-        self._queues: list[WorkerQueue] = []
+        self._queues: list[Route] = []
         self._lock = threading.Lock()
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         with self._lock:
             self.tried.append(release_id)
             if self.down:
@@ -392,7 +391,7 @@ def test_sweeper_hands_over_a_running_release_whose_retry_was_lost(
     old_attempt_refused()
 
     # The re-sent message, delivered: its attempt (counted after the lost one) runs to the end.
-    h.runtime.dispatcher.enqueue(release_id, worker_queue("dpmix"))
+    h.runtime.dispatcher.enqueue(release_id, Route(worker_queue("dpmix")))
     done = h.wait(owner, release_id)
     assert done["status"] == "succeeded", done
     assert done["attempts"] == 2

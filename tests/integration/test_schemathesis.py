@@ -25,8 +25,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
-from dpcore.mechanisms.spec import WorkerQueue
 from service import openapi_export
+from service.runtime import Route
 from service.strict_json import has_nul
 from tests.conftest import Harness, npz_bytes, toy_dataset
 
@@ -47,7 +47,7 @@ _lock = threading.Lock()
 class _NoJobs:
     """Admitted releases are not run here: the API is under test, not the mechanisms."""
 
-    def enqueue(self, release_id: str, queue: WorkerQueue) -> None:
+    def enqueue(self, release_id: str, queue: Route) -> None:
         pass
 
     def shutdown(self) -> None:
