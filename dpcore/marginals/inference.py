@@ -19,9 +19,11 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-from mbi import Domain, junction_tree
 
 from dpcore.marginals import _jax  # noqa: F401  (before mbi)
+
+# isort: split
+from mbi import Domain, junction_tree
 
 Attrs = tuple[int, ...]
 # Rows drawn per block when sampling: bounds the conditional tables' memory.

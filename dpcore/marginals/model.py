@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import mbi
 import numpy as np
+
+from dpcore.marginals import _jax  # noqa: F401  (before mbi)
+
+# isort: split
+import mbi
 from mbi import LinearMeasurement
 
-from dpcore.marginals import (
-    _jax,  # noqa: F401  (before mbi)
-    inference,
-)
+from dpcore.marginals import inference
 from dpcore.marginals.inference import domain_of, name
 
 SUPPORT_STDS = 3.0

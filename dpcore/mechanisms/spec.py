@@ -17,7 +17,6 @@ generator, the audit's runs) are imported on first use through ``lazy``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,6 +25,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from dpcore.accounting.accountant import Accountant, Event, Key
 from dpcore.mechanisms.contract import Generator
 from dpcore.mechanisms.planning import Planned, Target
+from dpcore.mechanisms.shape_rules import MIXING_DEGREE_RULE as MIXING_DEGREE_RULE
+from dpcore.mechanisms.shape_rules import mixing_degree as mixing_degree
+from dpcore.mechanisms.shape_rules import row_shrink as row_shrink
 
 if TYPE_CHECKING:
     import numpy as np
@@ -188,11 +190,6 @@ FeatureNoiseOf = Callable[[Any, PublicFacts, "NoiseDescription"], FeatureNoise]
 WarningsOf = Callable[[Any, PublicFacts, "NoiseDescription"], list[dict[str, str]]]
 
 
-def row_shrink(n_features: int, max_norm: float = 1.0) -> float:
-    """How much the norm bound may scale a row down: features in [0, 1] have norm ≤ √d."""
-    return max(1.0, math.sqrt(n_features) / max_norm)
-
-
 @dataclass(frozen=True)
 class ShapeDefault:
     """A parameter whose good value depends on the dataset's public shape (n, d, classes,
@@ -242,18 +239,6 @@ def rows_default(name: str = "n_samples", per_class: bool = False) -> ShapeDefau
         lambda values, facts: facts.default_rows(facts.n_classes if per_class else 1),
         per_row=True,
     )
-
-
-# The mixing degree ℓ of dpmix, dpcda and sgdrm when none is given: ℓ = 16 where n is large
-# enough, down to 4 on small tables, where a larger ℓ stops paying (the measurements behind
-# it: docs/results/defaults.md).
-MIXING_DEGREE_RULE = (
-    "clamp(⌊n/32⌋, 4, 16), at most n (measured: docs/results/sweet_spot.md, tabular.md)"
-)
-
-
-def mixing_degree(n: int) -> int:
-    return min(n, 16, max(4, n // 32))
 
 
 def soft_labels(kind: str) -> bool:

@@ -134,11 +134,7 @@ class NoiseScaleOut(BaseModel):
     )
     perturbs: list[str] = Field(description="What this noise is added to")
     description: str = ""
-    at_least: bool = Field(
-        default=False,
-        description="The mechanism picks each measurement's std as it runs (from what it has "
-        "already released), never below sigma; its accountant bounds the whole run",
-    )
+    at_least: bool = Field(False, description="std picked as the release runs, never below sigma")
 
 
 class Noise(BaseModel):
@@ -339,8 +335,8 @@ class PreviewWarning(BaseModel):
         "get table defaults — if they are images, upload them with feature_shape; "
         "classes_may_not_mix: DP-CDA with DP class sizes mixes only if every class holds "
         "min_class_size plus the DP bounds' margin, likely not met here (the release is then "
-        "noise alone, charged); bins_lost_in_noise: MST's numeric bins hold too few rows "
-        "each for its noise, so most will merge (fewer bins keep more of a column's shape); "
+        "noise alone, charged); bins_lost_in_noise: MST's or AIM's numeric bins hold too few "
+        "rows each for the first measurements' noise (fewer bins keep more of a column's shape); "
         "mostly_noise: the noise on some columns' released values has a std larger than the "
         "column's declared range, so those values are mostly noise at this ε"
     )

@@ -77,8 +77,7 @@ class Plan:
     research: dict[str, Any] | None = None
     # The held-out dataset of the owner-only report (``report_test_dataset_id``), checked.
     report_dataset: Dataset | None = None
-    # The job's declared work (``Planned.work``): stored with the release, it picks the lane.
-    work: float | None = None
+    work: float | None = None  # declared (``Planned.work``): stored, it picks the lane
 
     @property
     def noise(self) -> Noise:
@@ -408,8 +407,7 @@ def create(
             detail={"mechanism": request.mechanism, "requested": charge, "reason": "budget"},
         )
         raise
-    # Its worker pool, and the lane its declared work puts it in (real mode).
-    release_id, where = release.id, route(request.mechanism, p.work, settings)
+    release_id, where = release.id, route(request.mechanism, p.work, settings)  # pool, lane
     after_commit(session, lambda: dispatcher.enqueue(release_id, where))
     if p.research is not None:
         # Shown to its owner only: no audit event (the trail is read by admins), no request
@@ -489,13 +487,11 @@ def list_visible(session: Session, *, principal: Principal, dataset_id: str | No
 
 
 def is_owner(release: Release, viewer: Principal) -> bool:
-    """Whether ``viewer`` owns the release's dataset. Only a dataset's owner may request its
-    releases (``plan`` reads the dataset with ``manage``), so the requester is that owner."""
+    """Whether ``viewer`` owns the release's dataset (only an owner may request releases)."""
     return viewer.id == release.requested_by
 
 
-# What anyone but the owner sees in place of a failed job's error text (which may quote the
-# raw data: a parse error, a value in an exception).
+# What anyone but the owner sees in place of a failed job's error text (it may quote raw data).
 HIDDEN_ERROR = "failed"
 
 

@@ -117,7 +117,7 @@ def _warnings(
     if cells < 3 * sigma:
         return [
             {
-                "code": "first_rounds_lost_in_noise",
+                "code": "bins_lost_in_noise",
                 "message": f"AIM's first measurements add noise of std {sigma:.0f} to each "
                 f"count, more than a third of an even bin's {cells:.0f} rows: it will spend "
                 "rounds halving the noise before the model learns much; at this n and ε "
