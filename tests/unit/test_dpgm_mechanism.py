@@ -328,3 +328,22 @@ def test_calibration_with_served_keys_never_overshoots() -> None:
         assert event.epsilon(1e-5) <= target
         sigma = event.noise().sigma("gradients")
         assert acc.at_sigma(sigma * (1 - 1e-4), keys).epsilon(1e-5) > target
+
+
+def test_every_cluster_dropped_falls_back_to_one_network_per_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the k-means keeps no cluster (every noisy size under the threshold: released
+    values), the release trains one network per class instead of failing after the charge."""
+    from dpcore.mechanisms.dpgm import release as dpgm_release
+    from dpcore.mechanisms.kmeans import Centres
+
+    def no_clusters(*args: Any, **kwargs: Any) -> Centres:
+        return Centres(torch.zeros((0, 1), dtype=torch.float64), torch.zeros(0, dtype=torch.long))
+
+    monkeypatch.setattr(dpgm_release, "dp_kmeans", no_clusters)
+    params = {"clusters_per_class": 2, "epochs": 1, "batch_size": 30, "hidden": 4, "n_samples": 30}
+    output = _release(params, _data())
+    X, Y, _, _ = materialise(output)
+    assert X.shape == (30, 6) and set(Y.sum(1).tolist()) == {1.0}
+    assert output.preprocessing["clusters"].startswith("3: one per class (every k-means")

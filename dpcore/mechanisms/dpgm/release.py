@@ -65,6 +65,14 @@ def torch_generator(source: SecureRandom) -> torch.Generator:
     return generator
 
 
+def _per_class(n_classes: int, device: torch.device) -> Centres:
+    """One network per class (no centres: its records are its class's)."""
+    return Centres(
+        torch.zeros((n_classes, 1), dtype=torch.float64, device=device),
+        torch.arange(n_classes, device=device),
+    )
+
+
 def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOutput:
     device = ctx.device
     n, d = data.X.shape
@@ -76,6 +84,7 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
     steps_k = kmeans_steps(params.clusters_per_class, params.kmeans_refine)
     sigma_k = ctx.sigma("kmeans")
     fourier = None
+    fell_back = False
     if steps_k:
         Z = torch.as_tensor(
             unit_features(data.X, data.lo, data.hi), dtype=torch.float64, device=device
@@ -99,15 +108,17 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
             progress=lambda done, total: ctx.report(0, epochs, f"dp kernel k-means {done}/{total}"),
             features=fourier,
         )
-        assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK, features=fourier)
+        if len(centres):
+            assignment = assign(Z, groups, centres, chunk=ASSIGN_CHUNK, features=fourier)
+        else:
+            # Every cluster's noisy size fell below the drop threshold (released values): one
+            # network per class instead (post-processing of the k-means' output).
+            centres, assignment = _per_class(n_classes, device), groups.clone()
+            fell_back = True
         del Z
     else:
         # One cluster per class: every record joins its class's network, no data read.
-        centres = Centres(
-            torch.zeros((n_classes, 1), dtype=torch.float64, device=device),
-            torch.arange(n_classes, device=device),
-        )
-        assignment = groups.clone()
+        centres, assignment = _per_class(n_classes, device), groups.clone()
     models = len(centres)
     # The final clusters' noisy sizes (charged with the k-means: accounting.DPGMEvent).
     counts = torch.bincount(assignment[assignment >= 0], minlength=models).double()
@@ -169,8 +180,9 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
                 f"{2 * params.rff_frequencies} random Fourier features (rbf width "
                 f"{params.rbf_width:g}) within each class, up to {params.clusters_per_class} "
                 "per class"
-                if steps_k
+                if steps_k and not fell_back
                 else f"{models}: one per class"
+                + (" (every k-means cluster's noisy size fell below the threshold)" * fell_back)
             ),
             "model": f"{params.model}, hidden {params.hidden}"
             + (f", latent {params.latent_dim}" if params.model == "vae" else "")
