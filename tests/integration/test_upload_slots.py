@@ -37,7 +37,8 @@ from tests.integration.test_uploads import _dataset_rows, _stored_objects
 
 pytestmark = pytest.mark.modes("embedded")
 
-GRACE_S, WINDOW_S, MIN_RATE = 1.5, 0.5, 4096
+# The grace outlasts the first steps on a loaded machine (a1 must still trickle when b1 starts).
+GRACE_S, WINDOW_S, MIN_RATE = 4.0, 0.5, 4096
 TRICKLE_S = 0.1  # one byte per tenth of a second: 10 B/s
 META = {
     "name": "toy",
@@ -176,7 +177,7 @@ def test_slow_clients_do_not_keep_another_owner_from_uploading(
     probing.start()
     with httpx.Client(base_url=server, timeout=30) as client:
         a1 = SlowUpload(server, slow_a, content).start()
-        time.sleep(0.3)  # a1 has been authenticated and holds a slot
+        time.sleep(0.6)  # a1 has been authenticated and holds a slot
         # One principal, one slot: a's second slow upload is refused at once...
         a2 = SlowUpload(server, slow_a, content).start()
         a2.join(timeout=5)
@@ -191,7 +192,7 @@ def test_slow_clients_do_not_keep_another_owner_from_uploading(
 
         # Two slow principals fill both slots, but only until the rate cuts them off.
         b1 = SlowUpload(server, slow_b, content).start()
-        time.sleep(0.3)
+        time.sleep(0.6)
         busy = _upload(client, owner_c, content)
         assert busy.status_code == 503, busy.text
         assert busy.json()["error"]["detail"]["max_concurrent_uploads"] == 2
