@@ -20,6 +20,7 @@ import numpy as np
 from dpcore.marginals import _jax  # noqa: F401  (before mbi)
 
 # isort: split
+import jax
 import mbi
 from mbi import LinearMeasurement
 
@@ -99,7 +100,7 @@ def estimate(
         done[0] += mbi.estimation.CALLBACK_EVERY
         report(min(done[0], iterations))
 
-    return mbi.estimation.MirrorDescent().estimate(
+    fitted = mbi.estimation.MirrorDescent().estimate(
         domain,
         measurements,
         known_total=float(total),
@@ -108,6 +109,11 @@ def estimate(
         tol=TOL,
         warm_start=warm_start,
     )
+    # Every fit compiles programs for its own set of measurements, never run again (AIM adds
+    # one each round): JAX keeps compiled programs for the process's life unless cleared, and
+    # a worker running many releases would run out of memory for them.
+    jax.clear_caches()
+    return fitted
 
 
 def junction_tree(model: mbi.MarkovRandomField, sizes: Sequence[int]) -> inference.JunctionTree:
