@@ -33,6 +33,12 @@ Kind = Literal["numeric", "binary", "categorical", "label"]
 BINS_RULE = "n/30 rounded down to a power of two, within [4, 16] (measured: docs/results/mst.md)"
 
 
+def widest_attribute(bins: int, n_features: int, n_classes: int) -> int:
+    """An upper bound on any attribute's number of values, from public figures: numeric bins,
+    a categorical block (at most every feature), the label, each with a value for "none"."""
+    return max(bins, n_features, n_classes) + 1
+
+
 def default_bins(n: int) -> int:
     bins = 1 << max(0, (max(1, n) // 30).bit_length() - 1)
     return min(16, max(4, bins))

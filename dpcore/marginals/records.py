@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from dpcore.marginals.discretise import Discretised, decode
+from dpcore.mechanisms.contract import PrivateData, ReleaseOutput
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import one_hot
 
@@ -31,3 +33,37 @@ def chunks(
             one_hot(labels[start:stop], classes), dtype=torch.float32, device=device
         )
         yield x, y
+
+
+def output(
+    drawn: np.ndarray,
+    prepared: Discretised,
+    data: PrivateData,
+    bins: int,
+    rng: np.random.Generator,
+    device: torch.device,
+    *,
+    statistics: str,
+    fit: str,
+) -> ReleaseOutput:
+    """Drawn attribute values as the release: values decoded within their bins, in raw units,
+    with what the marginal-based mechanisms' metadata says of them (``statistics``: what was
+    measured; ``fit``: how the model was fitted)."""
+    unit, labels = decode(drawn, prepared.attributes, data.X.shape[1], rng)
+    return ReleaseOutput(
+        rows=len(drawn),
+        feature_names=list(data.feature_names),
+        chunks=chunks(unit, labels, len(data.classes), device),
+        preprocessing={
+            "features": f"each numeric column's declared [lo, hi] cut into {bins} "
+            "equal-width bins, each missing-value indicator and categorical column and the "
+            "label one attribute each (public rules); released values drawn uniformly within "
+            "their bin, in raw units",
+            "labels": "each row's class, drawn with its features from the model (exact)",
+            "statistics": statistics,
+            "rows": f"drawn from the graphical model fitted to the noisy histograms ({fit}): "
+            "post-processing",
+        },
+        progress="own",
+        transform=prepared.transform,
+    )

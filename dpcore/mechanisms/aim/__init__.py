@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.marginals.discretise import BINS_RULE, default_bins
+from dpcore.marginals.discretise import BINS_RULE, default_bins, widest_attribute
 from dpcore.mechanisms.aim.params import (
     MAX_COLUMNS,
     MAX_PAIR_READS,
@@ -91,7 +91,7 @@ def _check(params: AIMParams, facts: PublicFacts) -> None:
 def _noise_widths(params: AIMParams, facts: PublicFacts) -> dict[str, int]:
     """The widest draw of each noise: one attribute's histogram (numeric bins, a categorical
     block, the label, each with a missing-value level), and two such attributes' joint one."""
-    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    size = widest_attribute(params.bins, facts.n_features, facts.n_classes)
     return {"one_way": size, "marginals": size * size}
 
 
@@ -100,7 +100,7 @@ def _work(params: AIMParams, facts: PublicFacts) -> float:
     candidate and fitting a model of at most ``max_model_size``; sampling every column per
     row."""
     columns = facts.keys()["n_columns"] + 1  # with the label
-    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    size = widest_attribute(params.bins, facts.n_features, facts.n_classes)
     pairs = math.comb(columns, 2)
     rounds = params.max_rounds if params.max_rounds is not None else default_max_rounds(columns)
     cells = params.max_model_size * 2**20 / 8

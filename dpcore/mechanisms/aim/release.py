@@ -82,7 +82,7 @@ def release(params: AIMParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
 
     analysis = ctx.noise.analysis
     prepared = discretise.discretise(data, params.bins, int(analysis["attributes"]))
-    attributes, codes, transform = prepared.attributes, prepared.codes, prepared.transform
+    attributes, codes = prepared.attributes, prepared.codes
     k = len(attributes)
     sizes = [a.size for a in attributes]
     n = data.n_rows
@@ -139,24 +139,16 @@ def release(params: AIMParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     rng = records.post_rng(ctx.generator)
     drawn = model.sample(fitted, sizes, rows, rng)
     ctx.report(_PROGRESS_UNITS, _PROGRESS_UNITS, _PHASES[2])
-    unit, labels = discretise.decode(drawn, attributes, data.X.shape[1], rng)
     names = [attributes[a].name for a in range(k)]
-    return ReleaseOutput(
-        rows=rows,
-        feature_names=list(data.feature_names),
-        chunks=records.chunks(unit, labels, len(data.classes), ctx.device),
-        preprocessing={
-            "features": f"each numeric column's declared [lo, hi] cut into {params.bins} "
-            "equal-width bins, each missing-value indicator and categorical column and the "
-            "label one attribute each (public rules); released values drawn uniformly within "
-            "their bin, in raw units",
-            "labels": "each row's class, drawn with its features from the model (exact)",
-            "statistics": f"noisy one-way histograms of the {k} attributes, then {len(chosen)} "
-            "rounds, each a marginal the exponential mechanism selected and its noisy "
-            "histogram: " + ", ".join("–".join(names[a] for a in c) for c in chosen),
-            "rows": "drawn from the graphical model fitted to the noisy histograms "
-            f"(Private-PGM, {params.iterations} mirror-descent steps a fit): post-processing",
-        },
-        progress="own",
-        transform=transform,
+    return records.output(
+        drawn,
+        prepared,
+        data,
+        params.bins,
+        rng,
+        ctx.device,
+        statistics=f"noisy one-way histograms of the {k} attributes, then {len(chosen)} "
+        "rounds, each a marginal the exponential mechanism selected and its noisy "
+        "histogram: " + ", ".join("–".join(names[a] for a in c) for c in chosen),
+        fit=f"Private-PGM, {params.iterations} mirror-descent steps a fit",
     )

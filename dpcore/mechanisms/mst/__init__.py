@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dpcore.accounting.accountant import Accountant, Key, lazy
 from dpcore.audit import keys as audit_keys
-from dpcore.marginals.discretise import BINS_RULE, default_bins
+from dpcore.marginals.discretise import BINS_RULE, default_bins, widest_attribute
 from dpcore.mechanisms.mst.params import (
     MAX_COLUMNS,
     MAX_PAIR_READS,
@@ -65,7 +65,7 @@ TIGHT = Accountant(
 def _noise_widths(params: MSTParams, facts: PublicFacts) -> dict[str, int]:
     """The widest draw of each noise: one attribute's histogram (numeric bins, a categorical
     block, the label, each with a missing-value level), and two such attributes' joint one."""
-    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    size = widest_attribute(params.bins, facts.n_features, facts.n_classes)
     return {"one_way": size, "two_way": size * size}
 
 
@@ -108,7 +108,7 @@ def _work(params: MSTParams, facts: PublicFacts) -> float:
     """Reading every column, scoring the candidate pairs (``_check`` bounds their reads),
     the fit's iterations over the measured marginals, and sampling every column per row."""
     columns = facts.keys()["n_columns"] + 1  # with the label
-    size = max(params.bins, facts.n_features, facts.n_classes) + 1
+    size = widest_attribute(params.bins, facts.n_features, facts.n_classes)
     pairs = math.comb(columns, 2) if params.structure == "tree" else columns
     fit = float(params.iterations) * columns * size * size
     rows = params.n_samples if params.n_samples is not None else facts.n

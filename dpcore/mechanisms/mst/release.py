@@ -31,7 +31,7 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     from dpcore.marginals import model
 
     prepared = discretise.discretise(data, params.bins, int(ctx.noise.analysis["attributes"]))
-    attributes, codes, transform = prepared.attributes, prepared.codes, prepared.transform
+    attributes, codes = prepared.attributes, prepared.codes
     k = len(attributes)
     sizes = [a.size for a in attributes]
     n = data.n_rows
@@ -91,29 +91,21 @@ def release(params: MSTParams, data: PrivateData, ctx: RunContext) -> ReleaseOut
     rng = records.post_rng(ctx.generator)
     drawn = model.expand(model.sample(fitted, merged_sizes, rows, rng), compressed, rng)
     ctx.report(1, 1, _PHASES[3])
-    unit, labels = discretise.decode(drawn, attributes, data.X.shape[1], rng)
     names = [attributes[a].name for a in range(k)]
-    return ReleaseOutput(
-        rows=rows,
-        feature_names=list(data.feature_names),
-        chunks=records.chunks(unit, labels, len(data.classes), ctx.device),
-        preprocessing={
-            "features": f"each numeric column's declared [lo, hi] cut into {params.bins} "
-            "equal-width bins, each missing-value indicator and categorical column and the "
-            "label one attribute each (public rules); released values drawn uniformly within "
-            "their bin, in raw units",
-            "labels": "each row's class, drawn with its features from the model (exact)",
-            "statistics": f"noisy one-way histograms of the {k} attributes, noisy two-way "
-            f"histograms of {k - 1} pairs "
-            + (
-                "the exponential mechanism selected: "
-                if params.structure == "tree"
-                else "(each column with the label): "
-            )
-            + ", ".join(f"{names[a]}–{names[b]}" for a, b in edges),
-            "rows": "drawn from the graphical model fitted to the noisy histograms "
-            f"(Private-PGM, {params.iterations} mirror-descent steps): post-processing",
-        },
-        progress="own",
-        transform=transform,
+    return records.output(
+        drawn,
+        prepared,
+        data,
+        params.bins,
+        rng,
+        ctx.device,
+        statistics=f"noisy one-way histograms of the {k} attributes, noisy two-way "
+        f"histograms of {k - 1} pairs "
+        + (
+            "the exponential mechanism selected: "
+            if params.structure == "tree"
+            else "(each column with the label): "
+        )
+        + ", ".join(f"{names[a]}–{names[b]}" for a, b in edges),
+        fit=f"Private-PGM, {params.iterations} mirror-descent steps",
     )
