@@ -1,12 +1,14 @@
 """Writing a release to a file, chunk by chunk: NPZ, CSV or Parquet, each carrying the same
-columns and metadata. Memory stays bounded by one chunk whatever the number of rows: NPZ
-arrays are filled through memory maps and zipped from disk; CSV and Parquet are written in
-record batches. The columns are the release's ``Layout`` (``dpcore.release_layout``): the
-declared table's columns (CSV, Parquet) or the dataset's own feature names, then its label
-column in the form the mechanism's label kind gives."""
+columns and metadata. Memory stays bounded by one chunk whatever the number of rows: an NPZ's
+feature array is streamed into its zip entry as the rows come (no second copy on disk), the
+smaller label array filled through a memory map and zipped from disk at the end; CSV and
+Parquet are written in record batches. The columns are the release's ``Layout``
+(``dpcore.release_layout``): the declared table's columns (CSV, Parquet) or the dataset's own
+feature names, then its label column in the form the mechanism's label kind gives."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import tempfile
@@ -26,6 +28,8 @@ from dpcore.table import decode
 # How a table column's values are typed (``TableColumn.value_type``): numbers as the float32
 # the rows are drawn in (a CSV then writes 3.1, not 3.0999999046325684).
 _ARROW = {"float": pa.float32(), "int": pa.int64(), "text": pa.string()}
+# An NPZ's arrays: little-endian float32 whatever the machine.
+_NPZ_DTYPE = "<f4"
 
 
 class ArtifactWriter:
@@ -53,9 +57,15 @@ class ArtifactWriter:
         self._scratch = tempfile.TemporaryDirectory(dir=path.parent, prefix=".npz-")
         if fmt == "npz":
             scratch = Path(self._scratch.name)
-            self._x = np.lib.format.open_memmap(
-                scratch / "X.npy", mode="w+", dtype=np.float32, shape=(rows, width)
-            )
+            # Uncompressed (noise does not compress), so an entry's bytes are the array's.
+            self._zip = zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True)
+            self._x = self._zip.open("X.npy", "w", force_zip64=True)
+            header: dict[str, Any] = {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(_NPZ_DTYPE)),
+                "fortran_order": False,
+                "shape": (rows, width),
+            }
+            np.lib.format.write_array_header_1_0(self._x, header)
             self._y = np.lib.format.open_memmap(
                 scratch / "y.npy", mode="w+", dtype=np.float32, shape=(rows, classes)
             )
@@ -90,7 +100,7 @@ class ArtifactWriter:
             )
         labels = self.layout.labels(Y)
         if self.fmt == "npz":
-            self._x[self.written : self.written + count] = X
+            self._x.write(np.ascontiguousarray(X, dtype=_NPZ_DTYPE).data)
             self._y[self.written : self.written + count] = labels
         else:
             schema = self._schema.remove_metadata()
@@ -113,21 +123,26 @@ class ArtifactWriter:
         self.written += count
 
     def close(self) -> None:
+        try:
+            self._finish()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _finish(self) -> None:
         if self.written != self.rows:
             raise ValueError(f"wrote {self.written} rows, announced {self.rows}")
         if self.fmt == "npz":
-            self._x.flush()
+            self._x.close()
             self._y.flush()
             scratch = Path(self._scratch.name)
             np.save(scratch / "metadata.npy", np.array(self.meta_json))
             for name, array in self.extra.items():
                 np.save(scratch / f"{name}.npy", array)
-            # An NPZ is a zip of .npy files: zip them from disk, uncompressed (noise does not
-            # compress), so nothing is held in memory.
-            with zipfile.ZipFile(self.path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name in ["X", "y", "metadata", *self.extra]:
-                    zf.write(scratch / f"{name}.npy", arcname=f"{name}.npy")
-            del self._x, self._y
+            for name in ["y", "metadata", *self.extra]:
+                self._zip.write(scratch / f"{name}.npy", arcname=f"{name}.npy")
+            self._zip.close()
+            del self._y
         else:
             self._table_writer.close()
         self._scratch.cleanup()
@@ -144,7 +159,17 @@ class ArtifactWriter:
         if exc_type is None:
             self.close()
         else:
-            self._scratch.cleanup()
+            self._abandon()
+
+    def _abandon(self) -> None:
+        if self.fmt == "npz":
+            # A file cut short is not left where a complete one is expected.
+            with contextlib.suppress(Exception):
+                self._x.close()
+            with contextlib.suppress(Exception):
+                self._zip.close()
+            self.path.unlink(missing_ok=True)
+        self._scratch.cleanup()
 
 
 def sha256_file(path: Path) -> str:

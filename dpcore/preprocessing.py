@@ -58,6 +58,10 @@ def standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 #   made them.
 OUTPUTS = ("raw", "centred", "mechanism")
 
+# Values per block of ``RowTransform.rows`` (float64: 2 MiB, a block's temporaries stay in
+# cache).
+_BLOCK_VALUES = 1 << 18
+
 
 @dataclass(frozen=True)
 class RowTransform:
@@ -108,22 +112,51 @@ class RowTransform:
         Z = (X - self.shift) / self.scale
         return Z if self.clip_norm is None else clip_rows_l2(Z, self.clip_norm)
 
-    def rows(self, X: np.ndarray) -> np.ndarray:
-        """What the mechanism reads: z / divisor (‖·‖ ≤ 1 when divisor = C)."""
+    def rows(self, X: np.ndarray, dtype: type[np.floating[Any]] = np.float64) -> np.ndarray:
+        """What the mechanism reads: z / divisor (‖·‖ ≤ 1 when divisor = C), as ``dtype``.
+
+        Computed in float64 over blocks of rows, each block rounded once into the ``dtype``
+        output: the same values as the whole array at once (every step is per value or per
+        row), without whole-array float64 temporaries (a 60 000 × 784 upload's would be
+        five passes over 376 MB)."""
+        X = np.asarray(X)
+        X = X.reshape(len(X), -1)
+        out = np.empty(X.shape, dtype=dtype)
+        step = max(1, _BLOCK_VALUES // max(1, X.shape[1]))
+        for start in range(0, len(X), step):
+            out[start : start + step] = self._rows64(X[start : start + step])
+        return out
+
+    def _rows64(self, X: np.ndarray) -> np.ndarray:
         if self.clip_norm is not None and self.divisor == self.clip_norm:
             # One division, as ``clip_rows_l2`` at norm 1 does: rows of norm ≤ C become x/C,
             # longer ones x/‖x‖, so no row's computed norm passes 1 by more than rounding.
-            X = np.clip(np.asarray(X, dtype=np.float64).reshape(len(X), -1), self.lo, self.hi)
-            Z = (X - self.shift) / self.scale
-            return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), self.clip_norm)
+            Z = self._within_bounds(X)
+            Z -= self.shift
+            Z /= self.scale
+            Z /= np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), self.clip_norm)
+            return Z
         return self.clipped(X) / self.divisor
+
+    def _within_bounds(self, X: np.ndarray) -> np.ndarray:
+        """X as float64 (a fresh array), clipped to [lo, hi]: np.clip's values, in place.
+        Integers whose type cannot leave the bounds (bytes in [0, 255]) need no clipping."""
+        Z = np.array(X, dtype=np.float64)
+        if np.issubdtype(X.dtype, np.integer):
+            kind = np.iinfo(X.dtype)
+            if np.all(self.lo <= kind.min) and np.all(self.hi >= kind.max):
+                return Z
+        np.maximum(Z, self.lo, out=Z)
+        np.minimum(Z, self.hi, out=Z)
+        return Z
 
     def to_raw(self, values: np.ndarray) -> np.ndarray:
         """Released values (the mechanism's scale) in raw units, per ``output``; a copy."""
         factor = (self.scale * self.divisor).astype(np.float64)
         if self.output == "mechanism":
             return np.array(values, copy=True)
-        out = np.asarray(values, dtype=np.float64) * factor
+        out = np.array(values, dtype=np.float64)
+        out *= factor
         if self.output == "raw":
             out += self.shift
         return out.astype(np.asarray(values).dtype, copy=False)

@@ -89,6 +89,20 @@ class LocalObjectStore:
         self._publish(key, lambda handle: handle.write(data))
 
     def put_file(self, key: str, path: Path) -> None:
+        """The file itself is linked in where it lies on the store's filesystem (a job's
+        scratch file: no copy of a release's bytes), else copied; create-only either way."""
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("rb+") as source:
+            os.fsync(source.fileno())
+            os.fchmod(source.fileno(), 0o600)  # as ``_publish``'s temporary files are
+        try:
+            os.link(path, target)
+            return
+        except FileExistsError as exc:
+            raise ObjectExists(key) from exc
+        except OSError:
+            pass  # another filesystem (EXDEV) or links not allowed there: copy
         with path.open("rb") as source:
             self._publish(key, lambda handle: shutil.copyfileobj(source, handle))
 

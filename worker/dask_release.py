@@ -123,7 +123,7 @@ def _record_map(
     keys: TaskKeys,
 ) -> list[record.Partial]:
     X, labels = load(part, columns)
-    features = transform.rows(X).astype(np.float32)
+    features = transform.rows(X, np.float32)
     onehot = one_hot(labels, len(columns.classes)).astype(np.float32)
     return record.map_partition(features, onehot, plan, keys.source(f"record-map-{p}"))
 
@@ -205,7 +205,7 @@ def _class_index(
     part: Part, columns: Columns, transform: RowTransform, nonnegative: bool
 ) -> classes.ClassIndex:
     X, labels = load(part, columns)
-    features = transform.rows(X).astype(np.float32)
+    features = transform.rows(X, np.float32)
     return classes.index_partition(
         features, labels, n_classes=len(columns.classes), nonnegative=nonnegative
     )

@@ -32,6 +32,7 @@ from service.releases.mechanisms import VALUE_BYTES
 from service.runtime import Runtime
 from worker import engines, shards
 from worker import progress as progress_of
+from worker.ahead import ahead
 from worker.job import Job
 from worker.metadata import (
     METADATA_ARTIFACT,
@@ -273,7 +274,7 @@ def _write_rows(
             direct = stack.enter_context(
                 ArtifactWriter(job.fmt, path, metadata=meta, layout=layout, **writer_args)
             )
-        for mixed_x, mixed_y in output.chunks:
+        for mixed_x, mixed_y in ahead(output.chunks):
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
             if not keep_raw:
                 writer.write(steps.decode(x), y)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from dpcore.mechanisms.contract import PrivateData
@@ -19,7 +20,7 @@ def unit_scale(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The records through ``transform`` (features) and one-hot labels over the declared
     classes."""
-    features = transform.rows(data.X)
+    features = transform.rows(data.X, np.float32)
     labels = one_hot(data.labels, len(data.classes))
     return (
         torch.as_tensor(features, dtype=torch.float32, device=device),

@@ -96,7 +96,7 @@ def release(params: DPCDAParams, data: PrivateData, ctx: RunContext) -> ReleaseO
         transform = RowTransform(lo, hi, lo + mean * (hi - lo), std * (hi - lo), params.clip_norm)
     else:
         transform = RowTransform.unit_range(lo, hi, params.clip_norm, divide=False)
-    features = torch.as_tensor(transform.rows(data.X), dtype=torch.float32, device=ctx.device)
+    features = torch.as_tensor(transform.rows(data.X, np.float32), device=ctx.device)
     k = len(data.classes)
     counts = np.bincount(data.labels, minlength=k)
     class_sizes: dict[str, Any]
