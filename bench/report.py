@@ -176,11 +176,11 @@ def _by_mode(result: dict[str, Any]) -> Iterable[dict[str, Any]]:
 
 def _e2e(result: dict[str, Any]) -> str:
     head = ["mode", "case", "dataset", "T", "upload s", "admit s", "job s", "download s"]
-    head += ["total s", "peak RSS MiB"]
+    head += ["total s", "peak RSS MiB", "job eff. GB/s", "of read bw"]
     rows = []
     for e in _by_mode(result):
         if "error" in e:
-            rows.append([e["mode"], e.get("case", "–"), f"error: {e['error']}"] + [""] * 7)
+            rows.append([e["mode"], e.get("case", "–"), f"error: {e['error']}"] + [""] * 9)
             continue
         rows.append(
             [
@@ -194,6 +194,8 @@ def _e2e(result: dict[str, Any]) -> str:
                 e["download_s"],
                 e["total_s"],
                 e["peak_rss_mib"],
+                e.get("effective_gbs", "–"),
+                e.get("of_read_bw", "–"),
             ]
         )
     return _table(head, rows)
