@@ -362,8 +362,18 @@ class Settings(BaseSettings):
     dask_row_group_rows: int = Field(
         default=100_000,
         ge=1,
-        description="Rows per Parquet row group (one Dask partition) of the dataset file a "
-        "dask release writes into the job's scratch directory",
+        description="Rows per Parquet partition (one row group, one Dask task) of the dataset "
+        "a dask release stages for the cluster (dask_staging)",
+    )
+    dask_staging: Literal["auto", "store", "scratch"] = Field(
+        default="auto",
+        description="Where a dask release stages the dataset's partitions for the cluster: "
+        "store (objects under the release's prefix in the object store, read by the tasks "
+        "through the S3 protocol with the DPRELEASE_S3_* endpoint and credentials: a remote "
+        "cluster needs no shared filesystem), scratch (files in the job's scratch directory: "
+        "the job's own LocalCluster, or a remote cluster that mounts DPRELEASE_SCRATCH_DIR at "
+        "the same path), auto (store when dask_scheduler is set, else scratch). Removed when "
+        "the job ends, however it ends",
     )
     run_migrations: bool = Field(default=True, description="Apply migrations at start")
     host: str = "127.0.0.1"

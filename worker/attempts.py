@@ -18,7 +18,7 @@ from dpcore.mechanisms.spec import Cancelled
 from service.db import transaction
 from service.releases import lifecycle
 from service.runtime import Runtime
-from worker import shards
+from worker import shards, staging
 
 if TYPE_CHECKING:
     from worker.job import Job
@@ -161,9 +161,10 @@ def superseded(runtime: Runtime, job: Job) -> bool:
 
 
 def discard_parts(runtime: Runtime, release_id: str) -> None:
-    """A settled (or abandoned) sharded release's parts go (best effort; never served).
-    Kept while the release is still running (another attempt uses them) or when its state
-    cannot be read: the next settlement removes them."""
+    """A settled (or abandoned) release's worker-side objects go (best effort; never served):
+    a sharded release's parts, and the partitions a Dask release's jobs staged and could not
+    delete (``worker.staging``). Kept while the release is still running (another attempt
+    uses them) or when its state cannot be read: the next settlement removes them."""
     try:
         with transaction(runtime.session_factory) as session:
             running = lifecycle.current(session, release_id) is not None
@@ -172,6 +173,8 @@ def discard_parts(runtime: Runtime, release_id: str) -> None:
         return
     if not running:
         shards.discard(runtime.store, release_id)
+        if runtime.settings.release_engine == "dask":
+            staging.discard(runtime.store, release_id)
 
 
 def requeue(runtime: Runtime, release_id: str, attempt: int | None) -> None:

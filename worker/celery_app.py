@@ -29,6 +29,7 @@ from service.runtime import Runtime, build_runtime
 from worker.broker import RUN_RELEASE, celery_app
 from worker.dispatch import default_dispatcher
 from worker.scratch import clean_stale
+from worker.staging import remove_recorded
 
 __all__ = ["RUN_RELEASE", "celery_app", "configure", "worker_runtime"]
 
@@ -69,8 +70,13 @@ def _serve_metrics(**_: Any) -> None:
 
 @worker_ready.connect
 def _clean_scratch(**_: Any) -> None:
-    """Remove the scratch directories of jobs whose process was killed (worker.scratch)."""
-    clean_stale(get_settings().scratch_dir if _runtime is None else _runtime.settings.scratch_dir)
+    """Remove the scratch directories of jobs whose process was killed (worker.scratch), and
+    the partitions they staged in the object store (worker.staging; the runtime is built only
+    when there are some)."""
+    clean_stale(
+        get_settings().scratch_dir if _runtime is None else _runtime.settings.scratch_dir,
+        before_remove=remove_recorded(lambda: worker_runtime().store),
+    )
 
 
 @worker_shutting_down.connect

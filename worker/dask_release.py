@@ -11,9 +11,10 @@ Written with the futures API by hand rather than ``dask.dataframe``: the maps em
 partials of a shape the cost model picks (dense or sparse), the DP-CDA gathers are routed to
 the partitions that hold requested ranks, and every task must own its secure source; a
 dataframe shuffle (hash partitioning of (id, row) records) would move n·k rows whatever their
-density and draw nothing securely. Parquet is read by pyarrow in the task (a local path or an
-object-store URI, ``pyarrow.fs.FileSystem.from_uri``: S3 needs no s3fs), so the data goes from
-the store straight to the worker that maps it, never through the driver.
+density and draw nothing securely. Parquet is read by pyarrow in the task (a local path, an
+object-store URI ``pyarrow.fs.FileSystem.from_uri`` resolves, or an object of the service's
+store through the S3 protocol with the ``S3Access`` the partition carries: no s3fs), so the
+data goes from the store straight to the worker that maps it, never through the driver.
 
 Randomness: every task's source comes from ``TaskKeys`` (``FreshKeys`` in a release: a fresh
 OS key made on the worker). The DP-CDA ranks are drawn by the driver from its own source,
@@ -22,11 +23,14 @@ chunk by chunk as the single machine draws them.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -42,12 +46,26 @@ LOOKAHEAD = 8
 
 
 @dataclass(frozen=True)
+class S3Access:
+    """How a task reaches the service's S3-compatible store (``DPRELEASE_S3_*``): a remote
+    worker has no settings of ours, so each partition staged there carries this. The keys
+    None: the AWS SDK's own chain (environment, instance role), as boto3 does."""
+
+    endpoint_url: str | None
+    region: str
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)  # never in a task's repr or log
+
+
+@dataclass(frozen=True)
 class Part:
-    """One partition: a row group of a Parquet file (its row count is from the footer)."""
+    """One partition: a row group of a Parquet file. ``url``: a path, a URI, or ``bucket/key``
+    with ``access`` (an object of the service's store)."""
 
     url: str
     row_group: int
     rows: int
+    access: S3Access | None = None
 
 
 @dataclass(frozen=True)
@@ -59,22 +77,40 @@ class Columns:
     classes: tuple[Any, ...]
 
 
-def _open(url: str) -> Any:
+@functools.lru_cache(maxsize=8)
+def _s3(access: S3Access) -> Any:
+    """One filesystem per store and worker process (it pools its connections)."""
+    import pyarrow.fs as pafs
+
+    options: dict[str, Any] = {"region": access.region}
+    if access.endpoint_url:
+        endpoint = urlsplit(access.endpoint_url)
+        options |= {"endpoint_override": endpoint.netloc, "scheme": endpoint.scheme or "https"}
+    if access.access_key is not None:
+        options |= {"access_key": access.access_key, "secret_key": access.secret_key}
+    return pafs.S3FileSystem(**options)
+
+
+def _open(url: str, access: S3Access | None = None) -> Any:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
+    if access is not None:
+        return pq.ParquetFile(_s3(access).open_input_file(url))
     if "://" in url:
         fs, path = pafs.FileSystem.from_uri(url)
         return pq.ParquetFile(fs.open_input_file(path))
     return pq.ParquetFile(url)
 
 
-def discover(urls: Sequence[str]) -> list[Part]:
+def discover(urls: Sequence[str], access: S3Access | None = None) -> list[Part]:
     """The partitions of the files ``urls``, in order: one per row group (footers only)."""
     parts = []
     for url in urls:
-        meta = _open(url).metadata
-        parts += [Part(url, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        meta = _open(url, access).metadata
+        parts += [
+            Part(url, g, meta.row_group(g).num_rows, access) for g in range(meta.num_row_groups)
+        ]
     return parts
 
 
@@ -89,9 +125,39 @@ def write_partitions(
     pq.write_table(table, path, row_group_size=rows)
 
 
+def write_partition(
+    path: Path, X: np.ndarray, labels: np.ndarray, names: Sequence[str], label: str
+) -> None:
+    """One partition as one Parquet row group: float64 features and int64 class indices,
+    uncompressed, plain-encoded, without statistics. Its size is then a function of its row
+    count and ``len(names)`` alone (public), never of the values: compression, dictionaries
+    and min/max footers would make the staged objects' sizes, visible to whoever lists the
+    bucket, depend on the data."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [pa.field(n, pa.float64(), nullable=False) for n in names]
+        + [pa.field(label, pa.int64(), nullable=False)]
+    )
+    columns = [pa.array(np.asarray(X[:, j], dtype=np.float64)) for j in range(len(names))]
+    table = pa.Table.from_arrays(
+        [*columns, pa.array(np.asarray(labels, dtype=np.int64))], schema=schema
+    )
+    pq.write_table(
+        table,
+        path,
+        row_group_size=max(1, table.num_rows),
+        compression="NONE",
+        use_dictionary=False,
+        column_encoding="PLAIN",
+        write_statistics=False,
+    )
+
+
 def load(part: Part, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
     """(X float64, class indices) of one partition."""
-    table = _open(part.url).read_row_group(
+    table = _open(part.url, part.access).read_row_group(
         part.row_group, columns=[*columns.features, columns.label]
     )
     # Column by column into a Fortran-ordered array: contiguous writes, no column_stack copy

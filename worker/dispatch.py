@@ -15,6 +15,7 @@ from service.releases import repository as releases
 from service.runtime import Dispatcher, InProcessDispatcher, Route, Runtime
 from worker.broker import FINISH_SHARDS, RUN_RELEASE, RUN_SHARD, celery_app
 from worker.scratch import clean_stale
+from worker.staging import remove_recorded
 
 
 class CeleryDispatcher:
@@ -67,8 +68,9 @@ def in_process_dispatcher(runtime: Runtime) -> Dispatcher:
     # loads the runner and what it needs (torch, the mechanisms).
     from worker.runner import run_release
 
-    # This process runs the jobs: what killed ones left in the scratch space goes first.
-    clean_stale(runtime.settings.scratch_dir)
+    # This process runs the jobs: what killed ones left in the scratch space (and the
+    # partitions they staged in the object store) goes first.
+    clean_stale(runtime.settings.scratch_dir, before_remove=remove_recorded(lambda: runtime.store))
     return InProcessDispatcher(
         lambda release_id: run_release(runtime, release_id),
         owner_of=lambda release_id: _owner_of(runtime, release_id),

@@ -21,10 +21,9 @@ without ever being started and the published rows are the Dask job's only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,6 +39,7 @@ from dpcore.mechanisms.sharding import ShardPlan
 from dpcore.preprocessing import RowTransform
 from service.datasets.parsing import ParsedDataset
 from worker import shards
+from worker.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +97,14 @@ def engine_for(
     noise: Any,
     sampler: NoiseSampler,
     generator: SecureRandom,
-    scratch: Path,
+    staging: Staging,
 ) -> Engine:
     """The runner's call right after ``build`` of an unsharded release: ``output`` unchanged
     (local), or with its ``chunks`` replaced by the Dask job's rows (the build's generator
     closed unstarted). ``sampler`` and ``generator``: the release's (``randomness``), which
     the Dask path never draws from; the secure sampler is given the plans the workers use, so
-    the metadata's ``noise_lattices`` describe the noise published."""
+    the metadata's ``noise_lattices`` describe the noise published. ``staging``: where the
+    Dask rows stage the partitions (``worker.staging``), at their first chunk."""
     job = choice.job
     if job is None:
         return Engine(output, "local")
@@ -136,13 +137,11 @@ def engine_for(
     close = getattr(output.chunks, "close", None)
     if close is not None:
         close()
-    scratch.mkdir(parents=True, exist_ok=True)
-    data = scratch / "dataset.parquet"
-    write_dataset(data, parsed, settings.dask_row_group_rows)
     rows = _dask_rows(
         settings,
         job,
-        data,
+        parsed,
+        staging,
         columns,
         noise=NoiseSpec(sampler.name, noise),
         expected=output.rows,
@@ -198,37 +197,31 @@ def feature_columns(d: int) -> tuple[str, ...]:
     return tuple(f"f{j}" for j in range(d))
 
 
-def write_dataset(path: Path, parsed: ParsedDataset, rows: int) -> None:
-    """The parsed dataset as the single machine reads it (features clipped into the declared
-    bounds, float64; labels as class indices) in row groups of ``rows``: one partition each."""
-    from worker import dask_release
-
-    dask_release.write_partitions(
-        str(path),
-        np.asarray(parsed.X, dtype=np.float64),
-        cast(Sequence[int], np.asarray(parsed.labels, dtype=np.int64)),
-        feature_columns(parsed.n_features),
-        LABEL,
-        rows,
-    )
-
-
 def _dask_rows(
     settings: Any,
     job: RecordJob | ClassJob,
-    data: Path,
+    parsed: ParsedDataset,
+    staging: Staging,
     columns: Any,
     *,
     noise: NoiseSpec,
     expected: int,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The job's rows, chunk by chunk; the cluster is started at the first chunk asked for
-    and closed however the iteration ends."""
+    """The job's rows, chunk by chunk. At the first chunk asked for, the parsed dataset (the
+    features clipped into the declared bounds, float64; labels as class indices: what the
+    single machine reads) is staged and the cluster started; both go however the iteration
+    ends (exhausted, raised, or closed by the writer)."""
     from worker import dask_release
 
-    client = dask_release.client_from_settings(settings)
+    client = None
     try:
-        parts = dask_release.discover([str(data)])
+        parts = staging.stage(
+            np.asarray(parsed.X, dtype=np.float64),
+            np.asarray(parsed.labels, dtype=np.int64),
+            columns,
+            settings.dask_row_group_rows,
+        )
+        client = dask_release.client_from_settings(settings)
         done = 0
         for x, y in dask_release.run_job(
             client, job, parts, columns, noise=noise, keys=FreshKeys()
@@ -240,7 +233,13 @@ def _dask_rows(
         if done != expected:
             raise RuntimeError(f"the Dask job made {done} rows, {expected} were declared")
     finally:
-        cluster = getattr(client, "cluster", None)
-        client.close()
-        if settings.dask_scheduler is None and cluster is not None:
-            cluster.close()
+        try:
+            if client is not None:
+                cluster = getattr(client, "cluster", None)
+                client.close()
+                if settings.dask_scheduler is None and cluster is not None:
+                    cluster.close()
+        finally:
+            # Last: the client's close releases the job's tasks; one still running may find
+            # its partition gone, and its result is dropped anyway.
+            staging.clear()

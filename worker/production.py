@@ -17,7 +17,7 @@ from service.releases import keys, lifecycle
 from service.releases.mechanisms import route
 from service.runtime import Route, Runtime
 from service.storage import sha256_hex
-from worker import engines, publishing, shards, writing
+from worker import engines, publishing, shards, staging, writing
 from worker import progress as progress_of
 from worker import scratch as scratch_dirs
 from worker.attempts import TransientError
@@ -84,6 +84,8 @@ def produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
     )
     if plan is not None:
         shards.discard(store, job.release_id)
+    if choice.job is not None:  # what an earlier attempt of this Dask release staged, if any
+        staging.discard(store, job.release_id)
 
 
 def read_private(runtime: Runtime, job: Job) -> ParsedDataset:

@@ -6,7 +6,9 @@ A job writes its release files under ``dprelease-<pid>-<random>/`` in the scratc
 ``flock`` on the directory's ``.lock`` for as long as it runs. The kernel drops the lock when
 the process dies, however it dies (SIGKILL, OOM), so ``clean_stale`` can tell a dead job's
 directory (its lock can be taken) from a live one's, in this process or another, whatever the
-pid in the name has become since (the pid is only there for people reading ``ls``).
+pid in the name has become since (the pid is only there for people reading ``ls``). What a dead
+job left outside its directory (a Dask release's partitions staged in the object store, named
+in its directory: ``worker.staging``) goes first, through ``clean_stale``'s ``before_remove``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -50,9 +52,12 @@ def job_dir(configured: Path | None) -> Iterator[Path]:
         os.close(fd)
 
 
-def clean_stale(configured: Path | None) -> list[Path]:
+def clean_stale(
+    configured: Path | None, *, before_remove: Callable[[Path], None] | None = None
+) -> list[Path]:
     """Remove the scratch directories of jobs whose process died; return them. A live job's
-    directory (its lock held) is left alone."""
+    directory (its lock held) is left alone. ``before_remove`` is called with each dead job's
+    directory before it goes; when it raises, the directory is kept for the next start."""
     root = root_of(configured)
     removed: list[Path] = []
     try:
@@ -63,7 +68,7 @@ def clean_stale(configured: Path | None) -> list[Path]:
         if not entry.name.startswith(PREFIX) or entry.is_symlink() or not entry.is_dir():
             continue
         try:
-            if _remove_if_dead(entry):
+            if _remove_if_dead(entry, before_remove):
                 removed.append(entry)
         except OSError as exc:  # another user's directory, or removed meanwhile
             log.debug("scratch %s left: %s", entry, exc)
@@ -72,20 +77,29 @@ def clean_stale(configured: Path | None) -> list[Path]:
     return removed
 
 
-def _remove_if_dead(path: Path) -> bool:
+def _remove_if_dead(path: Path, before_remove: Callable[[Path], None] | None) -> bool:
     lock = path / LOCK
     if not lock.exists():
         if time.time() - path.stat().st_mtime < UNLOCKED_AFTER_S:
             return False
-        shutil.rmtree(path)
-        return True
+        return _remove(path, before_remove)
     fd = os.open(lock, os.O_RDWR)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # a live job holds it
-        shutil.rmtree(path)
-        return True
+        return _remove(path, before_remove)
     finally:
         os.close(fd)
+
+
+def _remove(path: Path, before_remove: Callable[[Path], None] | None) -> bool:
+    if before_remove is not None:
+        try:
+            before_remove(path)
+        except Exception:
+            log.warning("scratch %s kept: its cleanup failed", path, exc_info=True)
+            return False
+    shutil.rmtree(path)
+    return True

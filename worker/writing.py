@@ -30,7 +30,7 @@ from service.datasets.parsing import ParsedDataset
 from service.releases import keys, lifecycle
 from service.releases.mechanisms import VALUE_BYTES
 from service.runtime import Runtime
-from worker import engines, shards
+from worker import engines, shards, staging
 from worker import progress as progress_of
 from worker.ahead import ahead
 from worker.job import Job
@@ -163,7 +163,9 @@ def _engine(
             noise=job.noise,
             sampler=sampler,
             generator=generator,
-            scratch=path.parent / "dask",
+            staging=staging.staging_for(
+                runtime.settings, runtime.store, job.release_id, job.attempt, path.parent / "dask"
+            ),
         )
         return engine, None
     if output.rows != choice.plan.rows or output.artifacts or output.extra:
@@ -258,6 +260,11 @@ def _write_rows(
     done = 0
     altered = post is not None
     with ExitStack() as stack:
+        # Closed when the rows stop, however: a generator that holds resources (the Dask
+        # engine's cluster and staged partitions) releases them now, not when it is collected.
+        close = getattr(output.chunks, "close", None)
+        if close is not None:
+            stack.callback(close)
         writer = stack.enter_context(
             ArtifactWriter(
                 job.fmt,

@@ -82,3 +82,15 @@ def shard_part(release_id: str, plan: str, index: int) -> str:
     """Part ``index`` of the split named ``plan`` (``ShardPlan.key``): parts of another split
     of the same release never mix with it."""
     return f"{shard_prefix(release_id)}{plan}/part-{index:05d}.npz"
+
+
+def staging_prefix(release_id: str) -> str:
+    """Where a Dask release's jobs stage the parsed dataset as Parquet partitions for the
+    cluster's tasks (``worker.staging``): private data, in the uploads' bucket, never served,
+    deleted when the job ends and again once the release is settled."""
+    return f"{prefix(release_id)}staging/"
+
+
+def staging_part(folder: str, index: int) -> str:
+    """Partition ``index`` of one job's staging ``folder`` (under ``staging_prefix``)."""
+    return f"{folder}part-{index:05d}.parquet"

@@ -343,3 +343,118 @@ def test_dask_and_local_releases_agree_in_distribution(
         _dpcda_laws(out["dpcda"][engine])
     for mechanism in ("dpmix", "dpcda"):
         _two_sample(out[mechanism]["dask"], out[mechanism]["local"], mechanism)
+
+
+# --- partitions staged in the object store, as a remote cluster reads them -------------------
+
+
+@pytest.fixture
+def store_staging(
+    real: Harness, real_services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> Harness:
+    """The real harness whose Celery worker runs Dask releases on a thread LocalCluster with
+    the partitions staged in the tests' S3 server (``DPRELEASE_DASK_STAGING=store``) and no
+    ``DPRELEASE_SCRATCH_DIR``. The settlement's sweep of a release's staging prefix
+    (``staging.discard``) is off: what is shown is that the job removes its own."""
+    from worker import staging
+
+    settings = real_services["worker_runtime"].settings
+    for name, value in {**DASK_SETTINGS, "dask_staging": "store", "scratch_dir": None}.items():
+        monkeypatch.setattr(settings, name, value)
+    monkeypatch.setattr(staging, "discard", lambda store, release_id: None)
+    return real
+
+
+def _staged(h: Harness, release_id: str) -> dict[str, int]:
+    """The objects under the release's staging prefix: key → size."""
+    store = h.runtime.store
+    listed = store.client.list_objects_v2(  # type: ignore[attr-defined]
+        Bucket=store.bucket,  # type: ignore[attr-defined]
+        Prefix=f"releases/{release_id}/staging/",
+    )
+    return {o["Key"]: int(o["Size"]) for o in listed.get("Contents", [])}
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch, real: Harness) -> list[tuple[str, Any, dict[str, int]]]:
+    """Every partition a task opens: its URL, the S3 access it carries, and the release's
+    staged objects at the first read (the release id from the URL)."""
+    from worker import dask_release
+
+    seen: list[tuple[str, Any, dict[str, int]]] = []
+    original = dask_release._open
+
+    def spying(url: str, access: Any = None) -> Any:
+        release_id = url.split("/releases/")[-1].split("/")[0]
+        seen.append((url, access, {} if seen else _staged(real, release_id)))
+        return original(url, access)
+
+    monkeypatch.setattr(dask_release, "_open", spying)
+    return seen
+
+
+def test_a_dask_release_stages_in_the_object_store(
+    store_staging: Harness,
+    real_services: dict[str, Any],
+    reads: list[tuple[str, Any, dict[str, int]]],
+    spies: dict[str, int],
+) -> None:
+    h, s3 = store_staging, real_services["s3"]
+    refusals = len(s3.verifier.refusals)
+    owner, _ = h.new_key("owner")
+    ds = _upload(h, owner)
+    done, npz = _release(h, owner, ds["id"], "dpmix", DPMIX, 20.0)
+    assert _meta(npz)["engine"] == "dask" and spies["dask_jobs"] == 1
+    assert spies["local_started"] == 0
+    _dpmix_laws(npz)
+    # Every partition was read by a task through the S3 protocol, with the store's endpoint
+    # and credentials it carried: never a path on a shared filesystem.
+    prefix = f"{h.runtime.store.bucket}/releases/{done['id']}/staging/"  # type: ignore[attr-defined]
+    assert reads and all(url.startswith(prefix) for url, _, _ in reads)
+    assert all(access is not None for _, access, _ in reads)
+    assert {access.endpoint_url for _, access, _ in reads} == {s3.endpoint_url}
+    assert len(s3.verifier.refusals) == refusals  # every request signed with them
+    # While read: N / 250 → 5 partitions, one object each; sizes a function of the row count.
+    staged = reads[0][2]
+    assert sorted(k.rsplit("/", 1)[1] for k in staged) == [
+        f"part-{i:05d}.parquet" for i in range(5)
+    ]
+    sizes = [staged[k] for k in sorted(staged)]
+    assert len(set(sizes[:4])) == 1 and sizes[4] < sizes[0]  # 4 × 250 rows, then 200
+    assert _staged(h, done["id"]) == {}  # removed by the job
+
+
+@pytest.mark.parametrize("failing", ["task", "writer"])
+def test_a_failed_dask_release_leaves_no_staged_objects(
+    store_staging: Harness,
+    reads: list[tuple[str, Any, dict[str, int]]],
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """A map task raising (the job's rows raise), or the artifact writer failing after the
+    first chunk (the rows are closed part-way, as on a cancel): the release fails and nothing
+    it staged is left once it says so."""
+    from dpcore import artifacts
+    from worker import dask_release
+
+    def task(part: Any, p: int, columns: Any, *rest: Any) -> Any:
+        dask_release.load(part, columns)  # its partition read, then the task fails
+        raise RuntimeError("the task failed")
+
+    def writer(self: Any, *args: Any) -> None:
+        raise RuntimeError("the writer failed")
+
+    if failing == "task":
+        monkeypatch.setattr(dask_release, "_record_map", task)
+    else:
+        monkeypatch.setattr(artifacts.ArtifactWriter, "write", writer)
+    h = store_staging
+    owner, _ = h.new_key("owner")
+    ds = _upload(h, owner)
+    body = h.release_body(ds["id"], mechanism="dpmix", params=DPMIX, epsilon=2.0)
+    r = h.client.post("/releases", json=body, headers=h.headers(owner))
+    assert r.status_code == 202, r.text
+    done = h.wait(owner, r.json()["id"], timeout=300)
+    assert done["status"] == "failed" and f"the {failing} failed" in done["error"]
+    assert reads and len(reads[0][2]) == 5  # staged, and read
+    assert _staged(h, done["id"]) == {}

@@ -15,7 +15,10 @@ from dpcore.mechanisms.run import build, facts_of, noise_for, randomness
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.preprocessing import RowTransform
 from service.datasets.parsing import ParsedDataset
+from service.releases import keys
+from service.storage import LocalObjectStore
 from worker import dask_release, engines
+from worker.staging import ScratchStaging, Staging, StoreStaging
 
 N, D, K = 300, 4, 3
 RECORD = {"mixture_degree": 4, "n_samples": 120, "assignment": "record", "clip_norm": 2.0}
@@ -96,7 +99,7 @@ def _choose(
         noise=noise,
         sampler=sampler,
         generator=generator,
-        scratch=tmp_path / "dask",
+        staging=kw.get("staging") or ScratchStaging(tmp_path / "dask"),
     )
     return output, chosen, sampler
 
@@ -114,14 +117,9 @@ def test_supported_releases_take_the_dask_rows_and_close_the_build(
     # The build's generator was closed before it started: it can never draw.
     with pytest.raises(StopIteration):
         next(output.chunks)
-    # The Parquet partitions hold the parsed rows exactly (clipped raw features, labels).
-    parts = dask_release.discover([str(tmp_path / "dask" / "dataset.parquet")])
-    assert [p.rows for p in parts] == [100, 100, 100]
-    columns = dask_release.Columns(engines.feature_columns(D), engines.LABEL, tuple(range(K)))
-    loaded = [dask_release.load(p, columns) for p in parts]
-    parsed = _parsed()
-    np.testing.assert_array_equal(np.concatenate([x for x, _ in loaded]), parsed.X)
-    np.testing.assert_array_equal(np.concatenate([y for _, y in loaded]), parsed.labels)
+    # Nothing is staged (nor any cluster started) before the first chunk is asked for
+    # (tests/unit/test_dask_staging.py: what is staged, and its removal).
+    assert not (tmp_path / "dask").exists()
     chosen.output.chunks.close()  # type: ignore[attr-defined]  # never started: no cluster
 
 
@@ -238,3 +236,33 @@ def test_the_choice_precedes_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
         noise,
     )
     assert sharded.job is None and sharded.plan is not None and sharded.plan.count > 1
+
+
+def test_the_dask_rows_clear_their_staging_however_they_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staged at the first chunk, removed when the rows stop: closed part-way (the writer
+    closes them on a cancel or its own failure) or a task raising."""
+    store = LocalObjectStore(tmp_path / "objects")
+    staging_root = tmp_path / "objects" / keys.staging_prefix("r")
+
+    def staged(job: int) -> Staging:
+        folder = f"{keys.staging_prefix('r')}{job}-x/"
+        return StoreStaging(store, folder, None, None, tmp_path / f"job-{job}")
+
+    _, chosen, _ = _choose("dpmix", RECORD, tmp_path, staging=staged(1))
+    chunks = chosen.output.chunks
+    assert not staging_root.exists()
+    next(chunks)
+    assert len(list(staging_root.rglob("*.parquet"))) == 3
+    chunks.close()  # type: ignore[attr-defined]
+    assert not any(staging_root.rglob("*"))
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("a task raised")
+
+    monkeypatch.setattr(dask_release, "_record_map", broken)
+    _, chosen, _ = _choose("dpmix", RECORD, tmp_path, staging=staged(2))
+    with pytest.raises(RuntimeError, match="a task raised"):
+        list(chosen.output.chunks)
+    assert not any(staging_root.rglob("*"))
