@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ class _Failed:
         self.error = error
 
 
-def ahead(items: Iterable[T], depth: int = DEPTH) -> Iterator[T]:
+def ahead(items: Iterable[T], depth: int = DEPTH) -> Generator[T, None, None]:
     """The items of ``items`` in order, produced in a background thread up to ``depth``
     ahead of the consumer."""
     buffer: queue.Queue[T | _End | _Failed] = queue.Queue(maxsize=depth)

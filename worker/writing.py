@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -265,6 +265,9 @@ def _write_rows(
         close = getattr(output.chunks, "close", None)
         if close is not None:
             stack.callback(close)
+        # Drawn a chunk ahead in a thread of their own; that thread is joined (closed first,
+        # before the callback above) before anything here is cleaned up.
+        rows = stack.enter_context(closing(ahead(output.chunks)))
         writer = stack.enter_context(
             ArtifactWriter(
                 job.fmt,
@@ -281,7 +284,7 @@ def _write_rows(
             direct = stack.enter_context(
                 ArtifactWriter(job.fmt, path, metadata=meta, layout=layout, **writer_args)
             )
-        for mixed_x, mixed_y in ahead(output.chunks):
+        for mixed_x, mixed_y in rows:
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
             if not keep_raw:
                 writer.write(steps.decode(x), y)
