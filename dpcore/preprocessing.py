@@ -155,11 +155,22 @@ class RowTransform:
         factor = (self.scale * self.divisor).astype(np.float64)
         if self.output == "mechanism":
             return np.array(values, copy=True)
+        values = np.asarray(values)
+        if values.ndim != 2:
+            return self._to_raw64(values, factor).astype(values.dtype, copy=False)
+        # In float64 over blocks of rows (as ``rows``): the same values, cache-sized temporaries.
+        out = np.empty(values.shape, dtype=values.dtype)
+        step = max(1, _BLOCK_VALUES // max(1, values.shape[1]))
+        for start in range(0, len(values), step):
+            out[start : start + step] = self._to_raw64(values[start : start + step], factor)
+        return out
+
+    def _to_raw64(self, values: np.ndarray, factor: np.ndarray) -> np.ndarray:
         out = np.array(values, dtype=np.float64)
         out *= factor
         if self.output == "raw":
             out += self.shift
-        return out.astype(np.asarray(values).dtype, copy=False)
+        return out
 
     def real_rows(self, X: np.ndarray) -> np.ndarray:
         """A real record as the release represents it (to test models on): clipped to the

@@ -97,6 +97,10 @@ def test_rows_in_blocks_equal_the_whole_array(
     monkeypatch.setattr(preprocessing, "_BLOCK_VALUES", 17 * 7)  # 7 rows a block
     assert np.array_equal(transform.rows(X), whole)
     assert np.array_equal(transform.rows(X, np.float32), whole.astype(np.float32))
+    released = whole.astype(np.float32)
+    back = (released.astype(np.float64) * (255.0 * 9.0) + 0.0).astype(np.float32)
+    assert np.array_equal(transform.to_raw(released), back)
+    assert transform.to_raw(released).dtype == np.float32
     # A narrower declared range clips bytes too (no integer shortcut there).
     narrow = RowTransform.unit_range(np.full(17, 10.0), np.full(17, 200.0), None)
     expected = (np.clip(X.astype(np.float64), 10.0, 200.0) - 10.0) / 190.0
