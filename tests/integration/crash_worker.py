@@ -162,6 +162,15 @@ def main(plan_dir: Path) -> None:
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
     }
+    # A prefork worker notices a pool child that its job killed on the pool's upkeep timer
+    # (every 5 s in Celery) unless the child's exit wakes it first; every 0.5 s here, so a
+    # job's next attempt starts without waiting out the timer (the every-attempt test kills
+    # six children).
+    from celery.concurrency import asynpool
+
+    asynpool.AsynPool.timers = property(  # type: ignore[method-assign,assignment]
+        lambda pool: {pool.maintain_pool: 0.5}
+    )
     children: set[int] = set()
     try:
         for line in sys.stdin:

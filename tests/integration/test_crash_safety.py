@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow  # kills Celery workers at every phase
 # Seconds before Redis hands a job that is still unacknowledged to another worker. Long enough
 # that a live attempt on a busy machine (the CI box runs the suite on 2 cores) is never handed
 # out again while it runs: at 3 s, loaded runs saw one release attempted twice at once (noise
-# drawn twice, crash counts off). Only the solo-pool test waits this long once.
+# drawn twice, crash counts off). The solo-pool tests wait for it once each.
 VISIBILITY_TIMEOUT = 10
 
 
@@ -234,7 +234,8 @@ def test_worker_killed_at_each_phase(crash: Crash) -> None:
             first_sha[phase] = sha256_hex(stored["release.npz"])
         assert (release.artifact_key is not None) == (phase not in PHASES[:2])  # the claim
 
-    time.sleep(VISIBILITY_TIMEOUT + 1)
+    # A fresh worker at once: it takes each job back once its visibility timeout has passed
+    # (it looks every second: tests/integration/crash_worker.py), not before.
     fresh = crash.spawn(queue)
     crash.wait_terminal(list(ids.values()))
     assert crash.ask(f"stop {fresh}") == "status 0"
@@ -349,8 +350,7 @@ def test_a_shard_dying_is_drawn_again(crash: Crash) -> None:
         "part-00001.npz.try-1",
     }
 
-    time.sleep(VISIBILITY_TIMEOUT + 1)
-    fresh = crash.spawn(queue)
+    fresh = crash.spawn(queue)  # takes the job back after its visibility timeout
     crash.wait_terminal([rid])
     assert crash.ask(f"stop {fresh}") == "status 0"
     assert crash.queue_drained(queue)

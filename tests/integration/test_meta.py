@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import threading
 import time
 
 import anyio.to_thread
@@ -117,10 +118,16 @@ def test_ready_times_out_a_hanging_dependency(
     monkeypatch.setattr(
         real.runtime, "settings", real.runtime.settings.model_copy(update={"ready_timeout_s": 0.2})
     )
-    monkeypatch.setitem(readiness.CHECKS, "store", lambda runtime: time.sleep(3))
+    # The check hangs until the test lets it go (at most 3 s), after /ready has answered:
+    # the test does not wait out the hung check's thread.
+    hung = threading.Event()
+    monkeypatch.setitem(readiness.CHECKS, "store", lambda runtime: hung.wait(3))
     start = time.monotonic()
-    r = real.client.get("/ready")
-    assert time.monotonic() - start < 2.5
+    try:
+        r = real.client.get("/ready")
+        assert time.monotonic() - start < 2.5
+    finally:
+        hung.set()
     assert r.status_code == 503
     assert r.json()["checks"]["store"] == {
         "ok": False,

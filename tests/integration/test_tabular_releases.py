@@ -60,8 +60,10 @@ PARAMS: dict[str, dict[str, Any]] = {
     # ε = 4 at m = 30, and their bounds would miss it; this test is about formats and units.
     "dpcda": {"min_class_size": 30, "class_sizes": "declared"},
     "dpgm": {"hidden": 32, "epochs": 2.0},
-    # Few planned rounds (each fits the model anew): the test's time, not AIM's quality.
-    "aim": {"iterations": 50, "rounds": 20},
+    # Few planned rounds, two run (each fits and compiles the model anew), short fits: the
+    # test's time, not the marginal mechanisms' quality (this test is about formats and units).
+    "aim": {"iterations": 50, "rounds": 20, "max_rounds": 2},
+    "mst": {"iterations": 50},
 }
 
 
