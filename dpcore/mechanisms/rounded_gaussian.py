@@ -245,26 +245,35 @@ class RoundedGaussian:
         k = (np.floor(x - 0.5) + 1.0).astype(np.int64)
         np.clip(k, 0, self.size, out=k)
         pending = np.arange(words.size)
-        for _ in range(_MOVES):
-            kk, hh = k[pending], head[pending]
+        edge = np.uint64(TABLE_ERROR)
+        for move in range(_MOVES):
+            # The first pass takes every draw: whole arrays, no gathers.
+            kk, hh = (k, head) if move == 0 else (k[pending], head[pending])
             below = np.maximum(kk - 1, 0)
             above = np.minimum(kk, self.size - 1)
-            values = _span_values(spans, np.concatenate([below, above])).astype(np.uint64)
+            # Non-negative int64 entries: the same bits as uint64, no copy.
+            values = _span_values(spans, np.concatenate([below, above])).view(np.uint64)
             low, high = values[: kk.size], values[kk.size :]
-            edge = np.uint64(TABLE_ERROR)
+            beyond = hh + np.uint64(1) + edge
             lower_ok = (kk == 0) | (low + edge <= hh)
-            upper_ok = (kk < self.size) & (high >= hh + np.uint64(1) + edge)
-            down = (kk > 0) & (low >= hh + np.uint64(1) + edge)
+            upper_ok = (kk < self.size) & (high >= beyond)
+            down = (kk > 0) & (low >= beyond)
             up = (kk < self.size) & (high + edge <= hh)
-            k[pending] = kk - down + up
+            if move == 0:
+                k = kk - down + up
+            else:
+                k[pending] = kk - down + up
             pending = pending[~(lower_ok & upper_ok)]
             if not pending.size:
                 break
         magnitude = k
         for i in pending:
             magnitude[i] = self._exact_magnitude(int(head[i]), 0, random_bytes)
-        negative = (words >> np.uint64(_WORD - 1)).astype(bool)
-        np.negative(magnitude, out=magnitude, where=negative)
+        # The sign bit as 0 or −1: (m ^ s) − s negates where s = −1 (|m| ≤ size < 2⁵⁰), several
+        # times faster than a masked negation.
+        flip = -(words >> np.uint64(_WORD - 1)).view(np.int64)
+        np.bitwise_xor(magnitude, flip, out=magnitude)
+        magnitude -= flip
         return magnitude
 
     def search(self, words: np.ndarray, random_bytes: RandomBytes) -> np.ndarray:
@@ -349,11 +358,14 @@ def _span_values(spans: _Spans, k: np.ndarray) -> np.ndarray:
     top = (1 << HEAD_BITS) - 1
     span = k // spans.per_anchor
     offsets = (k - span * spans.per_anchor).astype(np.float64)
-    gathered = [row[span] for row in spans.coefficients]
-    increment = _horner(gathered, offsets)
+    # One gather of every coefficient row at once (rows b̂_1 … b̂_{n−1}, a column per k): the
+    # same values, element for element, as gathering row by row.
+    increment = _horner(np.take(spans.coefficients, span, axis=1), offsets)
     anchors = spans.anchors[span]
     # Increments stay below 2⁶³/64 (a span is 1/64 in x, erf′ ≤ 2/√π): no overflow.
-    values = anchors + np.minimum(np.rint(increment).astype(np.int64), top - anchors)
+    values = np.rint(increment, out=increment).astype(np.int64)
+    np.minimum(values, top - anchors, out=values)
+    values += anchors
     return np.maximum(values, 0, out=values)
 
 
