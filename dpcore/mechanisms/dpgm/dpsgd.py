@@ -153,6 +153,39 @@ def rounding_error(n: int) -> float:
 
 Progress = Callable[[int, int], None]
 
+# torch.optim.Adam's defaults.
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+class Descent:
+    """Adam (``adam``: torch.optim.Adam's defaults and its single-tensor arithmetic, operation
+    for operation) or plain SGD on the noisy gradients, updating ``params`` in place.
+    Post-processing of the released steps. Written out because torch.optim's optimisers
+    import torch._dynamo when built (about 4 s in every fresh worker process)."""
+
+    def __init__(self, params: Params, lr: float, *, adam: bool) -> None:
+        self.params, self.lr, self.adam, self.steps = params, lr, adam, 0
+        self.moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in params.items()}
+
+    @torch.no_grad()
+    def step(self, grads: Params) -> None:
+        if not self.adam:
+            for k, p in self.params.items():
+                p.add_(grads[k], alpha=-self.lr)
+            return
+        self.steps += 1
+        beta1, beta2 = ADAM_BETAS
+        step_size = self.lr / (1 - beta1**self.steps)
+        correction2 = math.sqrt(1 - beta2**self.steps)
+        for k, p in self.params.items():
+            mean, square = self.moments[k]
+            grad = grads[k]
+            mean.lerp_(grad, 1 - beta1)
+            square.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denominator = (square.sqrt() / correction2).add_(ADAM_EPS)
+            p.addcdiv_(mean, denominator, value=-step_size)
+
 
 def train(
     net: VAE | RBM,
@@ -174,12 +207,8 @@ def train(
     networks (reparametrisation, Gibbs chains): per step, fixed amounts (``per_record``, the
     chains' fixed shapes), never in proportion to the batch."""
     n, models = X.shape[0], next(iter(params.values())).shape[0]
-    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-    optimiser: torch.optim.Optimizer = (
-        torch.optim.Adam(list(leaves.values()), lr=settings.lr)
-        if isinstance(net, VAE)
-        else torch.optim.SGD(list(leaves.values()), lr=settings.lr)
-    )
+    leaves = {k: v.clone() for k, v in params.items()}
+    optimiser = Descent(leaves, settings.lr, adam=isinstance(net, VAE))
     names = net.names()
     widths = [math.prod(leaves[k].shape[1:]) for k in names]
     error = rounding_error(n)
@@ -189,10 +218,9 @@ def train(
     for index in range(settings.steps):
         chosen = generator.bernoulli(settings.batch, n, (n,))
         rows = torch.as_tensor(chosen.nonzero()[0], device=X.device)
-        current = {k: v.detach() for k, v in leaves.items()}
         noisy, clip = noisy_step(
             net,
-            current,
+            leaves,
             X,
             assignment,
             rows,
@@ -202,18 +230,16 @@ def train(
             error=error,
         )
         step = noisy * (clip / expected[:, None])
-        optimiser.zero_grad()
-        offset = 0
+        grads, offset = {}, 0
         for k, width in zip(names, widths, strict=True):
             chunk = step[:, offset : offset + width].reshape(leaves[k].shape)
-            leaves[k].grad = chunk.to(leaves[k].dtype)
+            grads[k] = chunk.to(leaves[k].dtype)
             offset += width
-        optimiser.step()
+        optimiser.step(grads)
         if isinstance(net, RBM):
             with torch.no_grad():
-                updated = {k: v.detach() for k, v in leaves.items()}
                 for m in range(models):
-                    net.advance(updated, m, uniform)
+                    net.advance(leaves, m, uniform)
         if progress is not None:
             progress(index + 1, settings.steps)
-    return {k: v.detach() for k, v in leaves.items()}
+    return leaves
