@@ -39,7 +39,8 @@ MAX_CHUNK = 256
 
 
 def chunk_rows(batch: int, models: int) -> int:
-    """Rows a block for ``batch`` records of ``models`` networks (public: b and M)."""
+    """Rows a block for ``batch`` records of ``models`` networks: a function of b (already in
+    every shape of a step) and M only, never of the networks' counts."""
     target = max(1, -(-batch // (2 * models)))
     return min(MAX_CHUNK, max(MIN_CHUNK, 1 << (target - 1).bit_length()))
 
