@@ -18,6 +18,7 @@ from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpgm import accounting
 from dpcore.mechanisms.dpgm.dpsgd import (
     GRADIENT_SENSITIVITY,
+    Descent,
     SGDSettings,
     dpnorm,
     histogram_bins,
@@ -347,3 +348,26 @@ def test_every_cluster_dropped_falls_back_to_one_network_per_class(
     X, Y, _, _ = materialise(output)
     assert X.shape == (30, 6) and set(Y.sum(1).tolist()) == {1.0}
     assert output.preprocessing["clusters"].startswith("3: one per class (every k-means")
+
+
+@pytest.mark.parametrize("adam", [True, False])
+def test_descent_is_torch_optims_arithmetic(adam: bool) -> None:
+    """The hand-written Adam and SGD give torch.optim's updates bit for bit (Adam's fused)."""
+    gen = torch.Generator().manual_seed(8)
+    params = {"w": torch.randn((3, 5, 4), generator=gen), "b": torch.randn((3, 4), generator=gen)}
+    mine = {k: v.clone() for k, v in params.items()}
+    leaves = [v.clone().requires_grad_(True) for v in params.values()]
+    reference = (
+        torch.optim.Adam(leaves, lr=5e-3, fused=True)
+        if adam
+        else torch.optim.SGD(leaves, lr=5e-3, foreach=False)
+    )
+    descent = Descent(mine, 5e-3, adam=adam)
+    for _ in range(5):
+        grads = {k: torch.randn(v.shape, generator=gen) for k, v in params.items()}
+        for leaf, g in zip(leaves, grads.values(), strict=True):
+            leaf.grad = g.clone()
+        reference.step()
+        descent.step(grads)
+    for leaf, value in zip(leaves, mine.values(), strict=True):
+        assert torch.equal(leaf.detach(), value)

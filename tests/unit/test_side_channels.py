@@ -197,7 +197,8 @@ CASES = [
     # cluster keeps members in both neighbours. In a release survival reads noisy counts.)
     pytest.param("clustmix", {"clusters_per_class": 2, "kmeans_refine": 1}, id="clustmix"),
     # DP-SGD on one network per class, and on two per class after DP kernel k-means: every
-    # step runs every batch record through all networks (no work sized by a cluster).
+    # step lays the batch out in as many blocks whatever the clusters' counts (no work sized
+    # by a cluster).
     pytest.param("dpgm", {"epochs": 2, "batch_size": 20}, id="dpgm-vae"),
     pytest.param(
         "dpgm",
