@@ -26,10 +26,12 @@ and marked the same way.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -266,9 +268,14 @@ MECHANISMS = ("dpmix", "dpcda", "sgdrm")
 
 
 def run(
-    sizes: Sizes, device: str = "cpu", bandwidth_result: dict[str, Any] | None = None
+    sizes: Sizes,
+    device: str = "cpu",
+    bandwidth_result: dict[str, Any] | None = None,
+    mechanisms: Sequence[str] = MECHANISMS,
+    baselines_too: bool = True,
 ) -> dict[str, Any]:
-    """The mixing section: bandwidth, baselines and the three generators at every ℓ."""
+    """The mixing section: bandwidth, baselines and the generators at every ℓ (all three
+    unless ``mechanisms`` names fewer; ``baselines_too=False`` skips the baselines)."""
     torch_device = torch.device(device)
     x, labels = synthetic(sizes)
     features = torch.from_numpy(x).to(torch_device)
@@ -291,7 +298,7 @@ def run(
     for ell in sizes.ells:
         gathered = sizes.rows * ell * sizes.d * 4
         baselines: dict[str, dict[str, float]] = {}
-        if device == "cpu":
+        if baselines_too and device == "cpu":
             log(f"ell={ell}: numpy baseline")
             with PeakRss() as peak:
                 baselines["numpy"] = numpy_baseline(x, ell, sizes.rows)
@@ -300,7 +307,7 @@ def run(
             with PeakRss() as peak:
                 baselines["scipy_csr"] = scipy_baseline(x, ell, sizes.rows)
             baselines["scipy_csr"].update(peak.to_json())
-        else:
+        elif baselines_too:
             log(f"ell={ell}: torch gather-mean baseline on {device}")
             baselines["torch_gather_mean"] = _torch_baseline(features, ell, sizes.rows)
         for name, base in baselines.items():
@@ -308,7 +315,7 @@ def run(
             out["cases"].append(
                 {"mechanism": f"baseline:{name}", "ell": ell, "rows": sizes.rows, **_rounded(base)}
             )
-        for mechanism in MECHANISMS:
+        for mechanism in mechanisms:
             rows = sizes.sgdrm_rows if mechanism == "sgdrm" else sizes.rows
             rows = min(rows, sizes.rows)
             case: dict[str, Any] = {"mechanism": mechanism, "ell": ell}
@@ -381,3 +388,29 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
         return v
 
     return {k: one(v) for k, v in values.items()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """``python -m bench.mixing [--quick] [--mechanisms M ...] [--ells L ...] [--no-baselines]``:
+    the mixing section alone (all of it by default, as ``make bench`` runs it), its table on
+    stdout; a quicker way to measure one generator than the whole suite."""
+    parser = argparse.ArgumentParser(prog="python -m bench.mixing", description=main.__doc__)
+    parser.add_argument("--quick", action="store_true", help="the smoke sizes")
+    parser.add_argument("--mechanisms", nargs="+", choices=MECHANISMS, default=list(MECHANISMS))
+    parser.add_argument("--ells", nargs="+", type=int, help="these ℓ (default: the sizes' own)")
+    parser.add_argument("--no-baselines", action="store_true", help="skip numpy and scipy")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.ells:
+        sizes = dataclasses.replace(sizes, ells=tuple(args.ells))
+    start = time.perf_counter()
+    result = run(sizes, mechanisms=args.mechanisms, baselines_too=not args.no_baselines)
+    from bench import report
+
+    entry = {"seconds": round(time.perf_counter() - start, 1), "status": "ok", "result": result}
+    print(report.tables({"sections": {"mixing": entry}}))
+    return result
+
+
+if __name__ == "__main__":
+    main()
