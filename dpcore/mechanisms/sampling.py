@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error
+from dpcore.mechanisms import binomial, float_error
 from dpcore.mechanisms.secure_random import SecureRandom
 
 # Entries a chunk holds at once (its indices, its output rows and the block partial sums of
@@ -19,6 +19,7 @@ GATHER_BUDGET = 1 << 25
 # docs/results/implementation.md), a rounding bound that stops growing with ℓ at γ_64 in float32
 # (``float_error.blocked_sum``).
 SUM_BLOCK = 64
+_CPU = torch.device("cpu")
 
 
 def subset_path(n: int, size: int) -> str:
@@ -239,6 +240,32 @@ def gather_sum_error(
     return float_error.blocked_sum(
         sensitivity, terms=terms, block=min(terms, SUM_BLOCK), magnitude=magnitude
     )
+
+
+def poisson_subsets(
+    n: int, size: int, count: int, *, generator: SecureRandom
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``count`` independent subsets of range(n) that hold every index independently with
+    probability exactly q = ``size``/n (Poisson sampling), grouped by their size: a list of
+    (rows, members) int64 numpy arrays, one per size k ≥ 1 that occurs, in increasing k,
+    ``members`` of shape (len(rows), k) holding the subsets of those rows (of range(count),
+    increasing); rows whose subset is empty are in no group. O(ℓ) expected draws per row.
+
+    Row t's size K_t is Binomial(n, q) (``binomial.binomial``, exact), then its members a
+    uniform K_t-subset (``uniform_subsets``, exact), one vectorised call per group.
+    Exactness: for every A ⊆ range(n), P(S = A) = P(K = |A|)/C(n, |A|) =
+    q^|A|·(1 − q)^(n − |A|), the law of n independent Bernoulli(q) inclusions; the rows are
+    independent, as their sizes are and, given the sizes, their subsets (disjoint draws). How
+    many bytes are drawn depends on the public (n, ℓ, count) and on the draws only."""
+    sizes = binomial.binomial(n, size, n, count, generator=generator)
+    order = np.argsort(sizes, kind="stable")
+    values, firsts = np.unique(sizes[order], return_index=True)
+    groups = []
+    for k, rows in zip(values.tolist(), np.split(order, firsts[1:]), strict=True):
+        if k:
+            subsets = uniform_subsets(n, k, rows.size, generator=generator, device=_CPU)
+            groups.append((rows, subsets.numpy()))
+    return groups
 
 
 def lazy_bernoulli(
