@@ -244,28 +244,31 @@ def gather_sum_error(
 
 def poisson_subsets(
     n: int, size: int, count: int, *, generator: SecureRandom
-) -> list[tuple[np.ndarray, np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """``count`` independent subsets of range(n) that hold every index independently with
-    probability exactly q = ``size``/n (Poisson sampling), grouped by their size: a list of
-    (rows, members) int64 numpy arrays, one per size k ≥ 1 that occurs, in increasing k,
-    ``members`` of shape (len(rows), k) holding the subsets of those rows (of range(count),
-    increasing); rows whose subset is empty are in no group. O(ℓ) expected draws per row.
+    probability exactly q = ``size``/n (Poisson sampling), in compressed rows: int64 numpy
+    ``(members, pointers)``, row t's members ``members[pointers[t] : pointers[t + 1]]`` in
+    increasing order (``pointers`` has count + 1 entries, from 0). O(ℓ) expected draws per row.
 
     Row t's size K_t is Binomial(n, q) (``binomial.binomial``, exact), then its members a
-    uniform K_t-subset (``uniform_subsets``, exact), one vectorised call per group.
-    Exactness: for every A ⊆ range(n), P(S = A) = P(K = |A|)/C(n, |A|) =
-    q^|A|·(1 − q)^(n − |A|), the law of n independent Bernoulli(q) inclusions; the rows are
-    independent, as their sizes are and, given the sizes, their subsets (disjoint draws). How
-    many bytes are drawn depends on the public (n, ℓ, count) and on the draws only."""
+    uniform K_t-subset (``uniform_subsets``, exact); the rows are grouped by K_t so that each
+    size is one vectorised call (in increasing K_t). Exactness: for every A ⊆ range(n),
+    P(S = A) = P(K = |A|)/C(n, |A|) = q^|A|·(1 − q)^(n − |A|), the law of n independent
+    Bernoulli(q) inclusions; the rows are independent, as their sizes are and, given the
+    sizes, their subsets (disjoint draws). How many bytes are drawn depends on the public
+    (n, ℓ, count) and on the draws only."""
     sizes = binomial.binomial(n, size, n, count, generator=generator)
+    pointers = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(sizes, out=pointers[1:])
+    members = np.empty(int(pointers[-1]), dtype=np.int64)
     order = np.argsort(sizes, kind="stable")
     values, firsts = np.unique(sizes[order], return_index=True)
-    groups = []
     for k, rows in zip(values.tolist(), np.split(order, firsts[1:]), strict=True):
         if k:
-            subsets = uniform_subsets(n, k, rows.size, generator=generator, device=_CPU)
-            groups.append((rows, subsets.numpy()))
-    return groups
+            subsets = uniform_subsets(n, k, rows.size, generator=generator, device=_CPU).numpy()
+            subsets.sort(axis=1)
+            members[(pointers[rows, None] + np.arange(k)).ravel()] = subsets.ravel()
+    return members, pointers
 
 
 def lazy_bernoulli(
