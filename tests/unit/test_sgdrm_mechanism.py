@@ -1,5 +1,7 @@
-"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion (from about
-one keystream byte per entry), clipped Gaussian coefficients, independent across mixtures."""
+"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion (drawn as a
+binomial size and a uniform subset: tests/unit/test_sampling_binomial.py), clipped Gaussian
+coefficients, independent across mixtures; and ``lazy_bernoulli``, exact from about one
+keystream byte per entry."""
 
 from __future__ import annotations
 
@@ -59,6 +61,39 @@ def test_mixtures_are_independent() -> None:
     C = _coefficients(40, 8, 3000, 1.0, seed=3) != 0
     a, b = C[:-1].ravel().astype(float), C[1:].ravel().astype(float)
     assert abs(np.corrcoef(a, b)[0, 1]) < 0.02
+
+
+def test_mixtures_are_the_coefficients_times_the_records() -> None:
+    """The draws do not depend on the records: with the same seed, identity features expose
+    the coefficient matrix C, and any records give C @ [X, Y] (float64, up to rounding)."""
+    n, ell, T, c = 60, 6, 500, 0.5
+    C = _coefficients(n, ell, T, c, seed=4)
+    rng = np.random.default_rng(0)
+    X, Y = rng.random((n, 7)), rng.random((n, 3))
+    chunks = generate(
+        torch.from_numpy(X),
+        torch.from_numpy(Y),
+        mixture_width=ell,
+        n_samples=T,
+        coefficient_bound=c,
+        sigma=0.0,
+        generator=SecureRandom.from_seed(4),
+    )
+    x, y = (torch.cat(parts).numpy() for parts in zip(*chunks, strict=True))
+    np.testing.assert_allclose(x, C @ X, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(y, C @ Y, rtol=0, atol=1e-12)
+    # float32 records give the float64 sums of their (exact) float64 values.
+    chunks = generate(
+        torch.from_numpy(X).float(),
+        torch.from_numpy(Y).float(),
+        mixture_width=ell,
+        n_samples=T,
+        coefficient_bound=c,
+        sigma=0.0,
+        generator=SecureRandom.from_seed(4),
+    )
+    x32 = torch.cat([x for x, _ in chunks]).double().numpy()
+    np.testing.assert_allclose(x32, C @ X.astype(np.float32), rtol=1e-6, atol=1e-6)
 
 
 def test_noise_scale() -> None:

@@ -2,21 +2,28 @@
 
 Mixture t is Σ_i c_{t,i}(x_i, y_i) + noise with c_{t,i} = b_{t,i}·clip(g_{t,i}, −c, c),
 b ~ Bern(ℓ/n) and g ~ N(0, 1/ℓ), all independent: exactly the Poisson inclusion and the
-coefficient bound the `sgdrm/tight` accountant assumes. Inclusion is [V < ℓ/n] for V uniform
-on [0, 1) read lazily from the secure source's bytes (``sampling.lazy_bernoulli``: about one
-byte per entry, exactly Bernoulli(ℓ/n)); g is drawn only where b = 1, in row-major order
-(elsewhere it would be multiplied by 0, so the coefficients' law is the same). With
-``clip=False`` (the paper's coefficients) g is not clipped; c then only tells the noise
-sampler the contribution radius the coupling analysis starts from (its analysis bound is
-never smaller). A mixture is the sparse product Σ_{i: b=1} c_{t,i}(x_i, y_i), computed as a
-weighted ``embedding_bag`` over the included records in float64 (≈ ℓ rows read per mixture,
-not a dense count × n matrix); the sampler's error covers n terms of coefficient ≤ c
+coefficient bound the `sgdrm/tight` accountant assumes.
+
+Inclusion is drawn in O(ℓ) per mixture, not as n coins (``sampling.poisson_subsets``): a size
+K ~ Binomial(n, ℓ/n), exact (``binomial``: inversion of a uniform V read as bits against
+rigorous integer bounds on the CDF, answered only when certain), then a uniform K-subset
+(``sampling.uniform_subsets``, exact). P(S = A) = P(K = |A|)/C(n, |A|) = q^|A|(1 − q)^(n−|A|)
+for every set A: the law of n independent Bernoulli(q) bits b_{t,·}. g is drawn only where
+b = 1, in row-major order, members increasing (elsewhere it would be multiplied by 0, so the
+coefficients' law is the same). With ``clip=False`` (the paper's coefficients) g is not
+clipped; c then only tells the noise sampler the contribution radius the coupling analysis
+starts from (its analysis bound is never smaller).
+
+A mixture is the sparse product Σ_{i: b=1} c_{t,i}(x_i, y_i) in float64: a compressed-row
+count × n coefficient matrix times the records (≈ ℓ rows read per mixture, no dense count × n
+matrix); the sampler's error covers n terms of coefficient ≤ c in any order of summation
 (docs/privacy.md, "Rounding of the noised rows").
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,11 +32,9 @@ import torch
 from dpcore.mechanisms import float_error
 from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
-from dpcore.mechanisms.sampling import lazy_bernoulli
+from dpcore.mechanisms.sampling import chunk_size, poisson_subsets
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.accounting import RECORD_NORM
-
-_MATRIX_BUDGET = 1 << 25  # inclusion bytes per chunk
 
 
 def generate(
@@ -64,23 +69,35 @@ def generate(
         features = basis.project(features)
     width = features.shape[1]
     records = torch.cat((features.double(), labels.double()), dim=1)
-    step = max(1, min(4096, _MATRIX_BUDGET // n))
+    step = chunk_size(mixture_degree=mixture_width, dim=records.shape[1], n=n)
     for start in range(0, n_samples, step):
         count = min(step, n_samples - start)
-        included = lazy_bernoulli(mixture_width, n, (count, n), generator=generator)
-        rows, members = np.nonzero(included)  # row-major: each row's members in order
+        members, pointers = poisson_subsets(n, mixture_width, count, generator=generator)
         g = generator.normal((members.size,), device=device) * scale
         if clip:
             g = g.clamp(-coefficient_bound, coefficient_bound)
-        offsets = np.zeros(count, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=count)[:-1], out=offsets[1:])
-        mixed = torch.nn.functional.embedding_bag(
-            torch.from_numpy(members).to(device),
-            records,
-            torch.from_numpy(offsets).to(device),
-            mode="sum",
-            per_sample_weights=g,
-        )
+        mixed = _mixing_matrix(pointers, members, g, n) @ records
         noisy = sampler(mixed, sigma=sigma, sensitivity=radius, error=error)
         x, y = noisy[:, :width], noisy[:, width:]
         yield (basis.lift(x, dtype) if basis is not None else x.to(dtype)), y.to(dtype)
+
+
+def _mixing_matrix(
+    pointers: np.ndarray, members: np.ndarray, coefficients: torch.Tensor, n: int
+) -> torch.Tensor:
+    """The chunk's count × n coefficients as a compressed-row sparse float64 matrix on the
+    coefficients' device: its product with the records reads each included record once,
+    multithreaded (float64 ``embedding_bag`` runs on one thread and measured several times
+    slower; docs/results/implementation.md). Rows' members are increasing, as the format
+    requires (checked)."""
+    device = coefficients.device
+    with warnings.catch_warnings():
+        # torch marks its compressed sparse rows as a beta API; the product is what is used.
+        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(pointers).to(device),
+            torch.from_numpy(members).to(device),
+            coefficients,
+            size=(pointers.size - 1, n),
+            check_invariants=True,
+        )
