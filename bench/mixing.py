@@ -14,14 +14,12 @@ All measured in one process, one run, so the ratios mean something on the machin
   same public function with the noise taken out). Every chunk is consumed as it comes.
 
 Effective GB/s = T·ℓ·d·4 / seconds (the float32 feature bytes a gather-mean must read; labels
-are not counted). SGDRM gathers ℓ records per mixture in expectation (Poisson inclusion), so
-the same byte model applies to it in expectation; but it also draws a Bernoulli(ℓ/n)
-inclusion bit for every one of the n records per mixture (about one keystream byte each,
-T·n in all), which dominates at n = 60 000: it is run on fewer rows (``sgdrm_rows``) and
-scaled linearly to T when that is smaller (``scaled_from_rows`` says so). Any generator whose
-pilot run (512 rows) predicts more than
-``max_run_s`` (60 s full, 20 s quick) for T rows is likewise timed on fewer rows and scaled,
-and marked the same way.
+are not counted). SGDRM gathers ℓ records per mixture in expectation (Poisson inclusion: a
+Binomial(n, ℓ/n) size, then a uniform subset of that size), so the same byte model applies to
+it in expectation; it reads its records in float64 (twice the model's bytes), as its rounding
+cover assumes. Any generator whose pilot run (512 rows) predicts more than ``max_run_s``
+(60 s full, 20 s quick) for T rows is timed on fewer rows and scaled linearly to T
+(``scaled_from_rows`` says so).
 """
 
 from __future__ import annotations
@@ -54,14 +52,13 @@ class Sizes:
     classes: int
     ells: tuple[int, ...]
     rows: int  # T
-    sgdrm_rows: int  # SGDRM's T (scaled to ``rows`` when smaller)
     bandwidth_mib: int
     # A timed run whose pilot predicts more than this runs on fewer rows, scaled to T.
     max_run_s: float = 60.0
 
 
-FULL = Sizes(60_000, 784, 10, (16, 64, 256), 60_000, 4096, 1536)
-QUICK = Sizes(4_000, 784, 10, (16, 64), 4_000, 256, 256, max_run_s=20.0)
+FULL = Sizes(60_000, 784, 10, (16, 64, 256), 60_000, 1536)
+QUICK = Sizes(4_000, 784, 10, (16, 64), 4_000, 256, max_run_s=20.0)
 PILOT_ROWS = 512
 
 
@@ -290,9 +287,9 @@ def run(
         "device": device,
         "bandwidth": _rounded(bandwidth_result),
         "bytes_model": "T*ell*d*4 (float32 features gathered; labels not counted)",
-        "sgdrm_model": "Bernoulli(ell/n) inclusion bits over all n per mixture (T*n keystream "
-        "bytes), then a weighted gather-sum of the ell included records in expectation: the "
-        "byte model holds in expectation, the inclusion bits come on top",
+        "sgdrm_model": "a Binomial(n, ell/n) size and a uniform subset of it per mixture, then "
+        "a float64 weighted sum of the ell included records in expectation: the byte model "
+        "holds in expectation (its float64 records are twice the bytes)",
         "cases": [],
     }
     for ell in sizes.ells:
@@ -316,8 +313,7 @@ def run(
                 {"mechanism": f"baseline:{name}", "ell": ell, "rows": sizes.rows, **_rounded(base)}
             )
         for mechanism in mechanisms:
-            rows = sizes.sgdrm_rows if mechanism == "sgdrm" else sizes.rows
-            rows = min(rows, sizes.rows)
+            rows = sizes.rows
             case: dict[str, Any] = {"mechanism": mechanism, "ell": ell}
             for noise in ("fast", "kernel"):
                 log(f"ell={ell}: {mechanism} ({noise}, {rows} rows)")
