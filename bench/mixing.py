@@ -14,22 +14,22 @@ All measured in one process, one run, so the ratios mean something on the machin
   same public function with the noise taken out). Every chunk is consumed as it comes.
 
 Effective GB/s = T·ℓ·d·4 / seconds (the float32 feature bytes a gather-mean must read; labels
-are not counted). SGDRM gathers ℓ records per mixture in expectation (Poisson inclusion), so
-the same byte model applies to it in expectation; but it also draws a Bernoulli(ℓ/n)
-inclusion bit for every one of the n records per mixture (about one keystream byte each,
-T·n in all), which dominates at n = 60 000: it is run on fewer rows (``sgdrm_rows``) and
-scaled linearly to T when that is smaller (``scaled_from_rows`` says so). Any generator whose
-pilot run (512 rows) predicts more than
-``max_run_s`` (60 s full, 20 s quick) for T rows is likewise timed on fewer rows and scaled,
-and marked the same way.
+are not counted). SGDRM gathers ℓ records per mixture in expectation (Poisson inclusion: a
+Binomial(n, ℓ/n) size, then a uniform subset of that size), so the same byte model applies to
+it in expectation; it reads its records in float64 (twice the model's bytes), as its rounding
+cover assumes. Any generator whose pilot run (512 rows) predicts more than ``max_run_s``
+(60 s full, 20 s quick) for T rows is timed on fewer rows and scaled linearly to T
+(``scaled_from_rows`` says so).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -52,14 +52,13 @@ class Sizes:
     classes: int
     ells: tuple[int, ...]
     rows: int  # T
-    sgdrm_rows: int  # SGDRM's T (scaled to ``rows`` when smaller)
     bandwidth_mib: int
     # A timed run whose pilot predicts more than this runs on fewer rows, scaled to T.
     max_run_s: float = 60.0
 
 
-FULL = Sizes(60_000, 784, 10, (16, 64, 256), 60_000, 4096, 1536)
-QUICK = Sizes(4_000, 784, 10, (16, 64), 4_000, 256, 256, max_run_s=20.0)
+FULL = Sizes(60_000, 784, 10, (16, 64, 256), 60_000, 1536)
+QUICK = Sizes(4_000, 784, 10, (16, 64), 4_000, 256, max_run_s=20.0)
 PILOT_ROWS = 512
 
 
@@ -266,9 +265,14 @@ MECHANISMS = ("dpmix", "dpcda", "sgdrm")
 
 
 def run(
-    sizes: Sizes, device: str = "cpu", bandwidth_result: dict[str, Any] | None = None
+    sizes: Sizes,
+    device: str = "cpu",
+    bandwidth_result: dict[str, Any] | None = None,
+    mechanisms: Sequence[str] = MECHANISMS,
+    baselines_too: bool = True,
 ) -> dict[str, Any]:
-    """The mixing section: bandwidth, baselines and the three generators at every ℓ."""
+    """The mixing section: bandwidth, baselines and the generators at every ℓ (all three
+    unless ``mechanisms`` names fewer; ``baselines_too=False`` skips the baselines)."""
     torch_device = torch.device(device)
     x, labels = synthetic(sizes)
     features = torch.from_numpy(x).to(torch_device)
@@ -283,15 +287,15 @@ def run(
         "device": device,
         "bandwidth": _rounded(bandwidth_result),
         "bytes_model": "T*ell*d*4 (float32 features gathered; labels not counted)",
-        "sgdrm_model": "Bernoulli(ell/n) inclusion bits over all n per mixture (T*n keystream "
-        "bytes), then a weighted gather-sum of the ell included records in expectation: the "
-        "byte model holds in expectation, the inclusion bits come on top",
+        "sgdrm_model": "a Binomial(n, ell/n) size and a uniform subset of it per mixture, then "
+        "a float64 weighted sum of the ell included records in expectation: the byte model "
+        "holds in expectation (its float64 records are twice the bytes)",
         "cases": [],
     }
     for ell in sizes.ells:
         gathered = sizes.rows * ell * sizes.d * 4
         baselines: dict[str, dict[str, float]] = {}
-        if device == "cpu":
+        if baselines_too and device == "cpu":
             log(f"ell={ell}: numpy baseline")
             with PeakRss() as peak:
                 baselines["numpy"] = numpy_baseline(x, ell, sizes.rows)
@@ -300,7 +304,7 @@ def run(
             with PeakRss() as peak:
                 baselines["scipy_csr"] = scipy_baseline(x, ell, sizes.rows)
             baselines["scipy_csr"].update(peak.to_json())
-        else:
+        elif baselines_too:
             log(f"ell={ell}: torch gather-mean baseline on {device}")
             baselines["torch_gather_mean"] = _torch_baseline(features, ell, sizes.rows)
         for name, base in baselines.items():
@@ -308,9 +312,8 @@ def run(
             out["cases"].append(
                 {"mechanism": f"baseline:{name}", "ell": ell, "rows": sizes.rows, **_rounded(base)}
             )
-        for mechanism in MECHANISMS:
-            rows = sizes.sgdrm_rows if mechanism == "sgdrm" else sizes.rows
-            rows = min(rows, sizes.rows)
+        for mechanism in mechanisms:
+            rows = sizes.rows
             case: dict[str, Any] = {"mechanism": mechanism, "ell": ell}
             for noise in ("fast", "kernel"):
                 log(f"ell={ell}: {mechanism} ({noise}, {rows} rows)")
@@ -381,3 +384,29 @@ def _rounded(values: dict[str, Any]) -> dict[str, Any]:
         return v
 
     return {k: one(v) for k, v in values.items()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """``python -m bench.mixing [--quick] [--mechanisms M ...] [--ells L ...] [--no-baselines]``:
+    the mixing section alone (all of it by default, as ``make bench`` runs it), its table on
+    stdout; a quicker way to measure one generator than the whole suite."""
+    parser = argparse.ArgumentParser(prog="python -m bench.mixing", description=main.__doc__)
+    parser.add_argument("--quick", action="store_true", help="the smoke sizes")
+    parser.add_argument("--mechanisms", nargs="+", choices=MECHANISMS, default=list(MECHANISMS))
+    parser.add_argument("--ells", nargs="+", type=int, help="these ℓ (default: the sizes' own)")
+    parser.add_argument("--no-baselines", action="store_true", help="skip numpy and scipy")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.ells:
+        sizes = dataclasses.replace(sizes, ells=tuple(args.ells))
+    start = time.perf_counter()
+    result = run(sizes, mechanisms=args.mechanisms, baselines_too=not args.no_baselines)
+    from bench import report
+
+    entry = {"seconds": round(time.perf_counter() - start, 1), "status": "ok", "result": result}
+    print(report.tables({"sections": {"mixing": entry}}))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -36,11 +36,10 @@ What each figure is:
   same rows: numpy (uniform ℓ-subsets from `default_rng`, `X[idx].mean(axis=1)` in chunks
   of ≤ 2²⁵ gathered floats; its subset draw is included) and scipy (the T × n CSR mixing
   matrix with 1/ℓ entries @ X; the matrix build is not included). SGDRM gathers ℓ records per
-  mixture in expectation (the byte model holds in expectation), but first draws a
-  Bernoulli(ℓ/n) inclusion bit for each of the n records per mixture (about a keystream byte
-  each, T·n in all): it is measured on fewer rows and scaled linearly to T ("from N rows"). Any
-  generator whose 512-row pilot predicts more than a minute (20 s quick) for T rows is timed
-  on fewer rows and scaled the same way, and marked so. Peak RSS is sampled (every 10 ms)
+  mixture in expectation (a Binomial(n, ℓ/n) size, then a uniform subset of it: the byte model
+  holds in expectation), read in float64 as its rounding cover assumes. Any generator whose
+  512-row pilot predicts more than a minute (20 s quick) for T rows is timed on fewer rows and
+  scaled linearly to T, and marked so ("from N rows"). Peak RSS is sampled (every 10 ms)
   during the timed run.
 - **Secure vs fast noise**: the guide's MNIST release's noise (dpmix, ℓ = 64, ε = 10, δ = 1e-5,
   calibrated by its tight accountant) drawn on random rows of 784 features and 10 labels, in

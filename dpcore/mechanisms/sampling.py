@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error
+from dpcore.mechanisms import binomial, float_error
 from dpcore.mechanisms.secure_random import SecureRandom
 
 # Entries a chunk holds at once (its indices, its output rows and the block partial sums of
@@ -19,6 +19,7 @@ GATHER_BUDGET = 1 << 25
 # docs/results/implementation.md), a rounding bound that stops growing with ℓ at γ_64 in float32
 # (``float_error.blocked_sum``).
 SUM_BLOCK = 64
+_CPU = torch.device("cpu")
 
 
 def subset_path(n: int, size: int) -> str:
@@ -239,6 +240,35 @@ def gather_sum_error(
     return float_error.blocked_sum(
         sensitivity, terms=terms, block=min(terms, SUM_BLOCK), magnitude=magnitude
     )
+
+
+def poisson_subsets(
+    n: int, size: int, count: int, *, generator: SecureRandom
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` independent subsets of range(n) that hold every index independently with
+    probability exactly q = ``size``/n (Poisson sampling), in compressed rows: int64 numpy
+    ``(members, pointers)``, row t's members ``members[pointers[t] : pointers[t + 1]]`` in
+    increasing order (``pointers`` has count + 1 entries, from 0). O(ℓ) expected draws per row.
+
+    Row t's size K_t is Binomial(n, q) (``binomial.binomial``, exact), then its members a
+    uniform K_t-subset (``uniform_subsets``, exact); the rows are grouped by K_t so that each
+    size is one vectorised call (in increasing K_t). Exactness: for every A ⊆ range(n),
+    P(S = A) = P(K = |A|)/C(n, |A|) = q^|A|·(1 − q)^(n − |A|), the law of n independent
+    Bernoulli(q) inclusions; the rows are independent, as their sizes are and, given the
+    sizes, their subsets (disjoint draws). How many bytes are drawn depends on the public
+    (n, ℓ, count) and on the draws only."""
+    sizes = binomial.binomial(n, size, n, count, generator=generator)
+    pointers = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(sizes, out=pointers[1:])
+    members = np.empty(int(pointers[-1]), dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    values, firsts = np.unique(sizes[order], return_index=True)
+    for k, rows in zip(values.tolist(), np.split(order, firsts[1:]), strict=True):
+        if k:
+            subsets = uniform_subsets(n, k, rows.size, generator=generator, device=_CPU).numpy()
+            subsets.sort(axis=1)
+            members[(pointers[rows, None] + np.arange(k)).ravel()] = subsets.ravel()
+    return members, pointers
 
 
 def lazy_bernoulli(

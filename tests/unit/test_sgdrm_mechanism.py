@@ -1,5 +1,7 @@
-"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion (from about
-one keystream byte per entry), clipped Gaussian coefficients, independent across mixtures."""
+"""SGDRM's sampler is exactly what its accountant assumes: Bernoulli inclusion (drawn as a
+binomial size and a uniform subset: tests/unit/test_sampling_binomial.py), clipped Gaussian
+coefficients, independent across mixtures; and ``lazy_bernoulli``, exact from about one
+keystream byte per entry."""
 
 from __future__ import annotations
 
@@ -59,6 +61,49 @@ def test_mixtures_are_independent() -> None:
     C = _coefficients(40, 8, 3000, 1.0, seed=3) != 0
     a, b = C[:-1].ravel().astype(float), C[1:].ravel().astype(float)
     assert abs(np.corrcoef(a, b)[0, 1]) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("n", "ell", "T", "threads"),
+    [
+        (60, 6, 500, 1),
+        (60, 6, 500, 2),  # the tiles shared out over threads
+        (3000, 2, 200, 2),  # fewer entries than records: the rows gathered
+    ],
+)
+def test_mixtures_are_the_coefficients_times_the_records(
+    n: int, ell: int, T: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The draws do not depend on the records: with the same seed, identity features expose
+    the coefficient matrix C, and any records give C @ [X, Y] (float64, up to rounding), here
+    103 columns, two tiles, the second across the features' end and the labels."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    c = 0.5
+    C = _coefficients(n, ell, T, c, seed=4)
+    rng = np.random.default_rng(0)
+    X, Y = rng.random((n, 100)), rng.random((n, 3))
+
+    def mixtures(features: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        chunks = generate(
+            features,
+            labels,
+            mixture_width=ell,
+            n_samples=T,
+            coefficient_bound=c,
+            sigma=0.0,
+            generator=SecureRandom.from_seed(4),
+        )
+        x, y = zip(*chunks, strict=True)
+        return torch.cat(x).double().numpy(), torch.cat(y).double().numpy()
+
+    x, y = mixtures(torch.from_numpy(X), torch.from_numpy(Y))
+    np.testing.assert_allclose(x, C @ X, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(y, C @ Y, rtol=0, atol=1e-12)
+    # float32 records: the float64 sums of their (exact) float64 values, returned in float32.
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    x, y = mixtures(torch.from_numpy(X32), torch.from_numpy(Y32))
+    np.testing.assert_allclose(x, C @ X32.astype(np.float64), rtol=2**-23, atol=1e-12)
+    np.testing.assert_allclose(y, C @ Y32.astype(np.float64), rtol=2**-23, atol=1e-12)
 
 
 def test_noise_scale() -> None:

@@ -116,12 +116,12 @@ def _feature_noise(
 
 
 def _work(params: SGDRMParams, facts: PublicFacts) -> float:
-    """Reading the records into the basis, one inclusion draw per mixture and record, and T
-    combinations of ~ℓ rows of the basis's width."""
+    """Reading the records into the basis, ~ℓ draws per mixture (its binomial size, then a
+    uniform subset of that size), and T combinations of ~ℓ rows of the basis's width."""
     from dpcore.mechanisms.sgdrm.release import BASIS_DIM
 
     width = basis.dimension(params, facts, BASIS_DIM) + facts.n_classes
-    draws = float(params.n_samples) * facts.n
+    draws = float(params.n_samples) * params.mixture_width
     rows = params.n_samples * params.mixture_width * width
     return basis.projection_work(params, facts, BASIS_DIM) + draws + rows
 
@@ -167,7 +167,7 @@ SPEC = MechanismSpec(
     ),
     execution=Execution(
         release=lazy(f"{__name__}.release", "release"),
-        # Every combination includes each record on its own coins and draws its own noise.
+        # Every combination draws its own inclusion (size and subset) and its own noise.
         shard=ShardSpec("n_samples"),
     ),
     audit=AuditSpec(
