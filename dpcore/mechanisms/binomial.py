@@ -25,8 +25,9 @@ Each draw reads one 64-bit word U (m = 64) and a vectorised search decides almos
 the candidate is the first k with U < lo₆₄(k), accepted when hi₆₄(k − 1) ≤ U. A draw is left
 undecided only when U falls within a few units of a boundary or beyond the table (probability
 ≈ 2·(table size)·2⁻⁶⁴ + 2⁻⁷²); ``_refine`` then reads 64 more bits of its V and recomputes
-the bounds from k = 0 up to n at twice the precision, exact integer comparisons with the
-window, and repeats (precision doubled, 64 more bits) until decided. The bounds converge to F
+the bounds at twice the precision from k = 0 as far as the window needs (up to n, beyond
+the table), compares them with the window in exact integers, and repeats (precision doubled,
+64 more bits) until decided. The bounds converge to F
 and V is almost surely no F(k), so it stops with probability 1, after one round almost always.
 How many bytes are drawn depends on V and the public (n, a, b) only.
 """

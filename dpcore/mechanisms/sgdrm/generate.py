@@ -97,10 +97,10 @@ class _Mixer:
     into its mixture's, whose count × ``_TILE`` block stays in cache — the chunk reads the n
     records once instead of gathering count·ℓ ≥ n rows at random; with fewer entries, C in
     compressed rows gathers them. The tiles are shared out over one Python thread per torch
-    thread (scipy's loops release the GIL). Elsewhere (CUDA), torch's
-    compressed-row product. Both measured several times faster than a float64
-    ``embedding_bag``, which runs on one CPU thread (docs/results/implementation.md). Each sum
-    comes in record order rather than member order; the rounding cover holds for any order."""
+    thread (scipy's loops release the GIL). On CUDA, torch's compressed-row product. Both
+    measured several times faster than a float64 ``embedding_bag``, which runs on one CPU
+    thread (docs/results/implementation.md). Each sum comes in record order rather than
+    member order; the rounding cover holds for any order."""
 
     def __init__(self, features: torch.Tensor, labels: torch.Tensor) -> None:
         self.n = features.shape[0]
