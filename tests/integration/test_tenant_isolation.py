@@ -4,7 +4,8 @@ others or fails every release.
 Each scenario runs its load in background threads against uvicorn on loopback
 (tests/integration/servers.py, ``served``) while ``/health`` is polled and a second owner, a
 bystander tenant, lists its datasets and previews a small release on its own dataset, over and
-over; when the load ends, the ``/health`` p95 must be under 50 ms, no probe may fail, and every
+over; when the load ends, the ``/health`` p95 must be under 50 ms (times the run queue per
+core when other work shares the machine), no probe may fail, and every
 one of the bystander's requests must have succeeded (``Bystanders``). Then, per finding:
 
 - H1: a 1 x 10 000 000 NPZ (a compressed file of a few dozen KB; the feature cap raised to
@@ -49,7 +50,7 @@ import pytest
 
 from service.releases import summary
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from tests.integration.servers import served
+from tests.integration.servers import served, shared_machine_factor
 from tests.integration.test_upload_bounds import (
     NPZ_META,
     TABLE_META,
@@ -147,8 +148,10 @@ class Bystanders:
         assert len(h.latencies) >= 10, f"{scenario}: too few /health samples"
         assert h.failures == 0, f"{scenario}: {h.failures} /health probes failed"
         p95 = statistics.quantiles(h.latencies, n=20)[-1]
-        assert p95 < HEALTH_P95_S, (
-            f"{scenario}: /health p95 {p95:.3f} s, max {max(h.latencies):.3f} s"
+        limit = HEALTH_P95_S * shared_machine_factor()
+        assert p95 < limit, (
+            f"{scenario}: /health p95 {p95:.3f} s (limit {limit:.3f} s), "
+            f"max {max(h.latencies):.3f} s"
         )
         assert t.answers, f"{scenario}: the other tenant got no answer"
         failed = [a for a in t.answers if a[1] != 200]

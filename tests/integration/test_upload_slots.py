@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from tests.conftest import Harness, npz_bytes, toy_dataset
-from tests.integration.servers import served
+from tests.integration.servers import served, shared_machine_factor
 from tests.integration.test_uploads import _dataset_rows, _stored_objects
 
 pytestmark = pytest.mark.modes("embedded")
@@ -222,7 +222,10 @@ def test_slow_clients_do_not_keep_another_owner_from_uploading(
     datasets_b = h.client.get("/datasets", headers=h.headers(slow_b)).json()["items"]
     assert datasets_b == []
     assert probe.failures == 0 and len(probe.latencies) > 20
-    assert probe.p95() < 0.05, f"/health p95 {probe.p95():.3f} s while slow uploads ran"
+    limit = 0.05 * shared_machine_factor()
+    assert probe.p95() < limit, (
+        f"/health p95 {probe.p95():.3f} s (limit {limit:.3f} s) while slow uploads ran"
+    )
 
 
 @pytest.mark.timeout(60)
