@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import gc
 import io
 import json
 import os
@@ -74,6 +75,24 @@ def pytest_configure(config: pytest.Config) -> None:
         "modes(*names): run the test's harness or toy_harness in these modes only "
         "(embedded, real); without it, in both",
     )
+
+
+# Net allocations of tracked objects between two young-generation collections of Python's
+# cyclic garbage collector (700 by default), and the collections of each generation between
+# two of the next.
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once the tests are collected, what the process holds (torch, scipy, pandas, the app,
+    the collected items: millions of objects, alive to the end) is frozen out of the cyclic
+    collector's walks, and young collections run less often: request-heavy tests allocate
+    many short-lived objects, and the collector's passes took about a sixth of their CPU
+    (docs/results/ci_time.md). This process only: the servers, workers and CLIs that tests
+    start as processes of their own keep Python's defaults."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest reads the parametrize markers
