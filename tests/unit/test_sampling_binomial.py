@@ -16,6 +16,7 @@ from dpcore.mechanisms import binomial
 from dpcore.mechanisms.binomial import BinomialTable, cdf_bounds
 from dpcore.mechanisms.sampling import poisson_subsets
 from dpcore.mechanisms.secure_random import SecureRandom
+from tests.counting_random import CountingRandom
 
 # A correct sampler fails a test at most this often.
 ALPHA = 1e-4
@@ -120,21 +121,9 @@ def test_binomial_law(n: int, ell: int, draws: int) -> None:
 
 @pytest.mark.parametrize(("n", "a", "b"), [(0, 1, 2), (9, 0, 4), (9, 4, 4)])
 def test_binomial_degenerate_laws_draw_nothing(n: int, a: int, b: int) -> None:
-    source = _Counting(0)
+    source = CountingRandom(0)
     k = binomial.binomial(n, a, b, 100, generator=source)
     assert (k == (n if a == b else 0)).all() and source.used == 0
-
-
-class _Counting(SecureRandom):
-    """Counts the keystream bytes drawn."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__(key=bytes([seed]) * 32)
-        self.used = 0
-
-    def fill(self, out: np.ndarray) -> np.ndarray:
-        self.used += out.nbytes
-        return super().fill(out)
 
 
 @pytest.mark.parametrize(
@@ -243,7 +232,7 @@ def test_poisson_subsets_include_each_record_independently() -> None:
 def test_poisson_subsets_draw_order_ell_bytes_per_row() -> None:
     """O(ℓ) keystream per subset, not one draw per record (n = 60 000 bytes a row before)."""
     n, ell, count = 60_000, 64, 2_000
-    source = _Counting(1)
+    source = CountingRandom(1)
     members, _ = poisson_subsets(n, ell, count, generator=source)
     # One 64-bit word for the count, ~4 bytes per member (and a few redraws of repeats).
     assert source.used < 8 * count + 4 * members.size * 1.1

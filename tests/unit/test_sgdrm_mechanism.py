@@ -15,6 +15,7 @@ from scipy import stats
 from dpcore.mechanisms.sampling import lazy_bernoulli
 from dpcore.mechanisms.secure_random import SecureRandom
 from dpcore.mechanisms.sgdrm.generate import generate
+from tests.counting_random import CountingRandom
 
 
 def _coefficients(n: int, ell: int, T: int, c: float, seed: int = 0) -> np.ndarray:
@@ -123,24 +124,12 @@ def test_noise_scale() -> None:
 # --- inclusion bits: exactly Bernoulli(ℓ/n) from about one byte each ---------------------
 
 
-class _Bytes(SecureRandom):
-    """Counts the keystream bytes drawn."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__(key=bytes([seed]) * 32)
-        self.used = 0
-
-    def fill(self, out: np.ndarray) -> np.ndarray:
-        self.used += out.nbytes
-        return super().fill(out)
-
-
 @pytest.mark.parametrize(
     ("k", "m"), [(5, 50), (1, 3), (2, 3), (255, 256), (1, 60_000), (256, 60_000), (7, 7), (0, 9)]
 )
 def test_lazy_bernoulli_law_and_bytes(k: int, m: int) -> None:
     rows, cols = 400, 250
-    source = _Bytes(k % 256)
+    source = CountingRandom(k % 256)
     bits = lazy_bernoulli(k, m, (rows, cols), generator=source)
     assert bits.shape == (rows, cols) and bits.dtype == bool
     p, draws = k / m, rows * cols
