@@ -12,7 +12,7 @@ post-processing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,18 @@ OUTPUTS = ("raw", "centred", "mechanism")
 # Values per block of ``RowTransform.rows`` (float64: 2 MiB, a block's temporaries stay in
 # cache).
 _BLOCK_VALUES = 1 << 18
+
+
+def _in_blocks(
+    X: np.ndarray, dtype: Any, per_block: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """``per_block`` (a per-row float64 map) over blocks of ``X``'s rows, each result rounded
+    once into a ``dtype`` output: the values of the whole array at once."""
+    out = np.empty(X.shape, dtype=dtype)
+    step = max(1, _BLOCK_VALUES // max(1, X.shape[1]))
+    for start in range(0, len(X), step):
+        out[start : start + step] = per_block(X[start : start + step])
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,12 +132,7 @@ class RowTransform:
         row), without whole-array float64 temporaries (a 60 000 × 784 upload's would be
         five passes over 376 MB)."""
         X = np.asarray(X)
-        X = X.reshape(len(X), -1)
-        out = np.empty(X.shape, dtype=dtype)
-        step = max(1, _BLOCK_VALUES // max(1, X.shape[1]))
-        for start in range(0, len(X), step):
-            out[start : start + step] = self._rows64(X[start : start + step])
-        return out
+        return _in_blocks(X.reshape(len(X), -1), dtype, self._rows64)
 
     def _rows64(self, X: np.ndarray) -> np.ndarray:
         if self.clip_norm is not None and self.divisor == self.clip_norm:
@@ -159,11 +166,7 @@ class RowTransform:
         if values.ndim != 2:
             return self._to_raw64(values, factor).astype(values.dtype, copy=False)
         # In float64 over blocks of rows (as ``rows``): the same values, cache-sized temporaries.
-        out = np.empty(values.shape, dtype=values.dtype)
-        step = max(1, _BLOCK_VALUES // max(1, values.shape[1]))
-        for start in range(0, len(values), step):
-            out[start : start + step] = self._to_raw64(values[start : start + step], factor)
-        return out
+        return _in_blocks(values, values.dtype, lambda block: self._to_raw64(block, factor))
 
     def _to_raw64(self, values: np.ndarray, factor: np.ndarray) -> np.ndarray:
         out = np.array(values, dtype=np.float64)
