@@ -130,12 +130,48 @@ class Basis:
             )
         return out
 
+    def project_stored(self, rows: torch.Tensor) -> torch.Tensor:
+        """``project``, the float64 result stored in float32: the table ``gather_sum`` sums
+        fastest (float32 blocks; float64 tables take a slower kernel). ``stored_norm`` and
+        ``stored_excess`` bound what the storage adds. No basis: the rows as they are."""
+        if self.matrix is None:
+            return rows
+        return self.project(rows).float()
+
+    def _projection_bounds(self) -> tuple[float, float]:
+        """(η, √k·γ_d): a computed projection's norm is ≤ (1 + η)(1 + √k·γ_d)·‖x‖."""
+        assert self.matrix is not None
+        d, k = self.matrix.shape
+        g = float_error.gamma(d)
+        gram = self.matrix.T @ self.matrix - np.eye(k)
+        return float(np.linalg.norm(gram)) + 2 * k * k * g, math.sqrt(k) * g
+
+    def stored_norm(self, magnitude: float) -> float:
+        """A bound on the norm of ``project_stored``'s row for a row of norm ≤ ``magnitude``:
+        ‖B̃ᵀx‖ ≤ (1 + η)‖x‖, its float64 rounding ≤ √k·γ_d·(1 + η)‖x‖ (``excess``), and the
+        float32 storage moves each coordinate by ≤ 2⁻²⁴ relative."""
+        if self.matrix is None:
+            return magnitude
+        eta, rounding = self._projection_bounds()
+        return magnitude * (1.0 + eta) * (1.0 + rounding) * (1.0 + 2.0**-24)
+
+    def stored_excess(self, magnitude: float) -> float:
+        """Extra distance between two neighbours' ``project_stored`` rows beyond the float64
+        projections' (``excess``), for rows of norm ≤ ``magnitude``: storing a row moves it by
+        ≤ 2⁻²⁴ times its float64 projection's norm, for each of the two."""
+        if self.matrix is None:
+            return 0.0
+        eta, rounding = self._projection_bounds()
+        return 2.0 * 2.0**-24 * magnitude * (1.0 + eta) * (1.0 + rounding)
+
     def lift(self, coefficients: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """B·z per row: back to the d features (post-processing)."""
+        """B·z per row: back to the d features (post-processing), computed in ``dtype`` when
+        that is float32 (the rows' own precision; half the work of float64), else in float64."""
         if self.matrix is None:
             return coefficients.to(dtype)
-        matrix = torch.tensor(self.matrix, device=coefficients.device)
-        return (coefficients.double() @ matrix.T).to(dtype)
+        work = torch.float32 if dtype == torch.float32 else torch.float64
+        matrix = torch.tensor(self.matrix, device=coefficients.device, dtype=work)
+        return (coefficients.to(work) @ matrix.T).to(dtype)
 
     def excess(self, sensitivity: float, magnitude: float) -> float:
         """Extra distance between two neighbours' computed projections beyond ``sensitivity``
@@ -148,11 +184,8 @@ class Basis:
         rounding is ≤ √k·γ_d·(1 + η)·magnitude, twice for a pair."""
         if self.matrix is None:
             return 0.0
-        d, k = self.matrix.shape
-        g = float_error.gamma(d)
-        gram = self.matrix.T @ self.matrix - np.eye(k)
-        eta = float(np.linalg.norm(gram)) + 2 * k * k * g
-        return sensitivity * eta + 2.0 * math.sqrt(k) * g * (1.0 + eta) * magnitude
+        eta, rounding = self._projection_bounds()
+        return sensitivity * eta + 2.0 * rounding * (1.0 + eta) * magnitude
 
 
 def _identity(params: BasisParams, image: bool, n_features: int, k: int) -> bool:

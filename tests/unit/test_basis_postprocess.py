@@ -51,6 +51,29 @@ def test_projection_never_moves_neighbours_apart() -> None:
     assert Basis(None, "identity").excess(1.0, 1.0) == 0.0
 
 
+def test_float32_storage_of_projections_stays_within_its_cover() -> None:
+    """``project_stored`` rows: longer than the rows by at most ``stored_norm``'s factor, and
+    two neighbours' rows further apart than the float64 projections by ≤ ``stored_excess``.
+    Rows of norm exactly 1 with large coordinates make the storage's rounding largest; the
+    cover is tight enough that ten times less would not hold."""
+    basis = Basis(dct_basis((28, 28), 64), "dct")
+    rng = np.random.default_rng(3)
+    x = rng.random((400, 784)) ** 8
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = rng.random((400, 784)) ** 8
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    zx64, zy64 = (basis.project(torch.tensor(v)).numpy() for v in (x, y))
+    zx, zy = (basis.project_stored(torch.tensor(v)).double().numpy() for v in (x, y))
+    assert basis.project_stored(torch.tensor(x)).dtype == torch.float32
+    assert (np.linalg.norm(zx, axis=1) <= basis.stored_norm(1.0)).all()
+    extra = np.linalg.norm(zx - zy, axis=1) - np.linalg.norm(zx64 - zy64, axis=1)
+    assert (extra <= basis.stored_excess(1.0)).all()
+    # Storage moves a row by up to 2⁻²⁴ of its norm: the cover is of that order, not looser.
+    assert np.max(np.linalg.norm(zx - zx64, axis=1)) > basis.stored_excess(1.0) / 20
+    identity = Basis(None, "identity")
+    assert identity.stored_excess(1.0) == 0.0 and identity.stored_norm(1.0) == 1.0
+
+
 def test_lift_inverts_project_on_the_span() -> None:
     basis = Basis(dct_basis((4, 4), 16), "rotation")
     x = torch.rand(20, 16, dtype=torch.float64)

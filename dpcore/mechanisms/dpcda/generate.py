@@ -53,15 +53,18 @@ def generate(
     if nonnegative and bool((features < 0).any()):
         raise ValueError("non-negative features were promised, a negative one was found")
     device, dtype = features.device, features.dtype
-    excess = 0.0
+    excess, magnitude = 0.0, clip_norm
     if basis is not None:
-        # A contraction: the sensitivity above bounds the projected rows too (plus rounding).
-        excess = basis.excess(sensitivity, clip_norm * (1.0 + float_error.INPUT_RELATIVE))
-        features = basis.project(features)
+        # A contraction: the sensitivity above bounds the projected rows too (plus the
+        # projection's rounding and its float32 storage, ``Basis.project_stored``).
+        stored = clip_norm * (1.0 + float_error.INPUT_RELATIVE)
+        excess = basis.excess(sensitivity, stored) + basis.stored_excess(stored)
+        magnitude = basis.stored_norm(clip_norm)
+        features = basis.project_stored(features)
     # Means are sums of ℓ rows (``gather_sum``: float32 blocks added in float64, or float64)
     # scaled by 1/ℓ; the sampler covers their rounding and the stored rows'.
     error = excess + gather_sum_error(
-        sensitivity, terms=mixture_degree, magnitude=clip_norm, dtype=features.dtype
+        sensitivity, terms=mixture_degree, magnitude=magnitude, dtype=features.dtype
     )
     # Work, chunks and the randomness drawn depend on public sizes only (n, K, T_c, ℓ, d),
     # never on a class's size: the class sizes and member offsets stay in numpy (one stable

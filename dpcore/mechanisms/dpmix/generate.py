@@ -12,7 +12,8 @@ the accountant's sensitivity assumes. Two assignments:
 
 Means are sums of gathered rows (``sampling.gather_sum``: float32 rows summed in float32
 blocks of 64, the blocks in float64; float64 rows in float64) scaled by 1/ℓ in float64; the
-noise sampler's ``error`` covers that rounding (``sampling.gather_sum_error``).
+noise sampler's ``error`` covers that rounding (``sampling.gather_sum_error``) and, with a
+basis, the projection's and its float32 storage's (``Basis.excess``, ``Basis.stored_excess``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def generate(
     """
     dtype = features.dtype
     if basis is not None:
-        features = basis.project(features)
+        features = basis.project_stored(features)
     add = _noiser(
         noise,
         generator,
@@ -103,11 +104,20 @@ def _noiser(
     sampler = noise if noise is not None else FastNoise(generator)
     dx, dy = FEATURE_SENSITIVITY / mixture_degree, LABEL_SENSITIVITY / mixture_degree
     magnitude = terms / mixture_degree
-    ex = gather_sum_error(dx, terms=terms, magnitude=magnitude, dtype=sum_dtypes[0])
+    # Projected rows summed in float32 are ``Basis.project_stored``'s: slightly longer rows.
+    stored = basis is not None and sum_dtypes[0] == torch.float32
+    ex = gather_sum_error(
+        dx,
+        terms=terms,
+        magnitude=basis.stored_norm(magnitude) if basis is not None and stored else magnitude,
+        dtype=sum_dtypes[0],
+    )
     ey = gather_sum_error(dy, terms=terms, magnitude=magnitude, dtype=sum_dtypes[1])
     if basis is not None:
         # Per record (norm ≤ 1 as stored): conservative, the mixture divides it by ℓ.
         ex += basis.excess(dx, 1.0 + float_error.INPUT_RELATIVE)
+        if stored:
+            ex += basis.stored_excess(1.0 + float_error.INPUT_RELATIVE)
 
     def add(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         noisy = sampler(x, sigma=sigma_x, sensitivity=dx, error=ex)
