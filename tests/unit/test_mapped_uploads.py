@@ -5,12 +5,15 @@ it), with the hash checked before the read is marked."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import tracemalloc
 import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,9 +25,11 @@ from service.config import Settings
 from service.datasets.parsing import parse_dataset
 from service.datasets.schemas import DatasetMetadata
 from service.errors import InvalidInput
-from service.storage import LocalObjectStore, S3ObjectStore
+from service.storage import LocalObjectStore, S3ObjectStore, sha256_hex
 from tests.conftest import free_port
 from tests.sigv4_s3 import SigV4S3Server
+from worker import production
+from worker import scratch as scratch_dirs
 
 pytestmark = pytest.mark.unit
 
@@ -218,3 +223,91 @@ def test_a_stored_x_with_a_bad_crc_is_refused(tmp_path: Path) -> None:
         _parse(bytes(content))
     with pytest.raises(InvalidInput, match=refused), storage.map_file(path) as view:
         _parse(view)
+
+
+# --- read_private ---------------------------------------------------------------------------
+
+
+def _reader(
+    store: Any, content: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, sha: str
+) -> tuple[Any, Any, list[str]]:
+    """A runtime and a job for ``production.read_private`` with the dataset stored, and the
+    marks it records (the database's part replaced: it is not what these tests are about)."""
+    store.delete(KEY)
+    store.put(KEY, content)
+    marks: list[str] = []
+
+    def mark(session: Any, release_id: str, *, attempt: int) -> bool:
+        marks.append(release_id)
+        return True
+
+    monkeypatch.setattr(production, "transaction", lambda _f: contextlib.nullcontext(None))
+    monkeypatch.setattr(production.lifecycle, "mark_private_read", mark)
+    runtime = SimpleNamespace(
+        store=store,
+        settings=Settings(scratch_dir=tmp_path / "scratch"),  # type: ignore[call-arg]
+        session_factory=None,
+    )
+    job = SimpleNamespace(
+        release_id="r1",
+        attempt=1,
+        dataset_key=KEY,
+        dataset_sha256=sha,
+        dataset_filename="data.npz",
+        dataset_limits=None,
+        metadata=_meta(),
+    )
+    return runtime, job, marks
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_hash_mismatch_is_refused_before_the_read_is_marked(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    store = (
+        LocalObjectStore(tmp_path / "store")
+        if kind == "local"
+        else request.getfixturevalue("s3_store")
+    )
+    content = _npz(np.ones((10, 3), dtype=np.uint8), np.zeros(10, dtype=np.int64))
+    runtime, job, marks = _reader(store, content, tmp_path, monkeypatch, sha="0" * 64)
+    with pytest.raises(RuntimeError, match="does not match its recorded sha256"):
+        production.read_private(runtime, job)
+    assert marks == []
+    assert list((tmp_path / "scratch").iterdir()) == []  # its scratch directory went too
+
+    runtime, job, marks = _reader(store, content, tmp_path, monkeypatch, sha=sha256_hex(content))
+    parsed = production.read_private(runtime, job)
+    assert marks == ["r1"] and parsed.n_rows == 10
+    assert list((tmp_path / "scratch").iterdir()) == []
+    assert scratch_dirs.clean_stale(tmp_path / "scratch") == []
+
+
+def test_read_private_holds_no_copy_of_the_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MNIST's training size (60 000 x 784 uint8, NPZ): the parse's traced peak is its float64
+    matrix and one pass of the clip's n x d temporaries, never the upload itself (a bytes
+    object of it and numpy's uint8 copy of X put two more uploads on top)."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, (60_000, 784), dtype=np.uint8)
+    content = _npz(X, rng.integers(0, 10, 60_000))
+    upload = len(content)
+    del X
+    runtime, job, _ = _reader(
+        LocalObjectStore(tmp_path / "store"),
+        content,
+        tmp_path,
+        monkeypatch,
+        sha=sha256_hex(content),
+    )
+    del content
+    matrix = 60_000 * 784 * 8
+    tracemalloc.start()
+    try:
+        parsed = production.read_private(runtime, job)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert parsed.X.shape == (60_000, 784)
+    assert peak < matrix + upload // 2, (peak, matrix, upload)
