@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import mmap
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -29,6 +31,10 @@ from service.config import Settings
 for _name in ("botocore", "boto3", "s3transfer"):
     _logger = logging.getLogger(_name)
     _logger.setLevel(max(_logger.level, logging.INFO))
+
+# Bytes per read when an object is copied from S3 into a scratch file to be mapped: what
+# memory holds of it at once.
+MAP_COPY_BYTES = 8 << 20
 
 
 class ObjectExists(Exception):
@@ -69,9 +75,38 @@ class ObjectStore(Protocol):
 
     def open_stream(self, key: str, *, chunk_bytes: int) -> ObjectStream: ...
 
+    def open_mapped(
+        self, key: str, *, scratch: Path | None = None
+    ) -> AbstractContextManager[memoryview]:
+        """The stored object as read-only memory, for as long as the context lasts: a memory
+        map of a file, never the whole object in one ``bytes``. The local store maps its own
+        file (no copy); the S3 store streams the object into a private (0600) file in
+        ``scratch`` (else the system's temporary directory), maps it and unlinks it at once,
+        so nothing of it is left on disk however the context ends."""
+        ...
 
-def sha256_hex(data: bytes) -> str:
+
+def sha256_hex(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@contextlib.contextmanager
+def map_file(path: Path) -> Iterator[memoryview]:
+    """The file at ``path`` mapped read-only, as a memoryview (an empty file, which mmap
+    cannot map: an empty view). The map is closed on exit; where a view of it is still held
+    (an array in an exception's traceback), it is unmapped once that goes instead."""
+    with path.open("rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mapping)
+    try:
+        yield view
+    finally:
+        with contextlib.suppress(BufferError):  # exported: unmapped when the last view goes
+            view.release()
+            mapping.close()
 
 
 class LocalObjectStore:
@@ -166,6 +201,12 @@ class LocalObjectStore:
         size = os.fstat(handle.fileno()).st_size
         chunks = iter(lambda: handle.read(chunk_bytes), b"")
         return ObjectStream(size=size, chunks=chunks, close=handle.close)
+
+    @contextlib.contextmanager
+    def open_mapped(self, key: str, *, scratch: Path | None = None) -> Iterator[memoryview]:
+        # The object's own file, mapped read-only: no copy, on disk or in memory.
+        with map_file(self._path(key)) as view:
+            yield view
 
 
 class S3ObjectStore:
@@ -280,6 +321,25 @@ class S3ObjectStore:
             etag=response.get("ETag"),
             checksum_sha256=response.get("ChecksumSHA256"),
         )
+
+    @contextlib.contextmanager
+    def open_mapped(self, key: str, *, scratch: Path | None = None) -> Iterator[memoryview]:
+        # mkstemp: created 0600, readable by this user alone, under a name no one else chose.
+        fd, name = tempfile.mkstemp(dir=scratch, prefix=".object-")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                try:
+                    for block in body.iter_chunks(chunk_size=MAP_COPY_BYTES):
+                        handle.write(block)
+                finally:
+                    body.close()
+            with map_file(path) as view:
+                path.unlink()  # the map holds the bytes now; no name is left to find them by
+                yield view
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def _s3_client(settings: Settings, endpoint_url: str | None, config: Config | None = None) -> Any:

@@ -94,17 +94,22 @@ def read_private(runtime: Runtime, job: Job) -> ParsedDataset:
     ends. Fetching the stored bytes and checking them against their recorded hash come before
     the mark: their failures (the store, its integrity) do not depend on the content, and
     leave the release refundable."""
-    raw = runtime.store.get(job.dataset_key)
-    if sha256_hex(raw) != job.dataset_sha256:
-        raise RuntimeError("stored dataset does not match its recorded sha256")
-    with transaction(runtime.session_factory) as session:
-        reading = lifecycle.mark_private_read(session, job.release_id, attempt=job.attempt)
-    if not reading:
-        raise Cancelled(f"release {job.release_id} is no longer running; its data is not read")
-    # Under the caps the upload was accepted under, not the file's size: a compressed NPZ or
-    # a dictionary-encoded Parquet file holds more values than bytes, and was admitted.
-    limits = UploadLimits.stored(job.dataset_limits, upload_limits(runtime.settings))
-    return limits.parse(content=raw, filename=job.dataset_filename, metadata=job.metadata)
+    # The stored file mapped, never one bytes object of it: an S3 object is streamed into a
+    # private file in this job's scratch directory first, both removed however this ends.
+    with (
+        scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch,
+        runtime.store.open_mapped(job.dataset_key, scratch=scratch) as raw,
+    ):
+        if sha256_hex(raw) != job.dataset_sha256:
+            raise RuntimeError("stored dataset does not match its recorded sha256")
+        with transaction(runtime.session_factory) as session:
+            reading = lifecycle.mark_private_read(session, job.release_id, attempt=job.attempt)
+        if not reading:
+            raise Cancelled(f"release {job.release_id} is no longer running; its data is not read")
+        # Under the caps the upload was accepted under, not the file's size: a compressed NPZ
+        # or a dictionary-encoded Parquet file holds more values than bytes, and was admitted.
+        limits = UploadLimits.stored(job.dataset_limits, upload_limits(runtime.settings))
+        return limits.parse(content=raw, filename=job.dataset_filename, metadata=job.metadata)
 
 
 def shard(runtime: Runtime, job: Job, index: int, plan_key: str) -> None:

@@ -129,11 +129,13 @@ def owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -
     assert job.report_dataset is not None
     key, sha, filename, test_meta, accepted = job.report_dataset
     try:
-        raw = runtime.store.get(key)
-        if sha256_hex(raw) != sha:
-            raise RuntimeError("stored test dataset does not match its recorded sha256")
-        limits = UploadLimits.stored(accepted, upload_limits(runtime.settings))
-        test = limits.parse(content=raw, filename=filename, metadata=test_meta)
+        # Mapped, as the job's own dataset is; an S3 object's copy goes beside the release
+        # file, in the job's scratch directory.
+        with runtime.store.open_mapped(key, scratch=path.parent) as raw:
+            if sha256_hex(raw) != sha:
+                raise RuntimeError("stored test dataset does not match its recorded sha256")
+            limits = UploadLimits.stored(accepted, upload_limits(runtime.settings))
+            test = limits.parse(content=raw, filename=filename, metadata=test_meta)
         release = evaluation.release_from_file(path, job.fmt, meta, {})
         labels = np.asarray(test.classes, dtype=object)[test.labels]
         report = evaluation.evaluate(release, test.X, labels, classifiers=("linear", "mlp"))

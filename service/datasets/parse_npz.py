@@ -1,12 +1,20 @@
 """NPZ uploads: arrays ``X`` (n, ...) and ``y`` (n,), their sizes checked from the zip's
-directory and the .npy headers before numpy allocates them."""
+directory and the .npy headers before numpy allocates them.
+
+The content is any buffer (``bytes``, or a worker's memory map of the stored file) and is
+never copied whole: the zip is read through ``ViewReader``, and an uncompressed ``X`` entry
+(``numpy.savez``'s) is converted to float64 straight from the buffer, its CRC checked there
+(``_stored_array``; measured in docs/results/implementation.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
+import struct
 import zipfile
-from typing import Any
+import zlib
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,18 +31,70 @@ from service.datasets.parse_limits import Limits
 from service.errors import DatasetTooLarge, InvalidInput
 
 
+class ViewReader(io.RawIOBase):
+    """A read-only, seekable binary file over a buffer that never copies more than a read
+    asks for (``io.BytesIO`` copies any buffer but ``bytes`` whole)."""
+
+    def __init__(self, content: bytes | memoryview) -> None:
+        super().__init__()
+        self._view = memoryview(content).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        # As io.BytesIO: a negative position is an error only when asked for as such.
+        if whence == io.SEEK_SET:
+            if offset < 0:
+                raise ValueError(f"negative seek value {offset}")
+            self._pos = offset
+        else:
+            base = self._pos if whence == io.SEEK_CUR else len(self._view)
+            self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else self._pos + size
+        data = bytes(self._view[self._pos : end])
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read()
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        data = self._view[self._pos : self._pos + len(target)]
+        target[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):  # this reader's own view; the buffer is the caller's
+            self._view.release()
+        super().close()
+
+
 def read_npz(
-    content: bytes, limits: Limits
+    content: bytes | memoryview, limits: Limits
 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, Where]:
-    if not zipfile.is_zipfile(io.BytesIO(content)):
+    view = memoryview(content).cast("B")
+    if not zipfile.is_zipfile(ViewReader(view)):
         reason = (
             "it is a single .npy array; save X and y together with numpy.savez(f, X=..., y=...)"
-            if content.startswith(b"\x93NUMPY")
+            if view[:6] == b"\x93NUMPY"
             else "it is not a zip archive"
         )
         raise InvalidInput(f"file could not be read as npz: {reason}")
     try:
-        with np.load(io.BytesIO(content), allow_pickle=False) as npz:
+        with ViewReader(view) as reader, np.load(reader, allow_pickle=False) as npz:
             missing = [k for k in ("X", "y") if k not in npz.files]
             if missing:
                 raise InvalidInput(
@@ -57,16 +117,19 @@ def read_npz(
             headers = {key: _check_npy_header(npz.zip, info, key) for key, info in infos.items()}
             # From the headers, before numpy allocates anything: X's values (which become a
             # float64 matrix, 8 bytes each whatever their dtype) and y's labels.
-            cells = sum(math.prod(shape) for shape, _ in headers.values())
-            declared = sum(math.prod(shape) * dtype.itemsize for shape, dtype in headers.values())
-            (x_shape, _), (y_shape, _) = headers["X"], headers["y"]
+            cells = sum(math.prod(h.shape) for h in headers.values())
+            declared = sum(math.prod(h.shape) * h.dtype.itemsize for h in headers.values())
+            x_shape, y_shape = headers["X"].shape, headers["y"].shape
             limits.check_features(math.prod(x_shape[1:]), f"array X {tuple(x_shape)} holds")
             limits.check(
                 cells=cells,
                 decoded_bytes=declared,
                 what=f"arrays X {tuple(x_shape)} and y {tuple(y_shape)} hold",
             )
-            X, y = npz["X"], npz["y"]
+            X = _stored_array(view, infos["X"], headers["X"])
+            if X is None:
+                X = npz["X"]
+            y = npz["y"]
     except (InvalidInput, MemoryError):
         raise
     except Exception as exc:  # whatever numpy/zipfile raise on bad bytes is the file's fault
@@ -116,9 +179,50 @@ def read_npz(
     return features, feature_shape, labels, y_position
 
 
-def _check_npy_header(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+# A zip member's local header (APPNOTE.TXT 4.3.7), as zipfile reads it: the signature, then
+# fixed fields, the name's and the extra field's lengths last; the member's data follows them.
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_LOCAL_MAGIC = b"PK\x03\x04"
+_NAME_LENGTH, _EXTRA_LENGTH = 10, 11
+
+
+class _Header(NamedTuple):
+    shape: tuple[int, ...]
+    fortran: bool
+    dtype: np.dtype[Any]
+    size: int  # bytes of the .npy header, before the data
+
+
+def _stored_array(view: memoryview, info: zipfile.ZipInfo, header: _Header) -> np.ndarray | None:
+    """The array of an uncompressed, unencrypted member, as a read-only view of ``view`` (no
+    copy: the caller converts it), once the member's CRC-32 matches as zipfile would check
+    it; None for any other member (read through numpy instead)."""
+    if (
+        info.compress_type != zipfile.ZIP_STORED
+        or info.flag_bits & 0x1  # encrypted
+        or info.compress_size != info.file_size
+        or header.dtype.kind not in "iuf"
+    ):
+        return None
+    local = info.header_offset
+    fields = _LOCAL_HEADER.unpack(view[local : local + _LOCAL_HEADER.size])
+    if fields[0] != _LOCAL_MAGIC:
+        raise zipfile.BadZipFile("Bad magic number for file header")
+    start = local + _LOCAL_HEADER.size + fields[_NAME_LENGTH] + fields[_EXTRA_LENGTH]
+    if start + info.file_size > len(view):
+        raise zipfile.BadZipFile(f"member {info.filename!r} runs past the end of the file")
+    if zlib.crc32(view[start : start + info.file_size]) != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    count = math.prod(header.shape)
+    if count == 0:
+        return np.empty(header.shape, dtype=header.dtype)
+    flat = np.frombuffer(view, dtype=header.dtype, count=count, offset=start + header.size)
+    if header.fortran:
+        return flat.reshape(header.shape[::-1]).transpose()
+    return flat.reshape(header.shape)
+
+
+def _check_npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> _Header:
     """numpy allocates what a member's header declares before reading its data: a file of a
     few hundred bytes may declare terabytes. The data must fit in the member's stored size
     (which the zip reader never exceeds, and which is within the limit)."""
@@ -126,9 +230,9 @@ def _check_npy_header(
         try:
             version = np.lib.format.read_magic(member)
             if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
             elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
             else:
                 raise ValueError(f"npy format version {version} is not supported")
         except ValueError as exc:
@@ -149,4 +253,4 @@ def _check_npy_header(
             f"file could not be read as npz: array {key!r} declares shape {shape} of {dtype} "
             f"({needed} bytes) but holds {info.file_size - header_bytes} bytes"
         )
-    return tuple(shape), dtype
+    return _Header(tuple(shape), bool(fortran), dtype, header_bytes)

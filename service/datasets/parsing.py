@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 SUPPORTED_FORMATS = ("csv", "parquet", "npz")
+# Values clipped (and compared with the bounds) at a time.
+CLIP_CELLS = 1 << 22
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 
 
@@ -103,7 +105,9 @@ class UploadLimits(Limits):
             value.get("max_features"),
         )
 
-    def parse(self, *, content: bytes, filename: str, metadata: DatasetMetadata) -> ParsedDataset:
+    def parse(
+        self, *, content: bytes | memoryview, filename: str, metadata: DatasetMetadata
+    ) -> ParsedDataset:
         return parse_dataset(
             content=content,
             filename=filename,
@@ -118,7 +122,7 @@ class UploadLimits(Limits):
 
 def parse_dataset(
     *,
-    content: bytes,
+    content: bytes | memoryview,
     filename: str,
     metadata: DatasetMetadata,
     max_bytes: int,
@@ -137,6 +141,9 @@ def parse_dataset(
     declared class is a string the label column is read as text (so "001" stays "001"),
     otherwise integer-looking labels are ints; and whenever CSV labels end up as text they are
     compared with ``str()`` of each declared class. Whole-number float labels (1.0) are ints.
+
+    ``content`` is any buffer of bytes (a worker passes a memory map of the stored file): an
+    NPZ is read from it in place; CSV and Parquet from one ``bytes`` copy of it.
     """
     fmt = detect_format(filename)
     limits = Limits(max_bytes, max_cells, max_decoded_bytes, max_features)
@@ -173,13 +180,14 @@ def parse_dataset(
                     whole_numbers(X[:, j], np.zeros(len(X), dtype=bool), column.name)
     else:
         read_text = declared is not None and any(isinstance(c, str) for c in declared)
+        data = content if isinstance(content, bytes) else bytes(content)
         if columns is not None:
             X, names, raw_labels, where, bounds, blocks = read_declared(
-                content, fmt, metadata.label_column, columns, fmt == "csv" and read_text, limits
+                data, fmt, metadata.label_column, columns, fmt == "csv" and read_text, limits
             )
         else:
             X, names, raw_labels, where = read_table(
-                content, fmt, metadata.label_column, fmt == "csv" and read_text, limits
+                data, fmt, metadata.label_column, fmt == "csv" and read_text, limits
             )
         feature_shape = (X.shape[1],)
         as_text = fmt == "csv" and raw_labels.dtype.kind in "OU"
@@ -189,9 +197,7 @@ def parse_dataset(
 
     labels, classes = index_labels(raw_labels, declared, where, as_text)
     lo, hi = feature_bounds(bounds, names)
-    # lo < hi (schema-checked), so the two counts never overlap.
-    clipped = int(np.count_nonzero(lo > X)) + int(np.count_nonzero(hi < X))
-    np.clip(X, lo, hi, out=X)  # X is always a fresh copy, never a view of the upload
+    clipped = _clip(X, lo, hi)  # X is always a fresh copy, never a view of the upload
     declared_dicts = None if columns is None else [c.model_dump(mode="json") for c in columns]
     return ParsedDataset(
         X=X,
@@ -207,6 +213,20 @@ def parse_dataset(
         missing_indicators=() if declared_dicts is None else missing_indicators(declared_dicts),
         integer_features=() if declared_dicts is None else integer_features(declared_dicts),
     )
+
+
+def _clip(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
+    """Clip ``X`` into [lo, hi] in place and count the values that moved, a block of rows at
+    a time: comparisons of the whole matrix would allocate n x d booleans twice, as much as
+    an uploaded uint8 image set itself."""
+    rows = max(1, CLIP_CELLS // max(1, X.shape[1]))
+    clipped = 0
+    for start in range(0, X.shape[0], rows):
+        block = X[start : start + rows]
+        # lo < hi (schema-checked), so the two counts never overlap.
+        clipped += int(np.count_nonzero(lo > block)) + int(np.count_nonzero(hi < block))
+        np.clip(block, lo, hi, out=block)
+    return clipped
 
 
 def declared_shape(

@@ -157,10 +157,11 @@ def test_a_failure_after_noise_is_drawn_keeps_its_charge(
     assert _row(h, rid).private_read_at is not None
 
 
-def test_a_failure_before_the_private_read_is_refunded(embedded: Harness) -> None:
+def test_a_failure_before_the_private_read_is_refunded(harness: Harness) -> None:
     """The stored dataset does not match its recorded hash: the job fails before reading its
-    content (nothing of it could influence the failure), refunded, and no read is recorded."""
-    h = embedded
+    content (nothing of it could influence the failure), refunded, and no read is recorded.
+    Both stores: the local file mapped, the S3 object streamed into a scratch file first."""
+    h = harness
     owner, ds = _dataset(h)
     key = f"datasets/{ds}/raw.npz"
     h.runtime.store.delete(key)

@@ -198,12 +198,23 @@ def test_a_queued_release_of_an_undeclared_dataset_publishes_nothing(embedded: H
         dataset.classes_declared = False  # as uploads without `classes` were recorded
         raw_key = dataset.storage_key
     read: list[str] = []
-    get = h.runtime.store.get
-    h.runtime.store.get = lambda key: read.append(key) or get(key)  # type: ignore[method-assign]
+    store = h.runtime.store
+    get, open_mapped = store.get, store.open_mapped
+
+    def recorded_get(key: str) -> bytes:
+        read.append(key)
+        return get(key)
+
+    def recorded_open_mapped(key: str, **kwargs: Any) -> Any:
+        read.append(key)
+        return open_mapped(key, **kwargs)
+
+    store.get = recorded_get  # type: ignore[method-assign]
+    store.open_mapped = recorded_open_mapped  # type: ignore[method-assign]
     try:
         runner.execute(h.runtime, release_id)
     finally:
-        h.runtime.store.get = get  # type: ignore[method-assign]
+        store.get, store.open_mapped = get, open_mapped  # type: ignore[method-assign]
     done = h.client.get(f"/releases/{release_id}", headers=h.headers(owner)).json()
     assert done["status"] == "failed" and "declared classes" in done["error"]
     assert raw_key not in read

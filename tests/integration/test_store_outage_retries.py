@@ -79,14 +79,14 @@ def test_a_job_outlasts_a_short_store_outage(
     clock = [0.0]  # seconds the job's back-off slept
     monkeypatch.setattr(attempts.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     store = h.runtime.store
-    get = store.get
+    open_mapped = store.open_mapped
 
-    def down_for_a_while(key: str) -> bytes:
+    def down_for_a_while(key: str, **kwargs: Any) -> Any:
         if key.startswith(f"datasets/{ds}/") and clock[0] < outage_s:
             raise EndpointConnectionError(endpoint_url="http://store.invalid")
-        return get(key)
+        return open_mapped(key, **kwargs)
 
-    monkeypatch.setattr(store, "get", down_for_a_while)
+    monkeypatch.setattr(store, "open_mapped", down_for_a_while)
     runner.run_release(h.runtime, rid)
     done = h.client.get(f"/releases/{rid}", headers=h.headers(owner)).json()
     window = h.runtime.settings.task_retry_window_s
