@@ -7,8 +7,9 @@ Parquet are written in record batches. The columns are the release's ``Layout``
 feature names, then its label column in the form the mechanism's label kind gives.
 
 While a file is written, its writer says after each chunk which of its bytes are final
-(``on_settled(end, held)``: bytes [0, end) are on disk and never change again, except the
-range ``held``), so that they can be stored before it is done (``service.file_upload``). Per
+(``on_settled(end, held, False)``: bytes [0, end) are on disk and never change again, except
+the range ``held``), and once it is closed that the whole file is (``on_settled(size, (0, 0),
+True)``), so that it can be stored as it grows (``service.file_upload``). Per
 format: CSV and Parquet are written by Arrow through an output stream, which can only append
 (no seek: a Parquet footer comes last, after the row groups), so every byte on disk is final;
 an NPZ is a zip whose entries' local headers are patched when an entry ends (zipfile seeks
@@ -56,7 +57,7 @@ class ArtifactWriter:
         layout: Layout,
         metadata: dict[str, Any],
         extra: dict[str, np.ndarray] | None = None,
-        on_settled: Callable[[int, tuple[int, int]], None] | None = None,
+        on_settled: Callable[[int, tuple[int, int], bool], None] | None = None,
     ) -> None:
         if fmt not in ("npz", "csv", "parquet"):
             raise ValueError(f"unknown release format {fmt!r}")
@@ -141,7 +142,7 @@ class ArtifactWriter:
             self._table_writer.write_batch(batch)
         self.written += count
         if self._on_settled is not None:
-            self._on_settled(os.stat(self.path).st_size, self.held)
+            self._on_settled(os.stat(self.path).st_size, self.held, False)
 
     def close(self) -> None:
         try:
@@ -167,6 +168,8 @@ class ArtifactWriter:
         else:
             self._table_writer.close()
         self._scratch.cleanup()
+        if self._on_settled is not None:
+            self._on_settled(os.stat(self.path).st_size, (0, 0), True)
 
     def __enter__(self) -> ArtifactWriter:
         return self

@@ -5,15 +5,17 @@ completed create-only once the file is done.
 A writer says which bytes are final with ``advance(end, held)``: bytes [0, end) are on disk
 and stay as they are, except [held[0], held[1]), which it may still rewrite before it closes
 (an NPZ's first zip entry header, patched with the entry's size and CRC when the entry ends:
-``dpcore.artifacts``). Part k covers bytes [k·P, (k+1)·P) of the file; it is uploaded as soon
-as it lies wholly below ``end`` and outside ``held``, by a pool of ``in_flight`` threads, each
-reading its part from the file when it starts (memory: ``in_flight`` parts, nothing else
-copied), and sent with its SHA-256 (``ChecksumSHA256``), which S3 checks.
+``dpcore.artifacts``); and ``advance(size, final=True)`` once the file is finished. Part k
+covers bytes [k·P, (k+1)·P) of the file; it is uploaded as soon as it lies wholly below
+``end`` and outside ``held``, by a pool of ``in_flight`` threads, each reading its part from
+the file when it starts (memory: ``in_flight`` parts, nothing else copied), and sent with its
+SHA-256 (``ChecksumSHA256``), which S3 checks.
 
-``complete`` (the file finished) sends the parts not sent yet, reads the file once more to
-hash it whole (the size and SHA-256 a release records) and to check every part sent early
-against the file's final bytes (a writer that rewrote bytes it had said were final fails the
-upload instead of storing something else), and completes with ``If-None-Match: *``: an
+Once the file is finished (that last ``advance``, or ``complete`` itself) the parts not sent
+yet go up, and the pool reads the file once more, to hash it whole (the size and SHA-256 a
+release records) and to check every part sent early against the file's final bytes (a
+writer that rewrote bytes it had said were final fails the upload instead of storing
+something else). ``complete`` waits for those, and completes with ``If-None-Match: *``: an
 existing object is never replaced (``ObjectExists``, as a create-only PUT). Whatever fails
 there, and ``abort``, waits for the parts in flight and aborts the upload: no part and no
 partial object stays behind. A file of one part at most is stored by one create-only PUT.
@@ -30,11 +32,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIB = 1024 * 1024
 PART_BYTES = 8 * MIB
@@ -70,7 +73,7 @@ class FileUpload(Protocol):
     """A file stored under a key, started while the file is written (``advance``: what of it
     is final), ended by ``complete`` once it is (create-only) or by ``abort``."""
 
-    def advance(self, end: int, held: tuple[int, int] = (0, 0)) -> None: ...
+    def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None: ...
     def complete(self) -> Uploaded: ...
     def abort(self) -> None: ...
 
@@ -124,17 +127,25 @@ class S3FileUpload:
         self._sent: dict[int, Future[_Part]] = {}  # by part index (number - 1)
         self._next = 0  # the first part index not yet looked at
         self._held_back: set[int] = set()  # complete parts skipped because the writer held them
+        self._size: int | None = None  # the finished file's, once its writer said so
+        self._whole: Future[str] | None = None  # its SHA-256 (hex), hashed in the pool
+        self._checks: dict[int, Future[bytes]] = {}  # early parts' final bytes, hashed
         self._closed = False  # completed or aborted
         self._completed = False
 
     # -- while the file is written ------------------------------------------------------
 
-    def advance(self, end: int, held: tuple[int, int] = (0, 0)) -> None:
+    def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None:
         """Bytes [0, ``end``) of the file are final but for ``held``: send the parts that
-        became complete. Raises what a part's upload raised, if one failed."""
+        became complete. ``final``: the file is finished, ``end`` bytes long: the rest goes
+        up now, and the pool reads the file again for ``complete`` (hashed whole, early
+        parts checked). Raises what a part's upload raised, if one failed."""
         self._raise_failed()
-        if self._closed:
+        if self._closed or self._size is not None:
             raise RuntimeError(f"the upload of {self.key} is over")
+        if final:
+            self._finished(end)
+            return
         ready = end // self.part_bytes  # parts [0, ready) lie wholly below end
         looked = sorted(self._held_back) + list(range(self._next, ready))
         self._next = max(self._next, ready)
@@ -146,18 +157,39 @@ class S3FileUpload:
             else:
                 self._send(index, start, stop)
 
+    def _finished(self, size: int) -> None:
+        count = max(1, -(-size // self.part_bytes))
+        if count > MAX_PARTS:
+            raise RuntimeError(f"{size} bytes need more than {MAX_PARTS} parts")
+        self._size = size
+        if not self._sent and count == 1:
+            return  # one PUT, at ``complete``
+        early = sorted(self._sent)
+        if early and early[-1] >= count:
+            raise PartChanged(f"{self.key}: the file ended before a part sent early")
+        self._whole = self._submit(self._hash_whole, size)
+        for index in range(count):
+            if index not in self._sent:
+                start = index * self.part_bytes
+                self._send(index, start, min(size, start + self.part_bytes))
+        # Parts read before the file was finished: their final bytes, to compare.
+        self._checks = {index: self._submit(self._digest, index) for index in early}
+
     def _raise_failed(self) -> None:
         for future in self._sent.values():
             if future.done() and not future.cancelled() and future.exception() is not None:
                 future.result()  # raises it
 
-    def _send(self, index: int, start: int, stop: int) -> None:
+    def _submit(self, task: Callable[..., T], *args: Any) -> Future[T]:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.in_flight, thread_name_prefix="s3-part")
-        # Each part in a copy of the caller's context (an owner-only job's log records stay
+        # Each task in a copy of the caller's context (an owner-only job's log records stay
         # owner-only: ``service.owner_only``); a context is entered by one thread at a time.
         context = contextvars.copy_context()
-        self._sent[index] = self._pool.submit(context.run, self._upload_part, index, start, stop)
+        return self._pool.submit(context.run, task, *args)
+
+    def _send(self, index: int, start: int, stop: int) -> None:
+        self._sent[index] = self._submit(self._upload_part, index, start, stop)
 
     def _upload_part(self, index: int, start: int, stop: int) -> _Part:
         with self.path.open("rb") as handle:
@@ -175,6 +207,22 @@ class S3FileUpload:
             ChecksumSHA256=checksum,
         )
         return _Part(index + 1, response["ETag"], checksum, digest)
+
+    def _digest(self, index: int) -> bytes:
+        """The SHA-256 of part ``index`` as the file holds it now."""
+        with self.path.open("rb") as handle:
+            handle.seek(index * self.part_bytes)
+            return hashlib.sha256(handle.read(self.part_bytes)).digest()
+
+    def _hash_whole(self, size: int) -> str:
+        whole, read = hashlib.sha256(), 0
+        with self.path.open("rb") as handle:
+            for block in iter(lambda: handle.read(MIB), b""):
+                whole.update(block)
+                read += len(block)
+        if read != size:
+            raise PartChanged(f"{self.key}: the file changed size after it was finished")
+        return whole.hexdigest()
 
     def _upload(self) -> str:
         """The multipart upload's id, created by the first part that needs it."""
@@ -207,31 +255,20 @@ class S3FileUpload:
         if self._closed:
             raise RuntimeError(f"the upload of {self.key} is over")
         size = self.path.stat().st_size
-        count = max(1, -(-size // self.part_bytes))
-        if count > MAX_PARTS:
-            raise RuntimeError(f"{size} bytes need more than {MAX_PARTS} parts")
-        if not self._sent and count == 1:
-            data = self.path.read_bytes()  # one part at most
+        if self._size is None:
+            self._finished(size)
+        elif size != self._size:
+            raise PartChanged(f"{self.key}: the file changed size after it was finished")
+        if self._whole is None:  # one part at most
+            data = self.path.read_bytes()
             self._put(data)
             self._completed = True
             return Uploaded(len(data), hashlib.sha256(data).hexdigest())
-        early = dict(self._sent)
-        if any(index >= count for index in early):
-            raise PartChanged(f"{self.key}: the file ended before a part sent early")
-        for index in range(count):
-            if index not in self._sent:
-                start = index * self.part_bytes
-                self._send(index, start, min(size, start + self.part_bytes))
-        # Meanwhile, the whole file's hash, and every early part against the final bytes.
-        whole = hashlib.sha256()
-        with self.path.open("rb") as handle:
-            for index in range(count):
-                block = handle.read(self.part_bytes)
-                whole.update(block)
-                sent = early.get(index)
-                if sent is not None and hashlib.sha256(block).digest() != sent.result().digest:
-                    raise PartChanged(f"{self.key}: part {index + 1} changed after it was sent")
-        parts = [self._sent[index].result() for index in range(count)]
+        for index, final in self._checks.items():
+            if final.result() != self._sent[index].result().digest:
+                raise PartChanged(f"{self.key}: part {index + 1} changed after it was sent")
+        digest = self._whole.result()
+        parts = [self._sent[index].result() for index in sorted(self._sent)]
         try:
             self.client.complete_multipart_upload(
                 Bucket=self.bucket,
@@ -250,13 +287,20 @@ class S3FileUpload:
                 raise ObjectExists(self.key) from exc
             raise
         self._completed = True
-        return Uploaded(size, whole.hexdigest())
+        log.info(
+            "stored %s: %d bytes in %d parts, %d sent while it was written",
+            self.key,
+            size,
+            len(parts),
+            len(self._checks),
+        )
+        return Uploaded(size, digest)
 
     def abort(self) -> None:
         """Stop: parts not started are dropped, those in flight waited for, and the multipart
         upload, if one was created and not completed, aborted. Never raises (it runs while
         another error is on its way); an abort S3 refuses is logged, its parts left to the
-        bucket's lifecycle rule (docs/operations.md)."""
+        bucket's lifecycle rule (docs/operations.md, "Object storage")."""
         self._finish()
         with self._lock:
             upload_id = self._upload_id

@@ -192,7 +192,7 @@ class WholeFile:
     key: str
     path: Path
 
-    def advance(self, end: int, held: tuple[int, int] = (0, 0)) -> None:
+    def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None:
         pass
 
     def complete(self) -> Uploaded:

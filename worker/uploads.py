@@ -18,7 +18,7 @@ from types import TracebackType
 from service.file_upload import FileUpload, Uploaded
 from service.storage import ObjectStore
 
-Settle = Callable[[int, tuple[int, int]], None]
+Settle = Callable[[int, tuple[int, int], bool], None]
 
 
 class _Followed:
@@ -27,12 +27,12 @@ class _Followed:
     def __init__(self, store: ObjectStore, key: str, path: Path, size_hint: int) -> None:
         self.store, self.key, self.path, self.size_hint = store, key, path, size_hint
         self.upload: FileUpload | None = None
-        self.last: tuple[int, tuple[int, int]] | None = None
+        self.last: tuple[int, tuple[int, int], bool] | None = None
 
-    def settle(self, end: int, held: tuple[int, int]) -> None:
-        self.last = (end, held)
+    def settle(self, end: int, held: tuple[int, int], final: bool) -> None:
+        self.last = (end, held, final)
         if self.upload is not None:
-            self.upload.advance(end, held)
+            self.upload.advance(end, held, final)
 
     def start(self) -> None:
         if self.upload is None:

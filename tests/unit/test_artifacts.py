@@ -29,7 +29,7 @@ def _write(
     dim: int,
     chunk: int,
     seed: int = 0,
-    on_settled: Callable[[int, tuple[int, int]], None] | None = None,
+    on_settled: Callable[[int, tuple[int, int], bool], None] | None = None,
 ) -> None:
     rng = np.random.default_rng(seed)
     with ArtifactWriter(
@@ -95,12 +95,17 @@ def test_settled_bytes_never_change(tmp_path: Path, fmt: str) -> None:
     entry's header, patched when the entry ends), and that range does change."""
     path = tmp_path / f"r.{fmt}"
     seen: list[tuple[int, tuple[int, int], bytes]] = []
+    finished: list[int] = []
 
-    def settled(end: int, held: tuple[int, int]) -> None:
-        seen.append((end, held, path.read_bytes()[:end]))
+    def settled(end: int, held: tuple[int, int], final: bool) -> None:
+        if final:
+            finished.append(end)
+        else:
+            seen.append((end, held, path.read_bytes()[:end]))
 
     _write(fmt, path, 6_000, 40, 700, on_settled=settled)
     final = path.read_bytes()
+    assert finished == [len(final)]  # the last report, once the file is closed
     assert len(seen) == 9  # one report per chunk
     assert seen[-1][0] > len(final) // 2  # most of the file was final before it was closed
     for end, (lo, hi), snapshot in seen:

@@ -159,7 +159,7 @@ def test_held_bytes_go_up_once_the_file_is_done(
     store: S3ObjectStore, parts: Parts, tmp_path: Path
 ) -> None:
     """An NPZ's writer holds its first entry's header back: the part holding it waits for
-    ``complete``, and the object has the header as finally written."""
+    the file to be finished, and the object has the header as finally written."""
     path = tmp_path / "release.npz"
     upload = store.upload_file("r/held.npz", path)
     _grow(path, 2 * PART + 5)
@@ -169,6 +169,9 @@ def test_held_bytes_go_up_once_the_file_is_done(
     with path.open("r+b") as handle:
         handle.write(b"patched header")
     data = _grow(path, 2 * PART + 5)
+    upload.advance(len(data), final=True)  # the writer closed it: the rest goes up now
+    parts.wait(1, 3)
+    assert not store.exists("r/held.npz")
     assert upload.complete().sha256 == hashlib.sha256(data).hexdigest()
     assert store.get("r/held.npz") == data
     assert _pending(store) == []
