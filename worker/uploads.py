@@ -43,7 +43,7 @@ class _Followed:
 
 class EarlyUploads:
     """The files of one job whose uploads start while they are written. Without a store
-    (``EarlyUploads(None)``) it follows nothing and stores through ``put_file``."""
+    (``EarlyUploads(None)``) it follows nothing: each file goes up whole when stored."""
 
     def __init__(self, store: ObjectStore | None) -> None:
         self.store = store
