@@ -52,7 +52,10 @@ What each figure is:
   `POST /releases` (admission: calibration and the ledger), the job (polled every 0.1 s until
   succeeded) and the download (sha256 checked). `embedded` is `make run`'s stack (SQLite,
   local files, jobs in the API process); `real` is Postgres + Redis + a Celery worker (solo
-  pool) + S3 (moto behind the tests' SigV4 check). The guide's MNIST release is MNIST t10k (or
+  pool) + S3 (moto behind the tests' SigV4 check, in the bench's own process), to which the
+  job's release file and the owner's raw copy go up in 8 MiB parts while they are written (a
+  multipart upload, completed when the job publishes: architecture.md, step 5; measured in
+  implementation.md, "Uploading while writing"). The guide's MNIST release is MNIST t10k (or
   random images of its shape), dpmix ℓ = 64, T = 10 000, ε = 10; the 10⁶-row case is a
   16-feature, 2-class table (dpmix ℓ = 16, ε = 1), whose release (10⁶ × 18 × 4 B = 72 MB)
   fits under the default `DPRELEASE_MAX_RELEASE_BYTES` (2 GiB) — a 784-wide one would not.

@@ -4,15 +4,28 @@ feature array is streamed into its zip entry as the rows come (no second copy on
 smaller label array filled through a memory map and zipped from disk at the end; CSV and
 Parquet are written in record batches. The columns are the release's ``Layout``
 (``dpcore.release_layout``): the declared table's columns (CSV, Parquet) or the dataset's own
-feature names, then its label column in the form the mechanism's label kind gives."""
+feature names, then its label column in the form the mechanism's label kind gives.
+
+While a file is written, its writer says after each chunk which of its bytes are final
+(``on_settled(end, held, False)``: bytes [0, end) are on disk and never change again, except
+the range ``held``), and once it is closed that the whole file is (``on_settled(size, (0, 0),
+True)``), so that it can be stored as it grows (``service.file_upload``). Per
+format: CSV and Parquet are written by Arrow through an output stream, which can only append
+(no seek: a Parquet footer comes last, after the row groups), so every byte on disk is final;
+an NPZ is a zip whose entries' local headers are patched when an entry ends (zipfile seeks
+back to write its size and CRC), so the header of ``X.npy``, at the very start, is held
+until the file is closed; the entries after it are written at the end, by ``close``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,6 +57,7 @@ class ArtifactWriter:
         layout: Layout,
         metadata: dict[str, Any],
         extra: dict[str, np.ndarray] | None = None,
+        on_settled: Callable[[int, tuple[int, int], bool], None] | None = None,
     ) -> None:
         if fmt not in ("npz", "csv", "parquet"):
             raise ValueError(f"unknown release format {fmt!r}")
@@ -54,12 +68,18 @@ class ArtifactWriter:
         self.layout = layout
         width, classes = len(layout.features), len(layout.classes)
         self.written = 0
+        self._on_settled = on_settled
+        self.held = (0, 0)  # the bytes the writer may still rewrite (module docstring)
         self._scratch = tempfile.TemporaryDirectory(dir=path.parent, prefix=".npz-")
         if fmt == "npz":
             scratch = Path(self._scratch.name)
             # Uncompressed (noise does not compress), so an entry's bytes are the array's.
             self._zip = zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True)
             self._x = self._zip.open("X.npy", "w", force_zip64=True)
+            # Its local header, just written, is rewritten with the sizes and CRC when the
+            # entry closes (the same length: zip64 is forced).
+            assert self._zip.fp is not None
+            self.held = (0, self._zip.fp.tell())
             header: dict[str, Any] = {
                 "descr": np.lib.format.dtype_to_descr(np.dtype(_NPZ_DTYPE)),
                 "fortran_order": False,
@@ -121,6 +141,8 @@ class ArtifactWriter:
             batch = pa.record_batch(columns, schema=schema)
             self._table_writer.write_batch(batch)
         self.written += count
+        if self._on_settled is not None:
+            self._on_settled(os.stat(self.path).st_size, self.held, False)
 
     def close(self) -> None:
         try:
@@ -146,6 +168,8 @@ class ArtifactWriter:
         else:
             self._table_writer.close()
         self._scratch.cleanup()
+        if self._on_settled is not None:
+            self._on_settled(os.stat(self.path).st_size, (0, 0), True)
 
     def __enter__(self) -> ArtifactWriter:
         return self

@@ -24,6 +24,16 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from service.config import Settings
+from service.file_upload import (
+    PART_BYTES,
+    FileUpload,
+    S3FileUpload,
+    Uploaded,
+    is_conflict,
+    part_bytes_for,
+    sha256_of,
+)
+from service.file_upload import ObjectExists as ObjectExists
 
 # botocore's DEBUG records carry request headers, among them x-amz-content-sha256 of what is
 # stored: for an upload, a hash of the raw data. Never let them through, whatever the root
@@ -35,10 +45,6 @@ for _name in ("botocore", "boto3", "s3transfer"):
 # Bytes per read when an object is copied from S3 into a scratch file to be mapped: what
 # memory holds of it at once.
 MAP_COPY_BYTES = 8 << 20
-
-
-class ObjectExists(Exception):
-    """A create-only write found the key already present."""
 
 
 @dataclass
@@ -56,6 +62,12 @@ class ObjectStream:
 class ObjectStore(Protocol):
     def put(self, key: str, data: bytes) -> None: ...
     def put_file(self, key: str, path: Path) -> None: ...
+    def upload_file(self, key: str, path: Path, *, size_hint: int = 0) -> FileUpload:
+        """Store the file at ``path`` under ``key``, create-only, starting while it is still
+        written (``FileUpload.advance``) where the store can (S3: a multipart upload), else
+        all at ``complete``. ``size_hint``: about how large it will be."""
+        ...
+
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None:
@@ -141,6 +153,9 @@ class LocalObjectStore:
         with path.open("rb") as source:
             self._publish(key, lambda handle: shutil.copyfileobj(source, handle))
 
+    def upload_file(self, key: str, path: Path, *, size_hint: int = 0) -> FileUpload:
+        return WholeFile(self, key, path)
+
     def _publish(self, key: str, fill: Callable[[BinaryIO], object]) -> None:
         """Write a temporary file beside the key, then link it in: link() fails if the key
         exists, so publishing is atomic and create-only."""
@@ -209,10 +224,33 @@ class LocalObjectStore:
             yield view
 
 
+@dataclass
+class WholeFile:
+    """A file stored whole once it is written (the local store links it in: nothing to
+    start early)."""
+
+    store: ObjectStore
+    key: str
+    path: Path
+
+    def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None:
+        pass
+
+    def complete(self) -> Uploaded:
+        self.store.put_file(self.key, self.path)
+        return Uploaded(self.path.stat().st_size, sha256_of(self.path))
+
+    def abort(self) -> None:
+        pass
+
+
 class S3ObjectStore:
     def __init__(self, settings: Settings) -> None:
         assert settings.s3_bucket is not None
         self.bucket = settings.s3_bucket
+        # Files larger than one part are stored by multipart uploads of parts this large (or
+        # larger, for a file that would need more than S3's 10 000).
+        self.part_bytes = PART_BYTES
         self.client = _s3_client(settings, settings.s3_endpoint_url)
         # Presigned URLs must name a host the downloader can reach (e.g. localhost:9000
         # outside docker-compose while the API talks to minio:9000).
@@ -253,14 +291,26 @@ class S3ObjectStore:
                 ChecksumAlgorithm="SHA256",
             )
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code in {"PreconditionFailed", "ConditionalRequestConflict"}:
+            if is_conflict(exc):
                 raise ObjectExists(key) from exc
             raise
 
     def put_file(self, key: str, path: Path) -> None:
-        with path.open("rb") as handle:
-            self._put(key, handle)
+        """One create-only PUT for a file of one part at most; a larger one goes up in parts,
+        a bounded number at a time (``service.file_upload``)."""
+        self.upload_file(key, path).complete()
+
+    def upload_file(self, key: str, path: Path, *, size_hint: int = 0) -> FileUpload:
+        if size_hint == 0 and path.exists():
+            size_hint = path.stat().st_size
+        return S3FileUpload(
+            self.client,
+            self.bucket,
+            key,
+            path,
+            put=lambda data: self._put(key, data),
+            part_bytes=part_bytes_for(size_hint, self.part_bytes),
+        )
 
     def get(self, key: str) -> bytes:
         body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()

@@ -23,6 +23,7 @@ from worker import scratch as scratch_dirs
 from worker.attempts import TransientError
 from worker.job import Job
 from worker.progress import SHARDS_SHARE, UPLOAD_SHARE, Progress
+from worker.uploads import EarlyUploads
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,15 @@ def produce(runtime: Runtime, job: Job, plan_key: str | None = None) -> None:
             draw_shard(runtime, job, parsed, plan, index, plan.count - len(todo) + done)
     device = writing.device_of(runtime.settings.device)
     # Removed however the job ends (its process killed: at the next start, worker.scratch).
-    with scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch:
+    # The artifact and the raw copy start going up while they are written; what publishing
+    # did not complete is aborted on the way out, before the scratch files go.
+    with (
+        scratch_dirs.job_dir(runtime.settings.scratch_dir) as scratch,
+        EarlyUploads(store) as uploads,
+    ):
         path = scratch / f"release.{job.fmt}"
-        written = writing.write_release(runtime, job, parsed, device, path, choice)
-        stored = publishing.publish(runtime, job, written, path)
+        written = writing.write_release(runtime, job, parsed, device, path, choice, uploads)
+        stored = publishing.publish(runtime, job, written, path, uploads)
     if stored is None:
         return
     publishing.succeed(

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from dpcore import evaluation
-from dpcore.artifacts import sha256_file
 from service.datasets.parsing import UploadLimits
 from service.datasets.service import upload_limits
 from service.db import transaction
@@ -24,6 +23,7 @@ from service.runtime import Runtime
 from service.storage import ObjectExists, ObjectStore, sha256_hex
 from worker.attempts import TransientError
 from worker.job import Job
+from worker.uploads import EarlyUploads
 from worker.writing import ExtraFile, Written
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,20 @@ class Stored:
     artifacts: tuple[lifecycle.ArtifactRecord, ...] = ()
 
 
-def publish(runtime: Runtime, job: Job, written: Written, path: Path) -> Stored | None:
+def publish(
+    runtime: Runtime,
+    job: Job,
+    written: Written,
+    path: Path,
+    uploads: EarlyUploads | None = None,
+) -> Stored | None:
     """Claim the upload and store the release written at ``path`` (with its provenance, its
     further files and the owner's report); None when the release was settled meanwhile and
-    nothing was stored."""
+    nothing was stored. ``uploads``: the files whose uploads began while they were written
+    (``worker.uploads``): each is completed here, in the order below, and nowhere else; the
+    caller aborts what is left when this returns or raises."""
     store = runtime.store
+    uploads = uploads or EarlyUploads(None)
     meta = written.meta
     if not claim_upload(runtime, job, [e.record for e in written.extras]):
         # The release was settled meanwhile (cancelled, or another delivery gave up and
@@ -60,12 +69,15 @@ def publish(runtime: Runtime, job: Job, written: Written, path: Path) -> Stored 
     # Further files first: the artifact is stored last, so an artifact in the store means
     # the whole release is (what a redelivery relies on), and the first further file acts
     # as the lock between two attempts publishing at once.
-    extras = tuple(_put_extra(store, job, extra) for extra in written.extras)
+    # The artifact's upload and the raw copy's may have sent parts while they were written;
+    # they complete here, in this order: an artifact in the store still means the whole
+    # release is.
+    extras = tuple(_put_extra(store, uploads, job, extra) for extra in written.extras)
     if written.raw is not None:
-        _put_raw(store, job, written.raw)
+        _put_raw(store, uploads, job, written.raw)
     try:
-        store.put_file(job.artifact_key, path)
-        size, digest = path.stat().st_size, sha256_file(path)
+        uploaded = uploads.store_file(store, job.artifact_key, path)
+        size, digest = uploaded.size, uploaded.sha256
     except ObjectExists:
         # Another attempt won the race (one with no further files: it could not have
         # stored ours); the stored object is the release.
@@ -78,9 +90,12 @@ def publish(runtime: Runtime, job: Job, written: Written, path: Path) -> Stored 
     return Stored(size, digest, extras)
 
 
-def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.ArtifactRecord:
+def _put_extra(
+    store: ObjectStore, uploads: EarlyUploads, job: Job, extra: ExtraFile
+) -> lifecycle.ArtifactRecord:
+    key = keys.extra_artifact(job.release_id, extra.record.name)
     try:
-        store.put_file(keys.extra_artifact(job.release_id, extra.record.name), extra.path)
+        uploaded = uploads.store_file(store, key, extra.path)
     except ObjectExists as exc:
         # Another attempt is publishing its own draw (or died doing it): this draw must not be
         # mixed with it, nor replace it. Nothing more of it is stored; a later attempt finishes
@@ -88,14 +103,14 @@ def _put_extra(store: ObjectStore, job: Job, extra: ExtraFile) -> lifecycle.Arti
         raise TransientError(
             f"another attempt stored {extra.record.name} first; not publishing this draw"
         ) from exc
-    return replace(extra.record, bytes=extra.path.stat().st_size, sha256=sha256_file(extra.path))
+    return replace(extra.record, bytes=uploaded.size, sha256=uploaded.sha256)
 
 
-def _put_raw(store: ObjectStore, job: Job, path: Path) -> None:
+def _put_raw(store: ObjectStore, uploads: EarlyUploads, job: Job, path: Path) -> None:
     """The owner's copy of the rows as drawn: stored before the artifact, create-only, like a
     further file (another attempt's copy there means another draw is being published)."""
     try:
-        store.put_file(job.raw_key, path)
+        uploads.store_file(store, job.raw_key, path)
     except ObjectExists as exc:
         raise TransientError("another attempt stored its raw rows first; not publishing") from exc
 

@@ -44,6 +44,7 @@ from worker.metadata import (
 )
 from worker.progress import ROWS_PHASE, SHARDS_SHARE, Progress
 from worker.rows_copy import RowsCopy
+from worker.uploads import EarlyUploads
 
 
 class InsufficientDisk(Exception):
@@ -81,11 +82,13 @@ def write_release(
     device: torch.device,
     path: Path,
     choice: engines.Choice,
+    uploads: EarlyUploads | None = None,
 ) -> Written:
     """Run the mechanism, stream its chunks into the artifact file and write its further
     files beside it; return the metadata and those files. Sharded (``choice.plan``): the rows
     are the stored parts', and the mechanism is only built (for its description), with
-    randomness that refuses every draw."""
+    randomness that refuses every draw. ``uploads``: where the artifact and the raw copy
+    start going up as they are written (``worker.uploads``)."""
     classes = published_classes(parsed)  # before anything is drawn
     plan = choice.plan
     # A fresh secret key per attempt, never stored: knowing it would reveal subsets and noise.
@@ -131,7 +134,9 @@ def write_release(
     )
     if steps.maps_rows:
         meta = {**meta, "preprocessing": {**meta["preprocessing"], "domain": DOMAIN}}
-    raw_path = _write_rows(job, output, steps, meta, layout, path, progress)
+    size_hint = output.rows * width * VALUE_BYTES[job.fmt]
+    uploads = uploads or EarlyUploads(None)
+    raw_path = _write_rows(job, output, steps, meta, layout, path, progress, uploads, size_hint)
     extras = list(format_companions(job.fmt, path.parent, meta, output.extra))
     extras += _mechanism_files(output.artifacts, path.parent)
     if isinstance(sampler, SecureNoise):
@@ -240,11 +245,15 @@ def _write_rows(
     layout: Layout,
     path: Path,
     progress: Progress,
+    uploads: EarlyUploads,
+    size_hint: int,
 ) -> Path | None:
     """Stream the output's chunks into the artifact file at ``path``. The drawn rows go to
     the owner's raw file (returned) whenever the release's rows are not them: post-processed
     (through a scratch copy the post-processing reads twice: fit, transform), or mapped into
-    the declared domain where that changed any value (otherwise the raw file is dropped)."""
+    the declared domain where that changed any value (otherwise the raw file is dropped).
+    Both files start going up as they are written (``uploads``); the raw file's upload only
+    once it is sure to be kept."""
     post = output.postprocess
     counts_rows = output.progress == "rows"
     writer_args: dict[str, Any] = {"rows": output.rows, "extra": output.extra}
@@ -259,6 +268,10 @@ def _write_rows(
     raw_layout = replace(layout, as_drawn=True, table=())
     done = 0
     altered = post is not None
+    release_settled = uploads.follow(job.artifact_key, path, size_hint)
+    raw_settled = None
+    if raw_path is not None:
+        raw_settled = uploads.follow(job.raw_key, raw_path, size_hint, start=altered)
     with ExitStack() as stack:
         # Closed when the rows stop, however: a generator that holds resources (the Dask
         # engine's cluster and staged partitions) releases them now, not when it is collected.
@@ -274,6 +287,7 @@ def _write_rows(
                 raw_path or path,
                 metadata=raw_meta if keep_raw else meta,
                 layout=raw_layout if keep_raw else layout,
+                on_settled=raw_settled if keep_raw else release_settled,
                 **writer_args,
             )
         )
@@ -282,7 +296,14 @@ def _write_rows(
         direct = None
         if keep_raw and post is None:
             direct = stack.enter_context(
-                ArtifactWriter(job.fmt, path, metadata=meta, layout=layout, **writer_args)
+                ArtifactWriter(
+                    job.fmt,
+                    path,
+                    metadata=meta,
+                    layout=layout,
+                    on_settled=release_settled,
+                    **writer_args,
+                )
             )
         for mixed_x, mixed_y in rows:
             x, y = mixed_x.cpu().numpy(), mixed_y.cpu().numpy()
@@ -293,7 +314,10 @@ def _write_rows(
                 writer.write(drawn, y)
                 if direct is not None:
                     mapped = steps.in_domain(drawn)
-                    altered = altered or not np.array_equal(mapped, drawn)
+                    if not altered and not np.array_equal(mapped, drawn):
+                        altered = True  # the raw file is kept: its upload starts
+                        assert raw_path is not None
+                        uploads.start(raw_path)
                     direct.write(mapped, y)
             if post is not None:
                 post.fit(x, y)
@@ -305,13 +329,19 @@ def _write_rows(
                 progress.tick()  # the generator's own figures; a cancel is still noticed
         if post is not None:
             with ArtifactWriter(
-                job.fmt, path, metadata=meta, layout=layout, **writer_args
+                job.fmt,
+                path,
+                metadata=meta,
+                layout=layout,
+                on_settled=release_settled,
+                **writer_args,
             ) as processed:
                 for x, y in copy.chunks():
                     px, py = post.transform(x, y)
                     processed.write(steps.decode(px), py)
                     progress.tick()
     if raw_path is not None and not altered:
+        uploads.drop(raw_path)
         raw_path.unlink()  # every drawn row was already in the domain: the release is them
         return None
     return raw_path

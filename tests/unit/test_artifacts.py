@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,15 @@ def _layout(dim: int, kind: str = "proportions", classes: tuple[object, ...] = (
     return Layout.of([str(i) for i in range(dim)], "label", kind, classes)  # type: ignore[arg-type]
 
 
-def _write(fmt: str, path: Path, rows: int, dim: int, chunk: int, seed: int = 0) -> None:
+def _write(
+    fmt: str,
+    path: Path,
+    rows: int,
+    dim: int,
+    chunk: int,
+    seed: int = 0,
+    on_settled: Callable[[int, tuple[int, int], bool], None] | None = None,
+) -> None:
     rng = np.random.default_rng(seed)
     with ArtifactWriter(
         fmt,
@@ -30,6 +39,7 @@ def _write(fmt: str, path: Path, rows: int, dim: int, chunk: int, seed: int = 0)
         layout=_layout(dim),
         metadata=META,
         extra={"projection": np.eye(2)} if fmt == "npz" else None,
+        on_settled=on_settled,
     ) as writer:
         for start in range(0, rows, chunk):
             count = min(chunk, rows - start)
@@ -76,3 +86,35 @@ def test_row_count_is_enforced(tmp_path: Path) -> None:
         ) as writer:
             writer.write(np.zeros((3, 1)), np.zeros((3, 2)))
     assert not (tmp_path / "s.npz").exists()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "csv", "parquet"])
+def test_settled_bytes_never_change(tmp_path: Path, fmt: str) -> None:
+    """What a writer says is final while it writes (``on_settled``) is what the finished file
+    holds: the bytes an upload may send early. Only the NPZ holds a range back (the first zip
+    entry's header, patched when the entry ends), and that range does change."""
+    path = tmp_path / f"r.{fmt}"
+    seen: list[tuple[int, tuple[int, int], bytes]] = []
+    finished: list[int] = []
+
+    def settled(end: int, held: tuple[int, int], final: bool) -> None:
+        if final:
+            finished.append(end)
+        else:
+            seen.append((end, held, path.read_bytes()[:end]))
+
+    _write(fmt, path, 6_000, 40, 700, on_settled=settled)
+    final = path.read_bytes()
+    assert finished == [len(final)]  # the last report, once the file is closed
+    assert len(seen) == 9  # one report per chunk
+    assert seen[-1][0] > len(final) // 2  # most of the file was final before it was closed
+    for end, (lo, hi), snapshot in seen:
+        assert len(snapshot) == end <= len(final)
+        assert snapshot[:lo] == final[:lo] and snapshot[hi:] == final[hi:end]
+    held = {held for _, held, _ in seen}
+    if fmt == "npz":
+        ((lo, hi),) = held
+        assert lo == 0 and 30 < hi < 200  # the local header of X.npy
+        assert seen[0][2][lo:hi] != final[lo:hi]  # patched at the entry's end
+    else:
+        assert held == {(0, 0)}  # appended only
