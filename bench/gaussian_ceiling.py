@@ -35,21 +35,31 @@ CLIP = 7.0
 K = 128
 
 
-def _private() -> tuple[np.ndarray, np.ndarray]:
+def private_rows() -> tuple[np.ndarray, np.ndarray]:
+    """The private images as flat rows in [0, 1] (x/255) and their classes."""
     data = load_private(Path(os.environ.get("DPRELEASE_SHARED", SHARED)))
     X = np.asarray(data.X, dtype=np.float64).reshape(len(data.X), -1) / 255.0
     classes = np.asarray([int(c) for c in data.classes])
     return X, classes[data.labels]
 
 
+def coordinates(
+    k: int = K, clip: float = CLIP
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``private_rows`` (R, classes), then the release's coordinates of R: unit rows (norm
+    clipped to ``clip``, divided by it) on the first ``k`` 2-D DCT functions, and that basis
+    (784 × k): (R, classes, Z, B)."""
+    R, labels = private_rows()
+    B = np.asarray(dct_basis((28, 28), k), dtype=np.float64)
+    B = B if B.shape[0] == R.shape[1] else B.T
+    U = R / np.maximum(1.0, np.linalg.norm(R, axis=1, keepdims=True) / clip) / clip
+    return R, labels, U @ B, B
+
+
 def mixture(components: int, own: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.cluster import KMeans
 
-    R, labels = _private()
-    B = np.asarray(dct_basis((28, 28), K), dtype=np.float64)
-    B = B if B.shape[0] == R.shape[1] else B.T
-    U = R / np.maximum(1.0, np.linalg.norm(R, axis=1, keepdims=True) / CLIP) / CLIP
-    Z = U @ B
+    _, labels, Z, B = coordinates()
     rng = np.random.default_rng(seed)
     rows, ys = [], []
     for c in np.unique(labels):
@@ -70,7 +80,7 @@ def mixture(components: int, own: bool, seed: int) -> tuple[np.ndarray, np.ndarr
 def relabel(epsilon: float, seed: int, X: np.ndarray, test: np.ndarray) -> np.ndarray:
     from dpcore.evaluation.models import FAMILIES, TrainingSet
 
-    R, labels = _private()
+    R, labels = private_rows()
     both = np.vstack([X, test])
     data = TrainingSet(R, np.eye(10)[labels], both, (28, 28), soft=False, epochs=10, seed=seed)
     return np.asarray(FAMILIES["cnn"](data).labels)

@@ -36,21 +36,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.gaussian_ceiling import _private
+from bench.gaussian_ceiling import CLIP, coordinates
 from bench.mnist import DELTA, load_test
 from bench.moment_model import score
 from dpcore.accounting import gdp
-from dpcore.mechanisms.basis import dct_basis
-
-CLIP = 7.0
-
-
-def _coordinates(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    R, labels = _private()
-    B = np.asarray(dct_basis((28, 28), k), dtype=np.float64)
-    B = B if B.shape[0] == R.shape[1] else B.T
-    U = R / np.maximum(1.0, np.linalg.norm(R, axis=1, keepdims=True) / CLIP) / CLIP
-    return U @ B, labels, B
 
 
 def _decode(Z: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -82,7 +71,7 @@ def _noise_levels(n: int, low: float = 0.01, high: float = 80.0) -> torch.Tensor
 
 
 def denoiser(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    Zr, labels, B = _coordinates(args.k)
+    _, labels, Zr, B = coordinates(args.k)
     mean, std = Zr.mean(0), Zr.std(0)
     Z = torch.tensor((Zr - mean) / std, dtype=torch.float32)
     y = torch.tensor(labels)
@@ -134,7 +123,7 @@ def _symmetric_noise(rng: np.random.Generator, k: int, sigma: float) -> np.ndarr
 
 
 def pooled(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    Z, labels, B = _coordinates(args.k)
+    _, labels, Z, B = coordinates(args.k)
     rng = np.random.default_rng(args.seed)
     k = Z.shape[1]
     mu2 = _mu2(args.epsilon)
@@ -203,7 +192,7 @@ def main() -> None:
     torch.set_num_threads(2)
     torch.manual_seed(0)
     if args.probe == "projection":
-        Z, y, B = _coordinates(args.k)
+        _, y, Z, B = coordinates(args.k)
         X = _decode(Z, B)
     else:
         X, y = denoiser(args) if args.probe == "denoiser" else pooled(args)

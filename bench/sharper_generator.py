@@ -22,22 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bench.mnist import SHARED, load_private, load_test
+from bench.gaussian_ceiling import coordinates, private_rows
+from bench.mnist import load_test
 from bench.moment_model import score
-from dpcore.mechanisms.basis import dct_basis
-
-
-def _private() -> tuple[np.ndarray, np.ndarray]:
-    data = load_private(Path(os.environ.get("DPRELEASE_SHARED", SHARED)))
-    X = np.asarray(data.X, dtype=np.float64).reshape(len(data.X), -1) / 255.0
-    return X, np.asarray([int(c) for c in data.classes])[data.labels]
 
 
 def _fit(net: torch.nn.Module, X: torch.Tensor, T: torch.Tensor, loss: Any, epochs: int) -> None:
@@ -50,11 +42,7 @@ def _fit(net: torch.nn.Module, X: torch.Tensor, T: torch.Tensor, loss: Any, epoc
 
 
 def decoder(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    R, labels = _private()
-    B = np.asarray(dct_basis((28, 28), args.k), dtype=np.float64)
-    B = B if B.shape[0] == R.shape[1] else B.T
-    U = R / np.maximum(1.0, np.linalg.norm(R, axis=1, keepdims=True) / args.clip) / args.clip
-    Z = U @ B
+    R, labels, Z, B = coordinates(args.k, args.clip)
     rng = np.random.default_rng(args.seed)
     draws, ys = [], []
     for c in range(10):
@@ -87,7 +75,7 @@ def decoder(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
 def filtered(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     from bench import clustmix_gaussian
 
-    R, labels = _private()
+    R, labels = private_rows()
     rel = clustmix_gaussian.release(
         args.epsilon, {"n_samples": len(R) * args.over}, "array", args.seed
     )

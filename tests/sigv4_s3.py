@@ -356,3 +356,10 @@ class SigV4S3Server:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join()
+
+    def __enter__(self) -> SigV4S3Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -139,8 +139,10 @@ class Basis:
             return rows
         return self.project(rows).float()
 
+    @functools.cached_property
     def _projection_bounds(self) -> tuple[float, float]:
-        """(η, √k·γ_d): a computed projection's norm is ≤ (1 + η)(1 + √k·γ_d)·‖x‖."""
+        """(η, √k·γ_d): a computed projection's norm is ≤ (1 + η)(1 + √k·γ_d)·‖x‖. Computed
+        once per basis (the matrix never changes)."""
         assert self.matrix is not None
         d, k = self.matrix.shape
         g = float_error.gamma(d)
@@ -153,7 +155,7 @@ class Basis:
         float32 storage moves each coordinate by ≤ 2⁻²⁴ relative."""
         if self.matrix is None:
             return magnitude
-        eta, rounding = self._projection_bounds()
+        eta, rounding = self._projection_bounds
         return magnitude * (1.0 + eta) * (1.0 + rounding) * (1.0 + 2.0**-24)
 
     def stored_excess(self, magnitude: float) -> float:
@@ -162,7 +164,7 @@ class Basis:
         ≤ 2⁻²⁴ times its float64 projection's norm, for each of the two."""
         if self.matrix is None:
             return 0.0
-        eta, rounding = self._projection_bounds()
+        eta, rounding = self._projection_bounds
         return 2.0 * 2.0**-24 * magnitude * (1.0 + eta) * (1.0 + rounding)
 
     def lift(self, coefficients: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -185,7 +187,7 @@ class Basis:
         rounding is ≤ √k·γ_d·(1 + η)·magnitude, twice for a pair."""
         if self.matrix is None:
             return 0.0
-        eta, rounding = self._projection_bounds()
+        eta, rounding = self._projection_bounds
         return sensitivity * eta + 2.0 * rounding * (1.0 + eta) * magnitude
 
 

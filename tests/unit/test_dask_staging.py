@@ -141,12 +141,8 @@ def test_the_tasks_get_the_stores_endpoint_and_credentials_never_in_a_repr() -> 
 
 @pytest.fixture
 def s3_server() -> Iterator[SigV4S3Server]:
-    server = SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET)
-    server.start()
-    try:
+    with SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _s3_settings(server: SigV4S3Server, secret: str = SECRET) -> Settings:

@@ -31,12 +31,8 @@ WAIT_S = 60  # a safety net for a broken upload thread, never a pace the test re
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[SigV4S3Server]:
-    s3 = SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET)
-    s3.start()
-    try:
+    with SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET) as s3:
         yield s3
-    finally:
-        s3.stop()
 
 
 @pytest.fixture

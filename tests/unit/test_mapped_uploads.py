@@ -74,9 +74,7 @@ def _files(root: Path) -> list[Path]:
 
 @pytest.fixture
 def s3_store() -> Iterator[S3ObjectStore]:
-    server = SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET)
-    server.start()
-    try:
+    with SigV4S3Server(free_port(), access_key=ACCESS, secret_key=SECRET) as server:
         settings = Settings(  # type: ignore[call-arg]
             s3_endpoint_url=server.endpoint_url,
             s3_bucket=f"mapped-tests-{uuid.uuid4().hex[:8]}",  # moto's buckets outlive a server
@@ -86,8 +84,6 @@ def s3_store() -> Iterator[S3ObjectStore]:
         store = S3ObjectStore(settings)
         store.ensure_bucket()
         yield store
-    finally:
-        server.stop()
 
 
 # --- the stores -----------------------------------------------------------------------------

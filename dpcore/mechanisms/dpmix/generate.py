@@ -104,14 +104,10 @@ def _noiser(
     sampler = noise if noise is not None else FastNoise(generator)
     dx, dy = FEATURE_SENSITIVITY / mixture_degree, LABEL_SENSITIVITY / mixture_degree
     magnitude = terms / mixture_degree
-    # Projected rows summed in float32 are ``Basis.project_stored``'s: slightly longer rows.
+    # ``Basis.project_stored``'s rows (projected, summed in float32) are slightly longer.
     stored = basis is not None and sum_dtypes[0] == torch.float32
-    ex = gather_sum_error(
-        dx,
-        terms=terms,
-        magnitude=basis.stored_norm(magnitude) if basis is not None and stored else magnitude,
-        dtype=sum_dtypes[0],
-    )
+    summed = basis.stored_norm(magnitude) if basis is not None and stored else magnitude
+    ex = gather_sum_error(dx, terms=terms, magnitude=summed, dtype=sum_dtypes[0])
     ey = gather_sum_error(dy, terms=terms, magnitude=magnitude, dtype=sum_dtypes[1])
     if basis is not None:
         # Per record (norm ≤ 1 as stored): conservative, the mixture divides it by ℓ.
