@@ -12,7 +12,9 @@ post-processing.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,15 +65,36 @@ OUTPUTS = ("raw", "centred", "mechanism")
 _BLOCK_VALUES = 1 << 18
 
 
+def _threads() -> int:
+    """Threads for ``_in_blocks``: the CPUs this process may run on, at most four (the
+    per-block loops are bound by memory and cache beyond that)."""
+    usable = (
+        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    )
+    return max(1, min(4, len(usable)))
+
+
 def _in_blocks(
     X: np.ndarray, dtype: Any, per_block: Callable[[np.ndarray], np.ndarray]
 ) -> np.ndarray:
     """``per_block`` (a per-row float64 map) over blocks of ``X``'s rows, each result rounded
-    once into a ``dtype`` output: the values of the whole array at once."""
+    once into a ``dtype`` output: the values of the whole array at once. Blocks run on a few
+    threads (numpy's loops release the GIL; each thread writes its own rows of the output),
+    so the values do not depend on the thread count."""
     out = np.empty(X.shape, dtype=dtype)
     step = max(1, _BLOCK_VALUES // max(1, X.shape[1]))
-    for start in range(0, len(X), step):
+    starts = range(0, len(X), step)
+
+    def fill(start: int) -> None:
         out[start : start + step] = per_block(X[start : start + step])
+
+    threads = min(_threads(), len(starts))
+    if threads <= 1:
+        for start in starts:
+            fill(start)
+        return out
+    with ThreadPoolExecutor(threads, thread_name_prefix="rows") as pool:
+        list(pool.map(fill, starts))  # re-raises a block's exception here
     return out
 
 

@@ -14,8 +14,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -227,21 +228,31 @@ class LocalObjectStore:
 @dataclass
 class WholeFile:
     """A file stored whole once it is written (the local store links it in: nothing to
-    start early)."""
+    start early). Once its writer says it is finished, it is hashed in a thread of its own,
+    while the job goes on (the other files' writing, their hashes)."""
 
     store: ObjectStore
     key: str
     path: Path
+    _hashing: Future[str] | None = field(default=None, init=False, repr=False)
 
     def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None:
-        pass
+        if final and self._hashing is None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
+            self._hashing = pool.submit(sha256_of, self.path)
+            pool.shutdown(wait=False)  # the one task still runs; its thread then ends
 
     def complete(self) -> Uploaded:
         self.store.put_file(self.key, self.path)
-        return Uploaded(self.path.stat().st_size, sha256_of(self.path))
+        # Hashed from the file: linking it in (or copying it) does not change its bytes.
+        digest = self._hashing.result() if self._hashing is not None else sha256_of(self.path)
+        return Uploaded(self.path.stat().st_size, digest)
 
     def abort(self) -> None:
-        pass
+        if self._hashing is not None:
+            # Nothing reads the file once its scratch directory goes.
+            with contextlib.suppress(Exception):
+                self._hashing.result()
 
 
 class S3ObjectStore:

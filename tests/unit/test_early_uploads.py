@@ -4,12 +4,14 @@ each is completed only where it is stored, and whatever is left is aborted."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.file_upload import Uploaded
+from service.storage import LocalObjectStore
 from worker.uploads import EarlyUploads
 
 
@@ -89,3 +91,31 @@ def test_without_a_store_nothing_is_followed() -> None:
     assert uploads.follow("r/release.npz", Path("release.npz")) is None
     uploads.store_file(store, "r/release.npz", Path("release.npz"))  # type: ignore[arg-type]
     assert store.uploads["r/release.npz"].calls == ["complete"]
+
+
+def test_the_local_store_hashes_a_finished_file_as_stored(tmp_path: Path) -> None:
+    """The local store's upload hashes the file once its writer finishes it (in a thread):
+    the digest completed is the stored file's, whether or not the writer said so first."""
+    store = LocalObjectStore(tmp_path / "store")
+    for key, final in (("r/a.npz", True), ("r/b.npz", False)):
+        path = tmp_path / key.replace("/", "-")
+        path.write_bytes(b"x" * 3_000_000)
+        upload = store.upload_file(key, path)
+        upload.advance(1_000_000)
+        if final:
+            upload.advance(3_000_000, final=True)
+        stored = upload.complete()
+        kept = (tmp_path / "store" / key).read_bytes()
+        assert stored == Uploaded(len(kept), hashlib.sha256(kept).hexdigest())
+
+
+def test_an_aborted_local_upload_waits_for_its_hash(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    path = tmp_path / "release.npz"
+    path.write_bytes(b"y" * 1_000_000)
+    upload = store.upload_file("r/release.npz", path)
+    upload.advance(1_000_000, final=True)
+    upload.abort()
+    hashing = upload._hashing  # type: ignore[attr-defined]
+    assert hashing is not None and hashing.done()
+    assert not (tmp_path / "store" / "r" / "release.npz").exists()

@@ -590,3 +590,23 @@ def test_csv_caps_stop_at_the_first_chunk_past_them() -> None:
         _capped(content, "a.csv", max_cells=2 * rows - 1)
     assert info.value.status_code == 413 and info.value.code == "dataset_too_large"
     assert _capped(content, "a.csv", max_cells=2 * rows).n_rows == rows
+
+
+@pytest.mark.parametrize(
+    ("dtype", "bounds", "clipped"),
+    [
+        (np.uint8, [0, 255], 0),  # the type's whole range: nothing to clip
+        (np.uint8, [-1, 300], 0),
+        (np.uint8, [10, 200], 6),  # narrower bounds still clip
+        (np.int16, [0, 255], 2),  # a type wider than the bounds
+    ],
+)
+def test_integer_npz_clips_only_what_its_bounds_exclude(
+    dtype: Any, bounds: list[int], clipped: int
+) -> None:
+    values = [[0, 5, 255], [250, 201, 9]] if dtype == np.uint8 else [[-3, 5, 255], [250, 300, 9]]
+    X = np.asarray(values, dtype=dtype)
+    parsed = parse(npz_bytes(X=X, y=np.array([0, 1])), "data.npz", feature_range=bounds)
+    assert parsed.clipped_values == clipped
+    np.testing.assert_array_equal(parsed.X, np.clip(X.astype(np.float64), *bounds))
+    assert parsed.X.dtype == np.float64
