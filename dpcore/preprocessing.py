@@ -77,7 +77,7 @@ def _threads() -> int:
 def _in_blocks(
     X: np.ndarray, dtype: Any, per_block: Callable[[np.ndarray], np.ndarray]
 ) -> np.ndarray:
-    """``per_block`` (a per-row float64 map) over blocks of ``X``'s rows, each result rounded
+    """``per_block`` (a per-row map) over blocks of ``X``'s rows, each result rounded
     once into a ``dtype`` output: the values of the whole array at once. Blocks run on a few
     threads (numpy's loops release the GIL; each thread writes its own rows of the output),
     so the values do not depend on the thread count."""
@@ -96,6 +96,14 @@ def _in_blocks(
     with ThreadPoolExecutor(threads, thread_name_prefix="rows") as pool:
         list(pool.map(fill, starts))  # re-raises a block's exception here
     return out
+
+
+def float64_rows(X: np.ndarray) -> np.ndarray:
+    """A float64 copy of ``X`` as rows × flat features, converted a block of rows at a time on
+    a few threads (``_in_blocks``): a large array's fresh pages are first touched by several
+    cores instead of one."""
+    X = np.asarray(X)
+    return _in_blocks(X.reshape(len(X), -1), np.float64, np.asarray)
 
 
 @dataclass(frozen=True)

@@ -228,8 +228,9 @@ class LocalObjectStore:
 @dataclass
 class WholeFile:
     """A file stored whole once it is written (the local store links it in: nothing to
-    start early). Once its writer says it is finished, it is hashed in a thread of its own,
-    while the job goes on (the other files' writing, their hashes)."""
+    start early). Once its writer says it is finished, it is hashed and flushed to disk in a
+    thread of its own while the job goes on (the other files' writing, their hashes), so
+    that storing it finds little left to do."""
 
     store: ObjectStore
     key: str
@@ -239,13 +240,13 @@ class WholeFile:
     def advance(self, end: int, held: tuple[int, int] = (0, 0), final: bool = False) -> None:
         if final and self._hashing is None:
             pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
-            self._hashing = pool.submit(sha256_of, self.path)
+            self._hashing = pool.submit(_hash_and_flush, self.path)
             pool.shutdown(wait=False)  # the one task still runs; its thread then ends
 
     def complete(self) -> Uploaded:
-        self.store.put_file(self.key, self.path)
         # Hashed from the file: linking it in (or copying it) does not change its bytes.
         digest = self._hashing.result() if self._hashing is not None else sha256_of(self.path)
+        self.store.put_file(self.key, self.path)
         return Uploaded(self.path.stat().st_size, digest)
 
     def abort(self) -> None:
@@ -253,6 +254,15 @@ class WholeFile:
             # Nothing reads the file once its scratch directory goes.
             with contextlib.suppress(Exception):
                 self._hashing.result()
+
+
+def _hash_and_flush(path: Path) -> str:
+    """The file's SHA-256, its bytes then written to disk (``put_file``'s own fsync, later,
+    finds them there)."""
+    digest = sha256_of(path)
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+    return digest
 
 
 class S3ObjectStore:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dpcore.preprocessing import float64_rows
 from service.datasets.parse_labels import (
     MAX_LABEL_CHARS,
     Where,
@@ -160,7 +161,7 @@ def read_npz(
     if math.prod(feature_shape) == 0:
         raise InvalidInput(f"X has no features: shape {X.shape}")
 
-    features = X.reshape(n, -1).astype(np.float64)  # a copy: clipping may write to it
+    features = float64_rows(X)  # a copy: clipping may write to it
     if X.dtype.kind == "f":
         bad = ~np.isfinite(features)
         if bad.any():
