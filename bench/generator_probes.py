@@ -1,4 +1,4 @@
-"""Three probes of what a generator in ClustMix's coordinates could reach on MNIST-10k
+"""Four probes of what a generator in ClustMix's coordinates could reach on MNIST-10k
 (docs/results/moment_model.md, "Beyond one Gaussian per class"), scored as bench/moment_model.py
 scores (x/255, 5 000 held-out images). Every probe works in the release's coordinates: unit rows
 (clip C = 7) projected on the first ``--k`` 2-D DCT coefficients, decoded linearly, clipped to
@@ -17,10 +17,16 @@ scores (x/255, 5 000 held-out images). Every probe works in the release's coordi
   class's noisy Gaussian. Every component gets the class's covariance pooled within the
   components, Σ_w = (S₂ − Σ_j s_j s_jᵀ / n_j) / N: post-processing of released sums, so
   components cost their means only. Shrunk toward its diagonal by the known-noise weight.
+- ``guidance``: ClustMix's default release at ``--epsilon`` (``bench.clustmix_gaussian``,
+  FastNoise) whose rows are moved by ``--nsteps`` steps of L2 length ``--step`` down the
+  gradient of a CNN's cross-entropy for each row's own class, then clipped to [0, 1]: classifier
+  guidance. The CNN is trained without privacy on the private rows (the best possible guide);
+  not a mechanism.
 
     DPRELEASE_SHARED=/work/shared python -m bench.generator_probes projection --k 128
     DPRELEASE_SHARED=/work/shared python -m bench.generator_probes denoiser --start 1
     DPRELEASE_SHARED=/work/shared python -m bench.generator_probes pooled --clusters 20
+    DPRELEASE_SHARED=/work/shared python -m bench.generator_probes guidance --nsteps 5 --step 1
 
 Prints one JSON line.
 """
@@ -173,15 +179,59 @@ def pooled(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     return _decode(np.vstack(rows), B), np.concatenate(ys)
 
 
+def guidance(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, float]:
+    """The guided release rows (x/255), their classes, and the share of them the guide puts
+    in their own class after guidance."""
+    from bench.clustmix_gaussian import release_rows
+    from bench.gaussian_ceiling import private_rows
+
+    X, y = release_rows(args.epsilon, args.seed)
+    R, labels = private_rows()
+    guide = nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 16, 8, 2, padding=3),
+        nn.Tanh(),
+        nn.MaxPool2d(2, 1),
+        nn.Conv2d(16, 32, 4, 2),
+        nn.Tanh(),
+        nn.MaxPool2d(2, 1),
+        nn.Flatten(),
+        nn.Linear(32 * 16, 32),
+        nn.Tanh(),
+        nn.Linear(32, 10),
+    )
+    optimiser = torch.optim.SGD(guide.parameters(), lr=0.1, momentum=0.9)
+    xs, ys = torch.tensor(R, dtype=torch.float32), torch.as_tensor(labels)
+    for _ in range(8):
+        order = torch.randperm(len(xs))
+        for at in range(0, len(xs), 128):
+            batch = order[at : at + 128]
+            optimiser.zero_grad()
+            nn.functional.cross_entropy(guide(xs[batch]), ys[batch]).backward()
+            optimiser.step()
+    guide.requires_grad_(False)
+    x, target = torch.tensor(X, dtype=torch.float32), torch.as_tensor(y)
+    for _ in range(args.nsteps):
+        x.requires_grad_(True)
+        loss = nn.functional.cross_entropy(guide(x), target, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, x)
+        with torch.no_grad():
+            x = (x - args.step * grad / grad.norm(dim=1, keepdim=True).clamp_min(1e-12)).clamp(0, 1)
+    with torch.no_grad():
+        agree = float((guide(x).argmax(1) == target).float().mean())
+    return x.numpy().astype(np.float64), np.asarray(y), agree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("probe", choices=["projection", "denoiser", "pooled"])
+    parser.add_argument("probe", choices=["projection", "denoiser", "pooled", "guidance"])
     parser.add_argument("--k", type=int, default=128)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--depth", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--start", type=float, default=1.0)
     parser.add_argument("--nsteps", type=int, default=20)
+    parser.add_argument("--step", type=float, default=1.0)
     parser.add_argument("--epsilon", type=float, default=10.0)
     parser.add_argument("--clusters", type=int, default=1)
     parser.add_argument("--iters", type=int, default=2)
@@ -191,14 +241,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(0)
+    result: dict[str, Any] = {key: v for key, v in vars(args).items() if key != "families"}
     if args.probe == "projection":
         _, y, Z, B = coordinates(args.k)
         X = _decode(Z, B)
+    elif args.probe == "guidance":
+        X, y, result["guide_agrees"] = guidance(args)
     else:
         X, y = denoiser(args) if args.probe == "denoiser" else pooled(args)
     test_images, test_labels = load_test()
     test = test_images.reshape(len(test_images), -1) / 255.0
-    result: dict[str, Any] = {key: v for key, v in vars(args).items() if key != "families"}
     result.update(score(X, y, test, test_labels, args.families.split(","), args.seed))
     print(json.dumps(result))
 
