@@ -258,8 +258,7 @@ class SecureNoise:
             x = work[: min(BLOCK, rows.size - at)]
             # Float32 → float64 is exact: the rows rounded are the rows the error bound is
             # about. Division by a power of two is exact; rint is a deterministic rounding.
-            x[...] = rows[at : at + x.size]
-            np.divide(x, plan.lattice, out=x)
+            np.divide(rows[at : at + x.size], plan.lattice, out=x, dtype=np.float64)
             np.rint(x, out=x)
             if self.source is not None:
                 words = self.source.words(x.size)
@@ -269,8 +268,8 @@ class SecureNoise:
             # Beyond 2⁵³ float64 would round lattice points (and NaN fails both).
             if not (x.max() < 2.0**53 and x.min() > -(2.0**53)):
                 raise OverflowError("values too large for the lattice")
-            x *= plan.lattice
-            noisy[at : at + x.size] = x
+            # The product is exact in float64 (a power of two), rounded once into ``noisy``.
+            np.multiply(x, plan.lattice, out=noisy[at : at + x.size], casting="same_kind")
         out = torch.from_numpy(noisy.reshape(tuple(values.shape)))
         return out.to(dtype=values.dtype, device=values.device)
 
