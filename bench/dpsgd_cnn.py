@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.mnist import DELTA, SHARED, load_private  # noqa: E402
 from dpcore.accounting import dpsgd  # noqa: E402
+from dpcore.calibration import smallest_noise  # noqa: E402
 from dpcore.mechanisms.secure_random import SecureRandom  # noqa: E402
 
 #: MNIST's published pixel mean and std (x/255) over its public 60k training split.
@@ -192,21 +193,10 @@ def charged_epsilon(z: float, batch: int, n: int, steps: int, delta: float = DEL
 
 
 def calibrate(epsilon: float, batch: int, n: int, steps: int, delta: float = DELTA) -> float:
-    """The smallest noise multiplier z (to a relative 1e-3) whose charged ε is ≤ ``epsilon``:
-    the returned z is one that was evaluated and found within the target."""
-    hi = 1.0
-    while charged_epsilon(hi, batch, n, steps, delta) > epsilon:
-        hi *= 2
-    lo = hi / 2
-    while charged_epsilon(lo, batch, n, steps, delta) <= epsilon:
-        lo, hi = lo / 2, lo
-    while hi - lo > 1e-3 * hi:
-        mid = (lo + hi) / 2
-        if charged_epsilon(mid, batch, n, steps, delta) <= epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    """The smallest noise multiplier z (to a relative 1e-3) whose charged ε is ≤ ``epsilon``
+    (``dpcore.calibration``: the z returned was evaluated and found within the target)."""
+    z, _ = smallest_noise(lambda z: charged_epsilon(z, batch, n, steps, delta), epsilon, rtol=1e-3)
+    return z
 
 
 def _per_example(net: nn.Module) -> Callable[..., dict[str, torch.Tensor]]:

@@ -183,23 +183,12 @@ def guidance(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, float]:
     """The guided release rows (x/255), their classes, and the share of them the guide puts
     in their own class after guidance."""
     from bench.clustmix_gaussian import release_rows
+    from bench.dpsgd_cnn import cnn
     from bench.gaussian_ceiling import private_rows
 
     X, y = release_rows(args.epsilon, args.seed)
     R, labels = private_rows()
-    guide = nn.Sequential(
-        nn.Unflatten(1, (1, 28, 28)),
-        nn.Conv2d(1, 16, 8, 2, padding=3),
-        nn.Tanh(),
-        nn.MaxPool2d(2, 1),
-        nn.Conv2d(16, 32, 4, 2),
-        nn.Tanh(),
-        nn.MaxPool2d(2, 1),
-        nn.Flatten(),
-        nn.Linear(32 * 16, 32),
-        nn.Tanh(),
-        nn.Linear(32, 10),
-    )
+    guide = nn.Sequential(nn.Unflatten(1, (1, 28, 28)), *cnn())  # the DP-SGD reference's CNN
     optimiser = torch.optim.SGD(guide.parameters(), lr=0.1, momentum=0.9)
     xs, ys = torch.tensor(R, dtype=torch.float32), torch.as_tensor(labels)
     for _ in range(8):

@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import dpsgd_cnn  # noqa: E402
 from bench.mnist import DELTA, SHARED, load_private, load_test  # noqa: E402
+from dpcore.calibration import smallest_noise  # noqa: E402
 from dpcore.evaluation import CLASSIFIERS, Release, evaluate  # noqa: E402
 from dpcore.preprocessing import one_hot, unit_features  # noqa: E402
 
@@ -98,18 +99,10 @@ def dpsgd_epsilon(z: float, n: int, batch: int, steps: int, delta: float) -> flo
 
 
 def calibrate_z(epsilon: float, n: int, batch: int, steps: int, delta: float) -> float:
-    """The smallest noise multiplier (to a relative 1e-3) whose accounted ε is ≤ ``epsilon``:
-    the returned z is always one that was evaluated and found within the target."""
-    lo, hi = 0.1, 1.0
-    while dpsgd_epsilon(hi, n, batch, steps, delta) > epsilon:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1e-3 * hi:
-        mid = (lo + hi) / 2
-        if dpsgd_epsilon(mid, n, batch, steps, delta) <= epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    """The smallest noise multiplier (to a relative 1e-3) whose accounted ε is ≤ ``epsilon``
+    (``dpcore.calibration``: the z returned was evaluated and found within the target)."""
+    z, _ = smallest_noise(lambda z: dpsgd_epsilon(z, n, batch, steps, delta), epsilon, rtol=1e-3)
+    return z
 
 
 def dpsgd(
