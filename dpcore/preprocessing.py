@@ -66,12 +66,16 @@ _BLOCK_VALUES = 1 << 18
 
 
 def _threads() -> int:
-    """Threads for ``_in_blocks``: the CPUs this process may run on, at most four (the
-    per-block loops are bound by memory and cache beyond that)."""
-    usable = (
+    """Threads for ``_in_blocks``: the CPUs this process may run on, no more than
+    ``OMP_NUM_THREADS`` where the operator set it (a worker's per-process thread budget, which
+    torch follows too), and at most four (the per-block loops are bound by memory and cache
+    beyond that)."""
+    usable = len(
         os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     )
-    return max(1, min(4, len(usable)))
+    configured = os.environ.get("OMP_NUM_THREADS", "").strip()
+    budget = int(configured) if configured.isdigit() and int(configured) > 0 else usable
+    return max(1, min(4, usable, budget))
 
 
 def _in_blocks(

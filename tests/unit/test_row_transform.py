@@ -5,6 +5,7 @@ and the metadata is enough to map real records alike."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from dpcore import preprocessing
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.class_mixing import record_distance
 from dpcore.mechanisms.clipping import check_clip_norm, default_clip_norm
@@ -145,3 +147,29 @@ def test_every_row_clipping_mechanism_resolves_the_shape_default(name: str) -> N
     params = spec.resolve(spec.request_params.model_validate({}), facts)
     assert params.clip_norm == default_clip_norm(facts)  # type: ignore[attr-defined]
     spec.check(params, facts)
+
+
+def test_blocks_on_threads_give_the_values_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rows``, ``to_raw`` and ``float64_rows`` over blocks of rows on several threads: the
+    same values as on one thread, block for block (several blocks, the last one partial)."""
+    rng = np.random.default_rng(4)
+    X = rng.integers(0, 256, size=(20_011, 50), dtype=np.uint8)
+    t = RowTransform.unit_range(np.zeros(50), np.full(50, 200.0), 3.0)
+    results = {}
+    for threads in ("1", "3"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        rows = t.rows(X, np.float32)
+        results[threads] = (rows, t.to_raw(rows), preprocessing.float64_rows(X))
+    for one, several in zip(results["1"], results["3"], strict=True):
+        assert one.dtype == several.dtype
+        np.testing.assert_array_equal(one, several)
+    np.testing.assert_array_equal(results["3"][2], X.astype(np.float64))
+
+
+@pytest.mark.parametrize(("configured", "most"), [("1", 1), ("2", 2), ("", 4), ("x", 4)])
+def test_block_threads_follow_the_operators_budget(
+    monkeypatch: pytest.MonkeyPatch, configured: str, most: int
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", configured)
+    usable = len(os.sched_getaffinity(0))
+    assert preprocessing._threads() == max(1, min(most, usable))
