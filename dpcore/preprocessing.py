@@ -65,6 +65,15 @@ OUTPUTS = ("raw", "centred", "mechanism")
 _BLOCK_VALUES = 1 << 18
 
 
+def type_within(dtype: np.dtype[Any], lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether every value of the integer type ``dtype`` lies in [lo, hi] (bytes in [0, 255]):
+    such values need no clipping to those bounds. False for any other type."""
+    if not np.issubdtype(dtype, np.integer):
+        return False
+    kind = np.iinfo(dtype)
+    return bool(np.all(np.asarray(lo) <= kind.min) and np.all(np.asarray(hi) >= kind.max))
+
+
 def _threads() -> int:
     """Threads for ``_in_blocks``: the CPUs this process may run on, no more than
     ``OMP_NUM_THREADS`` where the operator set it (a worker's per-process thread budget, which
@@ -184,10 +193,8 @@ class RowTransform:
         """X as float64 (a fresh array), clipped to [lo, hi]: np.clip's values, in place.
         Integers whose type cannot leave the bounds (bytes in [0, 255]) need no clipping."""
         Z = np.array(X, dtype=np.float64)
-        if np.issubdtype(X.dtype, np.integer):
-            kind = np.iinfo(X.dtype)
-            if np.all(self.lo <= kind.min) and np.all(self.hi >= kind.max):
-                return Z
+        if type_within(X.dtype, self.lo, self.hi):
+            return Z
         np.maximum(Z, self.lo, out=Z)
         np.minimum(Z, self.hi, out=Z)
         return Z

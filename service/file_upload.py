@@ -78,14 +78,6 @@ class FileUpload(Protocol):
     def abort(self) -> None: ...
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def part_bytes_for(size_hint: int, base: int = PART_BYTES) -> int:
     """``base``, or more (whole MiB) where a file of twice ``size_hint`` bytes would need more
     than S3's 10 000 parts."""

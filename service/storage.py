@@ -24,6 +24,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from dpcore.artifacts import sha256_file
 from service.config import Settings
 from service.file_upload import (
     PART_BYTES,
@@ -32,7 +33,6 @@ from service.file_upload import (
     Uploaded,
     is_conflict,
     part_bytes_for,
-    sha256_of,
 )
 from service.file_upload import ObjectExists as ObjectExists
 
@@ -245,7 +245,7 @@ class WholeFile:
 
     def complete(self) -> Uploaded:
         # Hashed from the file: linking it in (or copying it) does not change its bytes.
-        digest = self._hashing.result() if self._hashing is not None else sha256_of(self.path)
+        digest = self._hashing.result() if self._hashing is not None else sha256_file(self.path)
         self.store.put_file(self.key, self.path)
         return Uploaded(self.path.stat().st_size, digest)
 
@@ -259,7 +259,7 @@ class WholeFile:
 def _hash_and_flush(path: Path) -> str:
     """The file's SHA-256, its bytes then written to disk (``put_file``'s own fsync, later,
     finds them there)."""
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     with path.open("rb") as handle:
         os.fsync(handle.fileno())
     return digest

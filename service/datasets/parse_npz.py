@@ -85,10 +85,10 @@ class ViewReader(io.RawIOBase):
 
 def read_npz(
     content: bytes | memoryview, limits: Limits
-) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, Where, tuple[int, int] | None]:
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, Where, np.dtype[Any]]:
     """The features (a float64 copy, rows × flat features), the record shape, the labels, a
-    label locator, and the range of X's stored integer type (None for floats): values that
-    type holds need no clipping to bounds that contain it."""
+    label locator, and the type X was stored in (``dpcore.preprocessing.type_within``: an
+    integer type the bounds contain needs no clipping)."""
     view = memoryview(content).cast("B")
     if not zipfile.is_zipfile(ViewReader(view)):
         reason = (
@@ -180,11 +180,7 @@ def read_npz(
         labels = y
     else:
         raise InvalidInput(f"y must hold integers or strings (numpy 'U' dtype), not {y.dtype}")
-    span = None
-    if X.dtype.kind in "iu":
-        kind = np.iinfo(X.dtype)
-        span = (int(kind.min), int(kind.max))
-    return features, feature_shape, labels, y_position, span
+    return features, feature_shape, labels, y_position, X.dtype
 
 
 # A zip member's local header (APPNOTE.TXT 4.3.7), as zipfile reads it: the signature, then

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dpcore.domain import MissingIndicator, integer_features, missing_indicators
+from dpcore.preprocessing import type_within
 from service.datasets.parse_labels import Label, feature_bounds, index_labels
 from service.datasets.parse_limits import Limits
 from service.datasets.parse_npz import read_npz
@@ -163,14 +164,14 @@ def parse_dataset(
     encoded = columns is not None and any(
         isinstance(c, CategoricalColumn) or c.missing is not None for c in columns
     )
-    span = None  # the exact range of the stored values' type, where it has one
+    stored = None  # the type the values were stored in, where the file has one
     if fmt == "npz":
         if encoded:
             raise InvalidInput(
                 "npz uploads are all-numeric: categorical columns and missing-value policies "
                 "need a CSV or Parquet upload"
             )
-        X, feature_shape, raw_labels, where, span = read_npz(content, limits)
+        X, feature_shape, raw_labels, where, stored = read_npz(content, limits)
         names = [str(i) for i in range(X.shape[1])]
         as_text = False
         if columns is not None:
@@ -198,10 +199,9 @@ def parse_dataset(
 
     labels, classes = index_labels(raw_labels, declared, where, as_text)
     lo, hi = feature_bounds(bounds, names)
-    if span is not None and np.all(lo <= span[0]) and np.all(hi >= span[1]):
-        clipped = 0  # bounds that hold the stored type's every value (bytes in [0, 255])
-    else:
-        clipped = _clip(X, lo, hi)  # X is always a fresh copy, never a view of the upload
+    # Values of an integer type the bounds contain cannot lie outside them (bytes in [0, 255]).
+    within = stored is not None and type_within(stored, lo, hi)
+    clipped = 0 if within else _clip(X, lo, hi)  # X is a fresh copy, never a view of the upload
     declared_dicts = None if columns is None else [c.model_dump(mode="json") for c in columns]
     return ParsedDataset(
         X=X,
