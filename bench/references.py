@@ -15,7 +15,8 @@ replace-one neighbours (n public), as dprelease's releases.
   accountant, ``NeighboringRelation.REPLACE_ONE`` and ``SampledWithoutReplacementDpEvent``
   (Wang, Balle, Kasiviswanathan 2019, Thm 27). Under replace-one the sum of clipped gradients
   moves by at most 2C, so the Gaussian's std is z·2C for the accountant's noise multiplier z;
-  z is the smallest (bisection) whose accounted ε at δ is ≤ the target, never above.
+  z is the smallest (``dpcore.calibration``, to a relative 1e-3) whose accounted ε at δ is ≤
+  the target, never above.
 - ``dpsgd_cnn``: DP-SGD on a small tanh CNN with Poisson sampling, accounted by dpcore's
   replace-one Poisson accountant, its hyperparameters tuned on held-out private rows
   (bench/dpsgd_cnn.py: the model, the sampler, the accounting and the tuning).
