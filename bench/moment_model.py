@@ -39,6 +39,11 @@ def _family(name: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, seed: int) 
         Y = np.eye(10)[y]
         data = TrainingSet(X, Y, Xt, (28, 28), soft=False, epochs=10, seed=seed)
         return FAMILIES["cnn"](data).labels
+    if name == "ridge":
+        from dpcore.evaluation.models import FAMILIES, TrainingSet
+
+        data = TrainingSet(X, np.eye(10)[y], Xt, None, soft=False, epochs=1, seed=seed)
+        return FAMILIES["linear"](data).labels
     if name == "rf":
         from sklearn.ensemble import RandomForestClassifier
 
