@@ -113,8 +113,8 @@ CASES: dict[str, Case] = {
         Case("dpcda", "dpcda", _sweet("dpcda", 64)),
         # No accuracy: its rows are signed combinations for its own learner (bias-corrected SGD).
         Case("sgdrm", "sgdrm", _sweet("sgdrm", 128), families=()),
-        # The same releases with the ``fast`` sampler (float Gaussian noise drawn on the
-        # device): the ``secure`` one rounds and draws on the CPU whatever the device.
+        # The same releases with the ``fast`` sampler (float Gaussian noise): both samplers
+        # compute their stream and draws on the device (``dpcore.mechanisms.device_draws``).
         Case("clustmix_dp_fast", "clustmix", lambda _: {"n_samples": 2000}, sampler="fast"),
         Case("dpmix_fast", "dpmix", _sweet("dpmix", 16), sampler="fast"),
         # DPGM with its defaults (a VAE per class, 100 DP-SGD steps of batch 2000 on

@@ -1,6 +1,7 @@
 """Speed of the secure noise sampler against the fast one on an MNIST-sized release.
 
 Usage: OMP_NUM_THREADS=1 python bench/noise.py [--mechanism NAME] [--rows 60000] [--repeat 3]
+    [--device cuda]
 
 The release of the guide's "MNIST at full size" by default: the registry's first mechanism with its
 sweet-spot parameters at ℓ = 64 on 10 000 rows of 784 features and 10 one-hot labels,
@@ -9,7 +10,9 @@ declares is drawn on random rows of its width, in chunks of 4096 rows as the wor
 Both samplers draw from a ``SecureRandom`` (as in a release), in the same process and the same
 loop, so their ratio is comparable across machines and loads. Prints one JSON line: the
 lattice plans, the one-off table build (timed apart), and for each sampler the median time to
-noise the whole release, per row and per entry, and their ratio secure/fast.
+noise the whole release, per row and per entry, and their ratio secure/fast. ``--device``: the
+rows live there (both samplers then draw there: ``dpcore.mechanisms.device_draws``), and every
+timing waits for the device to finish.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def measure(
     ell: int = 64,
     epsilon: float = 10.0,
     repeat: int = 3,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """The benchmark's figures as a dict (what ``main`` prints as one JSON line)."""
     spec = registry.get(mechanism or registry.BUILTIN[0])
@@ -51,7 +55,8 @@ def measure(
     params = spec.params.model_validate(sweet_spot(ell, rows, rows // CLASSES))
     facts = PublicFacts(n=rows, n_features=FEATURES, n_classes=CLASSES)
     noise = spec.event_at(Target("tight", epsilon=epsilon, delta=1e-5), params, facts).noise()
-    values = {s.name: torch.rand((rows, _width(s.perturbs))) for s in noise.scales}
+    on = torch.device(device)
+    values = {s.name: torch.rand((rows, _width(s.perturbs)), device=on) for s in noise.scales}
 
     rounded_gaussian._table.cache_clear()
     secure = SecureNoise(SecureRandom())  # the release's source, as the worker passes it
@@ -73,6 +78,8 @@ def measure(
                     sampler(
                         chunks[at : at + CHUNK], sigma=scale.sigma, sensitivity=scale.sensitivity
                     )
+            if on.type == "cuda":
+                torch.cuda.synchronize(on)
             timings[name].append(time.perf_counter() - start)
     entries = sum(v.numel() for v in values.values())
     secure_s = statistics.median(timings["secure"])
@@ -93,6 +100,7 @@ def measure(
         "secure_ns_per_entry": round(1e9 * secure_s / entries, 1),
         "fast_ns_per_entry": round(1e9 * fast_s / entries, 1),
         "ratio_secure_to_fast": round(secure_s / fast_s, 2),
+        "device": str(on),
         "torch_threads": torch.get_num_threads(),
         "sigma_increase": max(p.slack for p in secure.plans.values()),
     }
@@ -105,8 +113,10 @@ def main() -> None:
     parser.add_argument("--ell", type=int, default=64)
     parser.add_argument("--epsilon", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    print(json.dumps(measure(args.mechanism, args.rows, args.ell, args.epsilon, args.repeat)))
+    figures = measure(args.mechanism, args.rows, args.ell, args.epsilon, args.repeat, args.device)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from dpcore.accounting.events import NoiseDescription, NoiseScale
+from dpcore.mechanisms import device_draws
 from dpcore.mechanisms.rounded_gaussian import (
     BLOCK,
     SCALE_LIMIT,
@@ -216,6 +217,9 @@ class SecureNoise:
     source: SecureRandom | None = None
     name: str = "secure"
     plans: dict[tuple[float, float, int, float, float], LatticePlan] = field(default_factory=dict)
+    # Values on a device other than the CPU are noised there (``device_draws``: the same stream
+    # and values); True takes that path on the CPU too (tests: the CUDA path's code).
+    on_device: bool = False
 
     def plan(
         self,
@@ -245,6 +249,14 @@ class SecureNoise:
         dim = int(values.shape[-1]) if values.ndim else 1
         plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit)
         sampler = RoundedGaussian(plan.scale)
+        if (
+            self.source is not None
+            and sampler.tabled
+            and (self.on_device or values.device.type != "cpu")
+        ):
+            flat = values.detach().reshape(-1).to(torch.float64)
+            noisy_rows = device_draws.lattice_noise(flat, plan.lattice, sampler, self.source)
+            return noisy_rows.reshape(values.shape).to(values.dtype)
         cpu = values.detach().to(device="cpu")
         if cpu.dtype not in (torch.float32, torch.float64):
             cpu = cpu.to(torch.float64)

@@ -175,6 +175,14 @@ class RoundedGaussian:
         """Whether draws use a table of every entry (else they compute the entries they need)."""
         return self._spans is None
 
+    @property
+    def table(self) -> _Table:
+        """The table the draws look up (``dpcore.mechanisms.device_draws`` copies it to a
+        device); a table-free sampler has none."""
+        if self._spans is not None:
+            raise ValueError("a table-free sampler has no table")
+        return self._table
+
     def _entry(self, k: int) -> int:
         """T(k) for 0 ≤ k < size: within E of 2⁶³F(k)."""
         if self._spans is None:
@@ -268,7 +276,7 @@ class RoundedGaussian:
                 break
         magnitude = k
         for i in pending:
-            magnitude[i] = self._exact_magnitude(int(head[i]), 0, random_bytes)
+            magnitude[i] = self.exact_magnitude(int(head[i]), 0, random_bytes)
         # The sign bit as 0 or −1: (m ^ s) − s negates where s = −1 (|m| ≤ size < 2⁵⁰), several
         # times faster than a masked negation.
         flip = -(words >> np.uint64(_WORD - 1)).view(np.int64)
@@ -298,12 +306,12 @@ class RoundedGaussian:
         )
         magnitude = first.astype(np.int32)
         for i in np.flatnonzero(undecided):
-            magnitude[i] = self._exact_magnitude(int(head[i]), int(first[i]), random_bytes)
+            magnitude[i] = self.exact_magnitude(int(head[i]), int(first[i]), random_bytes)
         negative = (words >> np.uint64(_WORD - 1)).astype(bool)
         np.negative(magnitude, out=magnitude, where=negative)
         return magnitude
 
-    def _exact_magnitude(self, head: int, start: int, random_bytes: RandomBytes) -> int:
+    def exact_magnitude(self, head: int, start: int, random_bytes: RandomBytes) -> int:
         """#{k : F(k) ≤ V} for V = 0.head…, reading more bits of V only when needed; every
         k < start has F(k) ≤ V already certified."""
         extra: list[int] = []

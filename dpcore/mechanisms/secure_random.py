@@ -9,14 +9,18 @@ i.e. OpenSSL) keyed with 256 bits from the OS CSPRNG (``secrets``): under the st
 assumption that ChaCha20 is a PRF, its bytes are indistinguishable from uniform, and no
 output reveals the key or other outputs.
 
-Everything is derived from those bytes on the CPU, with exact distributions:
+Everything is derived from those bytes with exact distributions:
 
 - ``integers``: uniform on {0, …, m − 1} by rejection (no modulo bias);
 - ``bernoulli(k, m)``: exactly k/m, as [U < k] with U uniform on {0, …, m − 1};
 - ``uniform``: floats on [0, 1) carrying 53 random bits (every multiple of 2⁻⁵³ equally likely);
 - ``keys``: uniform 32-bit integer sort keys (exchangeable; ties are the caller's business);
-- ``normal``: Box–Muller from those uniforms, evaluated in torch on the target device, so the
-  CUDA path is the same code as the CPU path with the bytes moved first.
+- ``normal``: Box–Muller from those uniforms, evaluated in torch on the target device.
+
+On a device other than the CPU, ``uniform``, ``keys`` and ``normal`` (and ``device_words`` for
+the noise, ``dpcore.mechanisms.noise``) compute their keystream bytes there with the same
+ChaCha20 in torch (``dpcore.mechanisms.chacha``), from the stream's position: the same bytes,
+hence the same values, as on the CPU, with nothing waiting on the CPU or copied to the device.
 
 Reproducibility: tests and audits pass an explicit key (``SecureRandom.from_seed``); the
 release path (``worker.runner``) calls ``SecureRandom()``, which always draws a fresh OS key.
@@ -34,6 +38,8 @@ import threading
 import numpy as np
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
+
+from dpcore.mechanisms import chacha
 
 KEY_BYTES = 32
 # A fresh 96-bit nonce per segment, counter from 0: OpenSSL's ChaCha20 has a 32-bit block
@@ -68,9 +74,22 @@ class SecureRandom:
 
     def _next_segment(self) -> CipherContext:
         self._segment += 1
-        nonce = bytes(4) + self._segment.to_bytes(12, "little")
         self._left = SEGMENT_BYTES
-        return Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
+        return self._encryptor_at(0)
+
+    def _encryptor_at(self, offset: int) -> CipherContext:
+        """OpenSSL's ChaCha20 for the current segment, from byte ``offset`` of it: its 16-byte
+        IV is the 32-bit block counter (little-endian), then the segment's 12-byte nonce."""
+        counter = (offset // chacha.BLOCK_BYTES).to_bytes(4, "little")
+        cipher = Cipher(algorithms.ChaCha20(self._key, counter + self._nonce()), mode=None)
+        encryptor = cipher.encryptor()
+        skip = offset % chacha.BLOCK_BYTES
+        if skip:
+            encryptor.update(bytes(skip))
+        return encryptor
+
+    def _nonce(self) -> bytes:
+        return self._segment.to_bytes(12, "little")
 
     @property
     def position(self) -> int:
@@ -99,6 +118,51 @@ class SecureRandom:
                 self._left -= take
                 start += take
         return out
+
+    def device_words(
+        self,
+        shape: int | tuple[int, ...],
+        device: torch.device | str,
+        dtype: torch.dtype = torch.int64,
+    ) -> torch.Tensor:
+        """The words ``fill`` would give an array of ``shape`` and ``dtype`` (the same keystream
+        bytes, as the signed integers of their bits), computed on ``device`` by
+        ``dpcore.mechanisms.chacha`` from the stream's position, which then moves past them:
+        a CUDA release draws its randomness where it uses it, with the CPU's stream and law."""
+        count = math.prod(shape) if isinstance(shape, tuple) else shape
+        need = count * torch.empty(0, dtype=dtype).element_size()
+        parts = []
+        with self._lock:
+            while need:
+                if self._left == 0:
+                    self._encryptor = self._next_segment()
+                take = min(self._left, need)
+                offset = SEGMENT_BYTES - self._left
+                parts.append(chacha.keystream(self._key, self._nonce(), offset, take, device))
+                self._left -= take
+                need -= take
+            if self._left:
+                # OpenSSL's context resumes where the device's bytes ended.
+                self._encryptor = self._encryptor_at(SEGMENT_BYTES - self._left)
+        if not parts:
+            return torch.empty(shape, dtype=dtype, device=device)
+        return torch.cat(parts).view(dtype).reshape(shape)
+
+    def rewind(self, position: int) -> None:
+        """Move the stream back to ``position`` (at most the current one): for a caller that
+        computed words ahead (``device_words``) and used none past ``position``, so the bytes
+        read again were never used."""
+        with self._lock:
+            current = self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+            if not 0 <= position <= current:
+                raise ValueError("a stream moves back only, to a position it has passed")
+            segment, offset = divmod(position, SEGMENT_BYTES)
+            if offset == 0 and segment:
+                # The end of the previous segment: the next read opens this one.
+                segment, offset = segment - 1, SEGMENT_BYTES
+            self._segment = segment
+            self._left = SEGMENT_BYTES - offset
+            self._encryptor = self._encryptor_at(offset)
 
     def bytes(self, count: int) -> bytes:
         """``count`` keystream bytes (``RoundedGaussian.sample``'s ``random_bytes``)."""
@@ -142,15 +206,20 @@ class SecureRandom:
 
     def keys(self, shape: tuple[int, ...], *, device: torch.device | str = "cpu") -> torch.Tensor:
         """Uniform int32 sort keys (all 2³² values equally likely)."""
+        if torch.device(device).type != "cpu":
+            return self.device_words(shape, device, torch.int32)
         words = self.fill(np.empty(shape, dtype=np.int32))
-        return torch.from_numpy(words).to(device)
+        return torch.from_numpy(words)
 
     def uniform(
         self, shape: tuple[int, ...], *, device: torch.device | str = "cpu", open_zero: bool = False
     ) -> torch.Tensor:
         """float64 k·2⁻⁵³ with k uniform on {0, …, 2⁵³ − 1} (on (0, 1] with ``open_zero``:
         (k + 1)·2⁻⁵³). The top 53 bits of each word, extracted on ``device``."""
-        words = torch.from_numpy(self.fill(np.empty(shape, dtype=np.int64))).to(device)
+        if torch.device(device).type != "cpu":
+            words = self.device_words(shape, device)
+        else:
+            words = torch.from_numpy(self.fill(np.empty(shape, dtype=np.int64)))
         # int64 >> is arithmetic: the mask keeps exactly the word's 53 high bits.
         k = (words >> (64 - _UNIFORM_BITS)) & ((1 << _UNIFORM_BITS) - 1)
         if open_zero:

@@ -2,7 +2,8 @@
 build a release of a small dataset on ``cuda`` through ``dpcore.mechanisms.run.build`` (the
 worker's path) with the service's samplers, and every released chunk is computed there, of the
 promised shape, finite. With the same secure stream, a release on cuda matches the same
-release on cpu up to float rounding (the random choices are drawn on the CPU and moved).
+release on cpu up to float rounding; the secure stream's words, uniforms, normals and lattice
+noise computed on cuda are the CPU's exactly.
 
 Skipped where torch sees no CUDA device (CI); run on a GPU machine with
 ``pytest -p no:cacheprovider --noconftest tests/unit/test_cuda_paths.py`` (bench/gpu.py's
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpcore.mechanisms.noise import BLOCK, SecureNoise
 from dpcore.mechanisms.noise import sampler as noise_sampler
 from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -157,3 +159,29 @@ def test_cuda_and_cpu_agree_on_the_same_stream(case: str) -> None:
     assert X_cuda.shape == X_cpu.shape and Y_cuda.shape == Y_cpu.shape
     torch.testing.assert_close(X_cuda, X_cpu, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(Y_cuda, Y_cpu, atol=1e-4, rtol=1e-4)
+
+
+def test_the_stream_on_cuda_is_the_cpus() -> None:
+    on_cuda, on_cpu = SecureRandom.from_seed(21), SecureRandom.from_seed(21)
+    words = on_cuda.device_words(100_003, CUDA)
+    assert words.device.type == "cuda"
+    assert torch.equal(words.cpu(), torch.from_numpy(on_cpu.words(100_003).view(np.int64)))
+    u = on_cuda.uniform((3, 1001), device=CUDA)
+    assert u.device.type == "cuda" and torch.equal(u.cpu(), on_cpu.uniform((3, 1001)))
+    z = on_cuda.normal((5, 777), device=CUDA)
+    torch.testing.assert_close(z.cpu(), on_cpu.normal((5, 777)), atol=1e-12, rtol=1e-12)
+    assert on_cuda.position == on_cpu.position
+
+
+@pytest.mark.parametrize("sigma", [0.05, 3.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_secure_noise_on_cuda_is_the_cpus(sigma: float, dtype: torch.dtype) -> None:
+    values = torch.rand((2 * BLOCK + 77) // 11, 11, generator=torch.Generator().manual_seed(3))
+    values = values.to(dtype)
+    on_cuda = SecureNoise(SecureRandom.from_seed(8))
+    on_cpu = SecureNoise(SecureRandom.from_seed(8))
+    got = on_cuda(values.to(CUDA), sigma=sigma, sensitivity=1.0)
+    assert got.device.type == "cuda" and got.dtype == dtype
+    assert torch.equal(got.cpu(), on_cpu(values, sigma=sigma, sensitivity=1.0))
+    assert on_cuda.source is not None and on_cpu.source is not None
+    assert on_cuda.source.position == on_cpu.source.position
