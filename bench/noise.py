@@ -2,6 +2,7 @@
 
 Usage: OMP_NUM_THREADS=1 python bench/noise.py [--mechanism NAME] [--rows 60000] [--repeat 3]
     [--device cuda]
+       OMP_NUM_THREADS=1 python bench/noise.py --guide 8807 62000 [--bits 18 20] [--repeat 15]
 
 The release of the guide's "MNIST at full size" by default: the registry's first mechanism with its
 sweet-spot parameters at ℓ = 64 on 10 000 rows of 784 features and 10 one-hot labels,
@@ -23,6 +24,7 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from bench import hints
@@ -106,6 +108,45 @@ def measure(
     }
 
 
+def guide(scales: list[float], bits: list[int], repeat: int = 15) -> list[dict[str, Any]]:
+    """Draw time (ns per draw, words excluded) of the rounded Gaussian's table path at each
+    scale with each guide size (``_GUIDE_BITS_MAX`` set to it: the tables here are large enough
+    to reach it), the sizes alternating within each repeat; medians, and the share of marked
+    draws."""
+    stream = SecureRandom()
+    rows = []
+    for scale in scales:
+        samplers = {}
+        for b in bits:
+            rounded_gaussian._GUIDE_BITS_MAX = b
+            rounded_gaussian._table.cache_clear()
+            samplers[b] = rounded_gaussian.RoundedGaussian(scale)
+        rounded_gaussian._table.cache_clear()
+        times: dict[int, list[float]] = {b: [] for b in bits}
+        block = rounded_gaussian.BLOCK
+        for _ in range(repeat):
+            words = stream.words(8 * block)
+            for b, sampler in samplers.items():
+                start = time.perf_counter()
+                for i in range(8):
+                    sampler.draw(words[i * block : (i + 1) * block], stream.bytes)
+                times[b].append((time.perf_counter() - start) / (8 * block) * 1e9)
+        for b, sampler in samplers.items():
+            table = sampler.table
+            index = (words >> np.uint64(63 - table.guide_bits)).view(np.int64)
+            marked = float((np.take(table.guide, index) == np.iinfo(np.int32).min).mean())
+            rows.append(
+                {
+                    "scale": scale,
+                    "entries": sampler.size,
+                    "guide_bits": table.guide_bits,
+                    "draw_ns": round(statistics.median(times[b]), 2),
+                    "marked": round(marked, 3),
+                }
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mechanism", default=registry.BUILTIN[0])
@@ -114,7 +155,15 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--guide", nargs="+", type=float, metavar="SCALE", help="time guide sizes at these scales"
+    )
+    parser.add_argument("--bits", nargs="+", type=int, default=[18, 19, 20, 21])
     args = parser.parse_args()
+    if args.guide:
+        for row in guide(args.guide, args.bits, args.repeat):
+            print(json.dumps(row))
+        return
     figures = measure(args.mechanism, args.rows, args.ell, args.epsilon, args.repeat, args.device)
     print(json.dumps(figures))
 
