@@ -128,9 +128,10 @@ SCALE = Case("clustmix_dp_scale", "clustmix", lambda _: {"n_samples": 2000}, fam
 
 def clear_caches() -> None:
     """Forget the lookup tables a previous release built (fair per-device timings)."""
-    from dpcore.mechanisms import basis, rounded_gaussian
+    from dpcore.mechanisms import basis, device_draws, rounded_gaussian
 
     rounded_gaussian._table.cache_clear()
+    device_draws._device_table.cache_clear()
     basis.dct_basis.cache_clear()
 
 
