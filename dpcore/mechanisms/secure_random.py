@@ -64,6 +64,9 @@ class SecureRandom:
         self._segment = -1
         self._left = 0
         self._lock = threading.Lock()
+        # The stream positions [start, end) of the latest read if it was ``device_words``
+        # (``rewind`` may give back its tail), else (−1, −1).
+        self._last_device_read = (-1, -1)
         self._encryptor = self._next_segment()
 
     @classmethod
@@ -106,6 +109,7 @@ class SecureRandom:
             raise ValueError("out must be C-contiguous")
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         with self._lock:
+            self._last_device_read = (-1, -1)
             start = 0
             while start < view.nbytes:
                 if self._left == 0:
@@ -133,6 +137,8 @@ class SecureRandom:
         need = count * torch.empty(0, dtype=dtype).element_size()
         parts = []
         with self._lock:
+            start = self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+            self._last_device_read = (start, start + need)
             while need:
                 if self._left == 0:
                     self._encryptor = self._next_segment()
@@ -149,13 +155,19 @@ class SecureRandom:
         return torch.cat(parts).view(dtype).reshape(shape)
 
     def rewind(self, position: int) -> None:
-        """Move the stream back to ``position`` (at most the current one): for a caller that
-        computed words ahead (``device_words``) and used none past ``position``, so the bytes
-        read again were never used."""
+        """Give back the tail of the latest read, from ``position`` on: for a caller that
+        computed words ahead (``device_words``) and used none past ``position``. Only that
+        read's own bytes can be given back, and only before any other read: bytes once used
+        are never drawn again."""
         with self._lock:
             current = self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
-            if not 0 <= position <= current:
-                raise ValueError("a stream moves back only, to a position it has passed")
+            start, end = self._last_device_read
+            if not (end == current and start <= position <= end):
+                raise ValueError(
+                    "only the tail of the latest device_words read, before any other read, "
+                    "can be given back"
+                )
+            self._last_device_read = (position, position)
             segment, offset = divmod(position, SEGMENT_BYTES)
             if offset == 0 and segment:
                 # The end of the previous segment: the next read opens this one.

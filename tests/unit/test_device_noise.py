@@ -61,18 +61,30 @@ def test_device_words_continue_the_stream(monkeypatch: pytest.MonkeyPatch) -> No
     assert a.position == b.position
 
 
-def test_rewind_reads_the_same_bytes_again_and_only_backwards(
+def test_rewind_gives_back_only_the_unused_tail_of_the_latest_device_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(secure_random, "SEGMENT_BYTES", 1000)
-    source = SecureRandom.from_seed(4)
-    first = source.bytes(2500)
-    for position in (1000, 2000, 1999, 7, 0):
+    reference = SecureRandom.from_seed(4).bytes(2600)
+    for given_back in (0, 3, 999, 1000, 1999, 2500):
+        source = SecureRandom.from_seed(4)
+        source.bytes(100)  # a CPU read first: the device read starts mid-stream
+        read = source.device_words(300, "cpu")  # bytes 100 … 2500, across segments
+        assert read.numpy().tobytes() == reference[100:2500]
+        position = max(100, given_back)
         source.rewind(position)
         assert source.position == position
-        assert source.bytes(2500 - position) == first[position:]
-    with pytest.raises(ValueError, match="moves back only"):
-        source.rewind(source.position + 1)
+        assert source.bytes(2600 - position) == reference[position:]
+        # Those bytes are now used: nothing can be given back again.
+        with pytest.raises(ValueError, match="latest device_words read"):
+            source.rewind(position)
+    source = SecureRandom.from_seed(4)
+    source.device_words(10, "cpu")
+    with pytest.raises(ValueError, match="latest device_words read"):
+        source.rewind(source.position + 1)  # forward
+    source.bytes(1)
+    with pytest.raises(ValueError, match="latest device_words read"):
+        source.rewind(0)  # after another read
 
 
 def _hard_words(sampler: RoundedGaussian, rng: np.random.Generator) -> np.ndarray:
