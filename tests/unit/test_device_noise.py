@@ -15,7 +15,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from dpcore.mechanisms import chacha, device_draws, rounded_gaussian, secure_random
 from dpcore.mechanisms.noise import BLOCK, SecureNoise
 from dpcore.mechanisms.rounded_gaussian import RoundedGaussian
+from dpcore.mechanisms.run import build, facts_of, noise_for
 from dpcore.mechanisms.secure_random import SecureRandom
+from tests.unit import test_cuda_paths as cuda_paths
 
 
 def _openssl(key: bytes, nonce: bytes, offset: int, size: int) -> bytes:
@@ -166,3 +168,33 @@ def test_secure_noise_on_torch_is_the_cpu_paths(
     assert len(calls) == 2 * undecided
     if error_bits > 10:
         assert undecided >= 4
+
+
+@pytest.mark.parametrize(
+    "case", ["clustmix_dp", "clustmix_paper", "dpmix", "dpcda", "sgdrm", "dpgm_vae"]
+)
+def test_releases_noised_by_the_torch_path_are_the_cpu_paths(case: str) -> None:
+    """Whole releases through the worker's ``build`` (tests/unit/test_cuda_paths.py's cases), on
+    the CPU, once with the CPU path's noise and once with the CUDA path's code: the same rows,
+    bit for bit, and the same stream position at the end."""
+    mechanism, params, sigma, accountant, _ = cuda_paths.CASES[case]
+    data = cuda_paths._toy()
+    noise_scales = noise_for(mechanism, params, facts_of(data), sigma=sigma, accountant=accountant)
+    releases, positions = [], []
+    for on_device in (False, True):
+        generator = SecureRandom.from_seed(5)
+        out = build(
+            mechanism,
+            params,
+            data,
+            noise=noise_scales,
+            sampler=SecureNoise(generator, on_device=on_device),
+            generator=generator,
+            device=torch.device("cpu"),
+        )
+        releases.append(list(out.chunks))
+        positions.append(generator.position)
+    assert positions[0] == positions[1]
+    assert len(releases[0]) == len(releases[1]) > 0
+    for (x, y), (x_torch, y_torch) in zip(*releases, strict=True):
+        assert torch.equal(x, x_torch) and torch.equal(y, y_torch)
