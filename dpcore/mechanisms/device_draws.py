@@ -30,6 +30,8 @@ from dpcore.mechanisms.rounded_gaussian import (
 from dpcore.mechanisms.secure_random import SecureRandom
 
 _MIN = -(1 << 63)
+# Blocks of words computed at once by ``lattice_noise`` (2²¹ words, 16 MiB).
+SPAN_BLOCKS = 64
 _HEAD_MASK = (1 << HEAD_BITS) - 1
 
 
@@ -123,8 +125,8 @@ def lattice_noise(
     flat float64), K the table draws of the stream's words, the same values as the CPU's.
 
     The CPU reads its words a block (``BLOCK`` draws) at a time, each block's undecided draws
-    reading their further words before the next block's words. Here every remaining block's
-    words are computed at once; when a block holds an undecided draw, the words past it are
+    reading their further words before the next block's words. Here up to ``SPAN_BLOCKS``
+    blocks' words are computed at once; when a block holds an undecided draw, the words past it are
     given back to the stream (``SecureRandom.rewind``: never used, so never seen), its undecided
     draws read their further words, and the next blocks' words are computed from there."""
     total = rows.numel()
@@ -132,9 +134,11 @@ def lattice_noise(
     at = 0
     while at < total:
         start = source.position
-        words = source.device_words(total - at, rows.device)
+        # At most SPAN_BLOCKS blocks' words at once: bounded memory (the keystream's int64
+        # words take twice their bytes while computed) whatever the size of the call.
+        end = min(total - at, SPAN_BLOCKS * BLOCK)
+        words = source.device_words(end, rows.device)
         draws = table_draws(sampler, words)
-        end = total - at
         if draws.undecided.size:
             end = min(end, (int(draws.undecided[0]) // BLOCK + 1) * BLOCK)
             source.rewind(start + 8 * end)

@@ -133,11 +133,14 @@ def test_table_draws_on_torch_are_the_table_draws(scale: float) -> None:
 
 @pytest.mark.parametrize("error_bits", [10, 38])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("span_blocks", [1, 64])
 def test_secure_noise_on_torch_is_the_cpu_paths(
-    monkeypatch: pytest.MonkeyPatch, error_bits: int, dtype: torch.dtype
+    monkeypatch: pytest.MonkeyPatch, error_bits: int, dtype: torch.dtype, span_blocks: int
 ) -> None:
     # A wider undecided band (2³⁸, as if the table were coarser) makes several blocks hold
-    # undecided draws, whose further words come between two blocks' words in the stream.
+    # undecided draws, whose further words come between two blocks' words in the stream; one
+    # block's words at a time, or all of them at once.
+    monkeypatch.setattr(device_draws, "SPAN_BLOCKS", span_blocks)
     error = 1 << error_bits
     monkeypatch.setattr(rounded_gaussian, "TABLE_ERROR", error)
     monkeypatch.setattr(device_draws, "TABLE_ERROR", error)
