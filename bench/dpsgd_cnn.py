@@ -124,7 +124,7 @@ def _config(
 
 #: The configurations tried per ε, in the order they ran, in three rounds: a learning-rate sweep
 #: at one batch size and length, then length, batch size and C around the best learning rate,
-#: then larger batches around the best of those.
+#: then larger batches around the best of those (ε = 1: two more, marked below).
 GRID: dict[float, list[CnnConfig]] = {
     1.0: [
         *(_config(2000, 20, 0.1, s) for s in (0.1, 0.2, 0.4)),

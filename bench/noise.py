@@ -115,13 +115,18 @@ def guide(scales: list[float], bits: list[int], repeat: int = 15) -> list[dict[s
     draws."""
     stream = SecureRandom()
     rows = []
+    served = rounded_gaussian._GUIDE_BITS_MAX
     for scale in scales:
         samplers = {}
-        for b in bits:
-            rounded_gaussian._GUIDE_BITS_MAX = b
+        try:
+            for b in bits:
+                rounded_gaussian._GUIDE_BITS_MAX = b
+                rounded_gaussian._table.cache_clear()
+                samplers[b] = rounded_gaussian.RoundedGaussian(scale)
+        finally:
+            # The served guide size again, and no table built with another one left cached.
+            rounded_gaussian._GUIDE_BITS_MAX = served
             rounded_gaussian._table.cache_clear()
-            samplers[b] = rounded_gaussian.RoundedGaussian(scale)
-        rounded_gaussian._table.cache_clear()
         times: dict[int, list[float]] = {b: [] for b in bits}
         block = rounded_gaussian.BLOCK
         for _ in range(repeat):
@@ -134,7 +139,7 @@ def guide(scales: list[float], bits: list[int], repeat: int = 15) -> list[dict[s
         for b, sampler in samplers.items():
             table = sampler.table
             index = (words >> np.uint64(63 - table.guide_bits)).view(np.int64)
-            marked = float((np.take(table.guide, index) == np.iinfo(np.int32).min).mean())
+            marked = float((np.take(table.guide, index) == rounded_gaussian.GUIDE_MARK).mean())
             rows.append(
                 {
                     "scale": scale,

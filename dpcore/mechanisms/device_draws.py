@@ -22,6 +22,7 @@ import torch
 
 from dpcore.mechanisms.rounded_gaussian import (
     BLOCK,
+    GUIDE_MARK,
     HEAD_BITS,
     TABLE_ERROR,
     RandomBytes,
@@ -78,7 +79,7 @@ def table_draws(sampler: RoundedGaussian, words: torch.Tensor) -> Draws:
     # The sign and the top guide_bits bits of h: the top bits + 1 of the word, unsigned.
     index = (words >> (63 - bits)) & ((1 << (bits + 1)) - 1)
     values = table.guide[index].to(torch.int64)
-    marked = torch.nonzero(values == int(np.iinfo(np.int32).min)).reshape(-1)
+    marked = torch.nonzero(values == int(GUIDE_MARK)).reshape(-1)
     empty = np.empty(0, dtype=np.int64)
     if not marked.numel():
         return Draws(values, empty, empty, empty)

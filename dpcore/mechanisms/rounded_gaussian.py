@@ -73,7 +73,8 @@ TABLE_ERROR = 1 << 10
 # Guide table: at most 2^(bits + 1) int32 answers (2 MiB), about 2⁴ buckets per entry.
 _GUIDE_BITS_MAX = 18
 _GUIDE_BITS_MIN = 8
-_MARK = np.int32(np.iinfo(np.int32).min)
+# A guide entry whose bucket is not decided by the guide alone (``device_draws`` reads it too).
+GUIDE_MARK = np.int32(np.iinfo(np.int32).min)
 # Scales whose table would hold more entries draw without one (``_Spans``): a table's memory
 # (16 bytes an entry, plus its guide) and build time grow with the scale, a span layout's do
 # not (about 600 spans at any scale); a table draw is several times faster.
@@ -149,7 +150,7 @@ class _Table:
 
     entries: np.ndarray  # uint64, |T(k) − 2⁶³F(k)| < E, non-decreasing
     thresholds: np.ndarray  # uint64, T(k) + E for k < size, then twice 2⁶⁴ − 1
-    guide: np.ndarray  # int32 signed answers by the top guide_bits + 1 bits of w, or _MARK
+    guide: np.ndarray  # int32 signed answers by the top guide_bits + 1 bits of w, or GUIDE_MARK
     lowest: np.ndarray  # int32 by bucket: #{k : thresholds ≤ its start}, −1 past 2 inside
     guide_bits: int
 
@@ -215,7 +216,7 @@ class RoundedGaussian:
         # (int64 indices: numpy's gather converts uint64 ones first.)
         index = (words >> np.uint64(_WORD - 1 - table.guide_bits)).view(np.int64)
         out = np.take(table.guide, index)
-        marked = np.flatnonzero(out == _MARK)
+        marked = np.flatnonzero(out == GUIDE_MARK)
         if marked.size:
             marked_words = words[marked]
             # first(h) for a draw in a marked bucket: from the count at the bucket's start,
@@ -426,7 +427,7 @@ def _table(scale: float, size: int) -> _Table:
     decided = (first < size) & (thresholds[first] >= starts + width + np.uint64(2 * TABLE_ERROR))
     answers = np.where(decided, first, 0).astype(np.int32)
     guide = np.concatenate([answers, -answers])
-    guide[np.concatenate([~decided, ~decided])] = _MARK
+    guide[np.concatenate([~decided, ~decided])] = GUIDE_MARK
     lowest = np.where(last - first <= 2, first, -1).astype(np.int32)
     return _Table(entries, thresholds, guide, lowest, bits)
 

@@ -99,7 +99,11 @@ class SecureRandom:
         """Keystream bytes drawn so far (0 for a fresh source): lets a caller check that a
         step drew nothing (``worker/engines.py``: the single-machine build before a Dask run)."""
         with self._lock:
-            return self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+            return self._position()
+
+    def _position(self) -> int:
+        # Callers hold the lock.
+        return self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
 
     # --- bytes ---------------------------------------------------------------------------
 
@@ -137,7 +141,7 @@ class SecureRandom:
         need = count * torch.empty(0, dtype=dtype).element_size()
         parts = []
         with self._lock:
-            start = self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+            start = self._position()
             self._last_device_read = (start, start + need)
             while need:
                 if self._left == 0:
@@ -160,7 +164,7 @@ class SecureRandom:
         read's own bytes can be given back, and only before any other read: bytes once used
         are never drawn again."""
         with self._lock:
-            current = self._segment * SEGMENT_BYTES + (SEGMENT_BYTES - self._left)
+            current = self._position()
             start, end = self._last_device_read
             if not (end == current and start <= position <= end):
                 raise ValueError(

@@ -98,7 +98,7 @@ def _hard_words(sampler: RoundedGaussian, rng: np.random.Generator) -> np.ndarra
     buckets = np.arange(1 << bits)
     words = [rng.integers(0, 2**63, 20_000, dtype=np.uint64)]
     for chosen in (
-        buckets[table.guide[: 1 << bits] == np.iinfo(np.int32).min],
+        buckets[table.guide[: 1 << bits] == rounded_gaussian.GUIDE_MARK],
         buckets[table.lowest < 0],
     ):
         if chosen.size:

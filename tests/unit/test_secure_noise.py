@@ -204,7 +204,7 @@ def _hard_words(sampler: RoundedGaussian, rng: np.random.Generator) -> np.ndarra
     bits = table.guide_bits
     width = 1 << (63 - bits)
     buckets = np.arange(1 << bits)
-    marked = buckets[table.guide[: 1 << bits] == rounded_gaussian._MARK]
+    marked = buckets[table.guide[: 1 << bits] == rounded_gaussian.GUIDE_MARK]
     crowded = buckets[table.lowest < 0]
     words = [rng.integers(0, 2**64, 20_000, dtype=np.uint64)]
     for chosen in (marked, crowded):
@@ -239,7 +239,7 @@ def test_the_guide_table_and_the_binary_search_give_the_same_draws(scale: float)
 def test_decided_buckets_read_nothing_more_and_marked_ones_are_rare() -> None:
     sampler = RoundedGaussian(8807.0)  # docs/guide.md's MNIST release: 117 135 entries
     table = sampler._table
-    decided = table.guide != rounded_gaussian._MARK
+    decided = table.guide != rounded_gaussian.GUIDE_MARK
     # Draws in marked buckets take the slower path: few enough of them at this size. Some
     # buckets hold more than two entries (the far tail), so the search fallback is exercised
     # by the guide-against-search test above.
