@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dpcore.mechanisms import float_error
+from dpcore.mechanisms import float_error, segments
 from dpcore.mechanisms.noise import NoiseSampler
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -237,17 +237,17 @@ def noisy_statistics(
     (clusters, 2d)) and count (clusters,), each noised (float64). Records assigned −1 enter no
     cluster (their group has no centre; the bound above still holds). Chunked."""
     k = Z.shape[1] if features is None else features.dim
-    sums = torch.zeros((clusters, k), dtype=torch.float64, device=Z.device)
-    counts = torch.zeros((clusters, 1), dtype=torch.float64, device=Z.device)
+    # One extra row for the records of no cluster, dropped: the work is the same for every
+    # record, however many have a cluster (segments.outside).
+    sums = torch.zeros((clusters + 1, k), dtype=torch.float64, device=Z.device)
+    counts = torch.zeros((clusters + 1, 1), dtype=torch.float64, device=Z.device)
     for start in range(0, Z.shape[0], chunk):
-        part = assignment[start : start + chunk]
-        member = part >= 0
-        index = part[member]
-        rows = _space(Z[start : start + chunk][member], features)
-        sums.index_add_(0, index, rows.double())
-        counts.index_add_(
-            0, index, torch.ones((index.shape[0], 1), dtype=torch.float64, device=Z.device)
-        )
+        index = segments.outside(assignment[start : start + chunk], clusters)
+        rows = _space(Z[start : start + chunk], features)
+        segments.segment_sum(sums, index, rows.double())
+        ones = torch.ones((index.shape[0], 1), dtype=torch.float64, device=Z.device)
+        segments.segment_sum(counts, index, ones)
+    sums, counts = sums[:clusters], counts[:clusters]
     sensitivity = SUM_ROW_SENSITIVITY if features is None else FOURIER_SUM_SENSITIVITY
     noisy_sums = sampler(
         sums, sigma=sigma_sums, sensitivity=sensitivity, error=error, unit=SUM_ROW_UNIT

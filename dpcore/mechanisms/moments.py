@@ -61,7 +61,7 @@ import torch
 
 from dpcore.accounting import gdp
 from dpcore.calibration import smallest_noise
-from dpcore.mechanisms import float_error, kmeans
+from dpcore.mechanisms import float_error, kmeans, segments
 from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.noise import NoiseSampler
@@ -244,21 +244,26 @@ def noisy_moments(
     ≈ chunk·h²·16 bytes). The released statistics come back on the CPU."""
     m, k, h = int(groups.shape[0]), Z.shape[1], second_dim
     device = Z.device
-    member = assignment >= 0
-    index, rows = assignment[member], Z[member].double()
-    counts = torch.zeros((m, 1), dtype=torch.float64, device=device)
-    counts.index_add_(0, index, torch.ones((index.shape[0], 1), dtype=torch.float64, device=device))
-    sums = torch.zeros((m, k), dtype=torch.float64, device=device).index_add_(0, index, rows)
+    # Every record is summed (those of no cluster into an extra row, dropped): the work never
+    # depends on how many records have a cluster (segments.outside).
+    index, rows = segments.outside(assignment, m), Z.double()
+    counts = torch.zeros((m + 1, 1), dtype=torch.float64, device=device)
+    ones = torch.ones((index.shape[0], 1), dtype=torch.float64, device=device)
+    counts = segments.segment_sum(counts, index, ones)[:m]
+    sums = segments.segment_sum(
+        torch.zeros((m + 1, k), dtype=torch.float64, device=device), index, rows
+    )[:m]
     head = rows[:, :h]
     width = h * (h + 1) // 2 + (k - h if tail else 0)
-    second = torch.zeros((1 if pooled else m, width), dtype=torch.float64, device=device)
-    second_index = torch.zeros_like(index) if pooled else index
+    second = torch.zeros((2 if pooled else m + 1, width), dtype=torch.float64, device=device)
+    second_index = torch.where(index < m, 0, 1) if pooled else index
     for start in range(0, head.shape[0], chunk):
         part = head[start : start + chunk]
         block = triangle(part[:, :, None] * part[:, None, :])
         if tail:
             block = torch.cat([block, rows[start : start + chunk, h:] ** 2], dim=1)
-        second.index_add_(0, second_index[start : start + chunk], block)
+        segments.segment_sum(second, second_index[start : start + chunk], block)
+    second = second[:1] if pooled else second[:m]
     noisy_counts = sampler(counts, sigma=scales.counts, sensitivity=COUNT_MOVED)[:, 0]
     noisy_sums = sampler(
         sums, sigma=scales.sums, sensitivity=SUM_SAME, error=errors[0], unit=SUM_MOVED

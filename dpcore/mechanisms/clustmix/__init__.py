@@ -154,7 +154,8 @@ TIGHT = Accountant(
     summary="variant dp: 1 + ⌈log₂ K⌉ + refine DP k-means steps and the final step, each a "
     "Gaussian mechanism on every cluster's (sum, count) of records of norm ≤ 1 "
     "(μ² = 2/σ_s² + 2/σ_c²; 4/σ_s² per k-means step on Fourier features; model gaussian adds "
-    "2/σ₂² to the final step for every cluster's second-moment sums), composed as GDP "
+    "2/σ₂² to the final step for every cluster's second-moment sums, and values matched "
+    "2/σ_v² for the values' histogram), composed as GDP "
     "and converted exactly; with DP-KIP, composed with its Poisson-subsampled Gaussian steps "
     "in dp_accounting's PLD accountant (replace-one)",
     keys=(*_DP_KEYS, Key("n", int, "number of records (public; DP-KIP's q)", required=False)),

@@ -341,7 +341,8 @@ class ClustMixDPKIPEvent(ApproximateDPEvent):
             **self.gaussian.describe(),
             "covers": "every data-dependent step: DP k-means (noisy sums and counts per step), "
             "DP-KIP (Poisson-subsampled Gaussian DP-SGD steps), the final noisy sums and "
-            "counts; the Gaussian steps as one GDP Gaussian, composed with the DP-KIP steps' "
+            "counts (and, with model gaussian, second-moment sums and the values' histogram); "
+            "the Gaussian steps as one GDP Gaussian, composed with the DP-KIP steps' "
             "proven replace-one dominating pair by pessimistic PLDs",
             "q": self.q,
             "kip_steps": self.kip_steps,

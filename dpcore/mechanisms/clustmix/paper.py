@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from dpcore.mechanisms import float_error
+from dpcore.mechanisms import float_error, segments
 from dpcore.mechanisms.clustmix.accounting import paper_sensitivity
 from dpcore.mechanisms.clustmix.distances import square_distances
 from dpcore.mechanisms.clustmix.params import ClustMixParams
@@ -179,8 +179,7 @@ def fit_gmm(X: torch.Tensor, n: int, iters: int, generator: SecureRandom) -> Gmm
 
 def cluster_means(X: torch.Tensor, z: torch.Tensor, n: int) -> torch.Tensor:
     """The mean of each of the n clusters of z (every one non-empty here)."""
-    sums = torch.zeros((n, X.shape[1]), dtype=X.dtype, device=X.device)
-    sums.index_add_(0, z, X)
+    sums = segments.segment_sum(torch.zeros((n, X.shape[1]), dtype=X.dtype, device=X.device), z, X)
     counts = torch.bincount(z, minlength=n).to(X.dtype)
     return sums / counts[:, None]
 
@@ -444,9 +443,8 @@ def noisy_means(
     sizes = found.sizes()
     if k == 0:
         return torch.zeros((0, d), dtype=torch.float64, device=features.device)
-    sums = torch.zeros((k, d), dtype=torch.float64, device=features.device)
-    used = found.members >= 0
-    sums.index_add_(0, found.members[used], features[used].double())
+    sums = torch.zeros((k + 1, d), dtype=torch.float64, device=features.device)
+    sums = segments.segment_sum(sums, segments.outside(found.members, k), features.double())[:k]
     sensitivity = paper_sensitivity(least, d)
     largest = int(sizes.max())
     # Sums of up to N_max records of norm ≤ √D in float64, scaled by 1/l.

@@ -154,13 +154,14 @@ class ClustMixParams(BasisParams, ClipNormParams):
     drop_below: float = Field(
         default=2.0,
         ge=0,
-        description="clusters whose noisy count is below drop_below × the counts' noise std "
-        "are pooled, per class, into one (their noisy sums and counts added), itself dropped "
-        "when its pooled count is below drop_below × its pooled noise std (post-processing of "
-        "the noisy counts): alone, their noisy means would be mostly noise. With model "
-        "gaussian a class none of whose clusters is kept is not dropped: it is drawn from its "
-        "noisy statistics padded with drop_below × the counts' noise std pseudo-records at all "
-        "records' noisy mean and second moment",
+        description="clusters whose noisy count is below max(drop_below × the counts' noise "
+        "std, 1) are pooled, per class, into one (their noisy sums and counts added), itself "
+        "dropped when its pooled count is below the same threshold at its pooled noise std "
+        "(post-processing of the noisy counts): alone, their noisy means would be mostly "
+        "noise. With model gaussian a class that still has clusters after DP k-means but none "
+        "kept is not dropped: it is drawn from its noisy statistics padded with that many "
+        "pseudo-records at all records' noisy mean and second moment (a class that DP k-means "
+        "left without any centre, possible only with clusters_per_class > 1, is not released)",
     )
     n_samples: int | None = Field(
         default=None,

@@ -36,6 +36,7 @@ from typing import Protocol
 
 import torch
 
+from dpcore.mechanisms import segments
 from dpcore.mechanisms.dpgm.routing import Routing, route, through_own
 from dpcore.mechanisms.secure_random import SecureRandom
 
@@ -242,12 +243,12 @@ class RBM:
 
         def clip_sum(factors: torch.Tensor) -> Params:
             total = torch.zeros(models, dtype=torch.float64, device=x.device)
-            total.index_add_(0, a, factors)
+            segments.segment_sum(total, a, factors)
             fp = factors[:, None] * ph
             b_sum = torch.zeros((models, self.d), dtype=torch.float64, device=x.device)
-            b_sum.index_add_(0, a, factors[:, None] * x64)
+            segments.segment_sum(b_sum, a, factors[:, None] * x64)
             c_sum = torch.zeros((models, self.hidden), dtype=torch.float64, device=x.device)
-            c_sum.index_add_(0, a, fp)
+            segments.segment_sum(c_sum, a, fp)
             return {
                 "W": -(r.outer_sums(r.spread(x64), r.spread(fp)) - total[:, None, None] * NW),
                 "b": -(b_sum - total[:, None] * Nb),

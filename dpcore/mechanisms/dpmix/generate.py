@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from dpcore.mechanisms import float_error, sampling
+from dpcore.mechanisms import float_error, sampling, segments
 from dpcore.mechanisms.basis import Basis
 from dpcore.mechanisms.noise import FastNoise, NoiseSampler
 from dpcore.mechanisms.record_assignment import (
@@ -161,7 +161,7 @@ def generate_by_record(
     sums_x = torch.zeros((n_samples, dim), dtype=torch.float64, device=device)
     sums_y = torch.zeros((n_samples, labels.shape[1]), dtype=torch.float64, device=device)
     # Records in chunks (their float64 copy and their k targets bounded); each record row is
-    # added to its k mixtures by k index_add_ calls, never repeated k times in memory.
+    # added to its k mixtures by k segment sums, never repeated k times in memory.
     step = max(1, min(n, sampling.GATHER_BUDGET // max(1, k + dim + labels.shape[1])))
     for start in range(0, n, step):
         stop = min(n, start + step)
@@ -169,8 +169,8 @@ def generate_by_record(
         joined = uniform_subsets(n_samples, k, stop - start, generator=generator, device=device)
         rows_x, rows_y = features[start:stop].double(), labels[start:stop].double()
         for j in range(k):
-            sums_x.index_add_(0, joined[:, j], rows_x)
-            sums_y.index_add_(0, joined[:, j], rows_y)
+            segments.segment_sum(sums_x, joined[:, j], rows_x)
+            segments.segment_sum(sums_y, joined[:, j], rows_y)
     chunk = chunk_size(mixture_degree=1, dim=dim + labels.shape[1], n=n)
     for start in range(0, n_samples, chunk):
         yield add(
