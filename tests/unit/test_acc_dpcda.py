@@ -20,6 +20,7 @@ from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpcda.accounting import DPCDAEvent, DPCDAPaperEvent
 from dpcore.mechanisms.secure_random import SecureRandom
+from tests.unit.test_noise_sensitivity import Recorder
 
 PAPER = registry.accountant("dpcda", "paper")
 TIGHT = registry.accountant("dpcda", "tight")
@@ -328,19 +329,7 @@ def test_dp_statistics_sensitivity_and_accuracy() -> None:
     from dpcore.mechanisms.dpcda.release import dp_statistics
     from dpcore.mechanisms.noise import FastNoise, SecureNoise
 
-    calls: list[tuple[torch.Tensor, float]] = []
-
-    def recorder(
-        values: torch.Tensor,
-        *,
-        sigma: float,
-        sensitivity: float,
-        error: float = 0.0,
-        unit: float | None = None,
-    ) -> torch.Tensor:
-        calls.append((values.detach().double().clone(), sensitivity))
-        return values
-
+    recorder = Recorder()
     rng = np.random.default_rng(0)
     unit = rng.uniform(0, 1, size=(500, 7))
     unit[0] = 0.0
@@ -351,9 +340,9 @@ def test_dp_statistics_sensitivity_and_accuracy() -> None:
         other[rng.integers(500)] = rng.integers(0, 2, size=7)
     for other in neighbours:
         dp_statistics(other, 1.0, recorder)
-    (base, declared), rest = calls[0], calls[1:]
-    assert {s for _, s in rest} == {declared}
-    moved = [torch.linalg.vector_norm(v - base).item() for v, _ in rest]
+    (base, _, declared), *rest = recorder.calls
+    assert {s for _, _, s in rest} == {declared}
+    moved = [torch.linalg.vector_norm(v - base).item() for v, _, _ in rest]
     assert max(moved) <= declared * (1 + 1e-12)
     assert moved[0] == pytest.approx(declared, rel=1e-12)
     for noise in (FastNoise(SecureRandom.from_seed(0)), SecureNoise()):
