@@ -7,21 +7,27 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+import torch
 from scipy.optimize import brentq
 
 from dpcore.accounting import Cost, compose_epsilon, gdp
+from dpcore.accounting.per_record import FEATURE_SENSITIVITY, LABEL_SENSITIVITY
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpmix.accounting_paper import DPMixPaperEvent
 from dpcore.mechanisms.local_perturbation.accounting import (
     LocalPerturbationEvent,
     LocalPerturbationPaperEvent,
 )
+from dpcore.mechanisms.local_perturbation.generate import local_perturbation
 from dpcore.mechanisms.random_projection.accounting import (
     RandomProjectionEvent,
     RandomProjectionPaperEvent,
     paper_epsilon,
     paper_sigma,
 )
+from dpcore.mechanisms.random_projection.generate import projection_matrix, random_projection
+from dpcore.mechanisms.secure_random import SecureRandom
+from tests.unit.test_noise_sensitivity import Recorder
 
 DELTA = 1e-5
 
@@ -63,13 +69,58 @@ def test_local_tight_is_the_gaussian_mechanism(sx: float, sy: float) -> None:
     assert cost.mu == pytest.approx(mu) and cost.rdp is not None
 
 
+def _moves(recorder: Recorder, other: Recorder) -> tuple[np.ndarray, np.ndarray, set[float]]:
+    """Row-wise distances between what two runs handed their samplers (features, labels) and
+    the sensitivities declared for the features."""
+    features, labels = recorder.calls[0::2], recorder.calls[1::2]
+    features2, labels2 = other.calls[0::2], other.calls[1::2]
+    assert {c[2] for c in labels + labels2} == {LABEL_SENSITIVITY}
+    x = torch.cat([c[0] for c in features]) - torch.cat([c[0] for c in features2])
+    y = torch.cat([c[0] for c in labels]) - torch.cat([c[0] for c in labels2])
+    declared = {c[2] for c in features + features2}
+    return x.norm(dim=1).numpy(), y.norm(dim=1).numpy(), declared
+
+
+def _neighbour_rows(rng: np.random.Generator, d: int) -> tuple[torch.Tensor, ...]:
+    """Rows k of the two returned feature (and label) sets are replace-one neighbours (only
+    that released row changes): random unit-scale records, then two orthogonal unit ones."""
+    x = _records(rng, 3000, d)
+    pairs = rng.integers(3000, size=(20_000, 2))
+    e = np.eye(d)
+    first = np.vstack([x[pairs[:, 0]], e[:1]])
+    second = np.vstack([x[pairs[:, 1]], e[1:2]])
+    labels = np.eye(3)[rng.integers(3, size=(len(first), 2))]
+    labels[-1] = np.eye(3)[[0, 1]]
+    return (
+        torch.as_tensor(first),
+        torch.as_tensor(labels[:, 0]),
+        torch.as_tensor(second),
+        torch.as_tensor(labels[:, 1]),
+    )
+
+
 def test_record_sensitivity_brute_force() -> None:
-    rng = np.random.default_rng(1)
-    x = _records(rng, 4000, 12)
-    worst = max(np.linalg.norm(x[i] - x[j]) for i, j in rng.integers(4000, size=(20_000, 2)))
-    assert worst <= math.sqrt(2) * (1 + 1e-12)
+    """The sensitivities local perturbation declares to its sampler cover every replace-one
+    move of unit-scale records and one-hot labels, and are attained."""
+    x, y, x2, y2 = _neighbour_rows(np.random.default_rng(1), 12)
+    runs = [Recorder(), Recorder()]
+    for features, labels, recorder in ((x, y, runs[0]), (x2, y2, runs[1])):
+        for _ in local_perturbation(
+            features,
+            labels,
+            sigma_x=1.0,
+            sigma_y=1.0,
+            generator=SecureRandom.from_seed(0),
+            noise=recorder,
+        ):
+            pass
+    moved_x, moved_y, declared = _moves(*runs)
+    assert declared == {FEATURE_SENSITIVITY}
+    assert moved_x.max() <= FEATURE_SENSITIVITY * (1 + 1e-12)
+    assert moved_y.max() <= LABEL_SENSITIVITY * (1 + 1e-12)
     # Attained by two orthogonal unit records; one-hot labels always differ by √2.
-    assert np.linalg.norm(np.eye(12)[0] - np.eye(12)[1]) == pytest.approx(math.sqrt(2))
+    assert moved_x[-1] == pytest.approx(FEATURE_SENSITIVITY, rel=1e-12)
+    assert moved_y[-1] == pytest.approx(LABEL_SENSITIVITY, rel=1e-12)
 
 
 def test_local_paper_is_dpmix_theorem1_with_one_record_per_mixture() -> None:
@@ -94,21 +145,34 @@ def test_local_paper_reading_is_not_a_valid_bound(dx: int, dy: int, sigma: float
 # --- random projection ------------------------------------------------------------------------
 
 
-def _projection(rng: np.random.Generator, d: int, d_x: int, s: float) -> np.ndarray:
-    R = rng.normal(size=(d, d_x))
-    return R * (s / np.linalg.norm(R, ord=2))
-
-
 @pytest.mark.parametrize(("d", "d_x", "s"), [(3, 8, 1.0), (8, 8, 2.5), (5, 20, 0.3)])
 def test_projection_sensitivity_brute_force(d: int, d_x: int, s: float) -> None:
-    rng = np.random.default_rng(d * 100 + d_x)
-    R = _projection(rng, d, d_x, s)
-    assert np.linalg.norm(R, ord=2) == pytest.approx(s, rel=1e-12)
-    x = _records(rng, 3000, d_x)
-    pairs = rng.integers(3000, size=(20_000, 2))
-    moved = np.linalg.norm((x[pairs[:, 0]] - x[pairs[:, 1]]) @ R.T, axis=1)
-    assert moved.max() <= math.sqrt(2) * s * (1 + 1e-12)
+    """projection_matrix has spectral norm s, and the sensitivity random_projection declares
+    to its sampler (√2·s) covers every replace-one move of the projected rows."""
+    R = projection_matrix(d, d_x, s, generator=SecureRandom.from_seed(d * 100 + d_x))
+    assert torch.linalg.matrix_norm(R, ord=2).item() == pytest.approx(s, rel=1e-12)
+    x, y, x2, y2 = _neighbour_rows(np.random.default_rng(d * 100 + d_x), d_x)
+    runs = [Recorder(), Recorder()]
+    for features, labels, recorder in ((x, y, runs[0]), (x2, y2, runs[1])):
+        matrix, chunks = random_projection(
+            features,
+            labels,
+            projection_dim=d,
+            spectral_norm=s,
+            sigma_x=1.0,
+            sigma_y=1.0,
+            generator=SecureRandom.from_seed(d * 100 + d_x),
+            noise=recorder,
+        )
+        assert torch.equal(matrix, R)
+        for _ in chunks:
+            pass
+    moved_x, moved_y, declared = _moves(*runs)
+    assert declared == {FEATURE_SENSITIVITY * s}
+    assert moved_x.max() <= FEATURE_SENSITIVITY * s * (1 + 1e-12)
+    assert moved_y.max() <= LABEL_SENSITIVITY * (1 + 1e-12)
     # The bound is attained when the top right singular vector is (e_1 − e_2)/√2.
+    rng = np.random.default_rng(d)
     u, _, vt = np.linalg.svd(rng.normal(size=(d, d_x)))
     v = np.zeros(d_x)
     v[:2] = (1 / math.sqrt(2), -1 / math.sqrt(2))
@@ -117,7 +181,7 @@ def test_projection_sensitivity_brute_force(d: int, d_x: int, s: float) -> None:
     R2 = (u[:, : len(sing)] * sing) @ (basis[:, : len(sing)].T * np.sign(basis[:, :1].T @ v)[0])
     assert np.linalg.norm(R2, ord=2) == pytest.approx(s, rel=1e-12)
     e = np.eye(d_x)
-    assert np.linalg.norm(R2 @ (e[0] - e[1])) == pytest.approx(math.sqrt(2) * s, rel=1e-12)
+    assert np.linalg.norm(R2 @ (e[0] - e[1])) == pytest.approx(FEATURE_SENSITIVITY * s, rel=1e-12)
 
 
 @pytest.mark.parametrize(("s", "sigma", "sy"), [(1.0, 4.0, 4.0), (2.0, 3.0, 10.0), (0.5, 1.0, 2.0)])

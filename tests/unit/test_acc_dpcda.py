@@ -20,6 +20,7 @@ from dpcore.accounting.orders import ORDERS, epsilon_from_rdp
 from dpcore.mechanisms import registry
 from dpcore.mechanisms.dpcda.accounting import DPCDAEvent, DPCDAPaperEvent
 from dpcore.mechanisms.secure_random import SecureRandom
+from tests.unit.test_noise_sensitivity import Recorder
 
 PAPER = registry.accountant("dpcda", "paper")
 TIGHT = registry.accountant("dpcda", "tight")
@@ -320,23 +321,30 @@ def test_dp_statistics_compose_as_gdp() -> None:
 
 
 def test_dp_statistics_sensitivity_and_accuracy() -> None:
+    """The sensitivity dp_statistics hands its sampler covers every replace-one neighbour of
+    [0, 1] records and is reached (a zero row replaced by a ones row moves the sums and the
+    sums of squares by √d each); the means and stds come back at negligible noise."""
+    import torch
 
     from dpcore.mechanisms.dpcda.release import dp_statistics
     from dpcore.mechanisms.noise import FastNoise, SecureNoise
 
+    recorder = Recorder()
     rng = np.random.default_rng(0)
     unit = rng.uniform(0, 1, size=(500, 7))
-    # Replacing one record moves the sum and sum-of-squares vectors by at most √d each.
-    worst = 0.0
-    for _ in range(200):
-        other = unit.copy()
+    unit[0] = 0.0
+    dp_statistics(unit, 1.0, recorder)
+    neighbours = [unit.copy() for _ in range(40)]
+    neighbours[0][0] = 1.0  # the worst case
+    for other in neighbours[1:]:
         other[rng.integers(500)] = rng.integers(0, 2, size=7)
-        moved = np.hypot(
-            np.linalg.norm(unit.sum(0) - other.sum(0)),
-            np.linalg.norm((unit**2).sum(0) - (other**2).sum(0)),
-        )
-        worst = max(worst, moved)
-    assert worst <= np.sqrt(2 * 7) + 1e-12
+    for other in neighbours:
+        dp_statistics(other, 1.0, recorder)
+    (base, _, declared), *rest = recorder.calls
+    assert {s for _, _, s in rest} == {declared}
+    moved = [torch.linalg.vector_norm(v - base).item() for v, _, _ in rest]
+    assert max(moved) <= declared * (1 + 1e-12)
+    assert moved[0] == pytest.approx(declared, rel=1e-12)
     for noise in (FastNoise(SecureRandom.from_seed(0)), SecureNoise()):
         mean, std = dp_statistics(unit, 1e-6, noise)
         assert np.allclose(mean, unit.mean(0), atol=1e-6)
@@ -354,7 +362,13 @@ def test_unit_range_is_the_declared_analysis_at_sqrt2_less_noise() -> None:
         assert a.sensitivity == pytest.approx(math.sqrt(2) * 2.0 / 8, rel=1e-15)
     default = {k: v for k, v in SMALL.items() if k != "standardization"}
     assert TIGHT.at_sigma(0.4, default) == TIGHT.at_sigma(0.4, unit)
-    assert TIGHT.at_sigma(0.4, {**SMALL, "standardization": "dp", "stats_noise": 9.0, "d_x": 3})
+    # 'dp' z-scores (records up to 2C apart, the declared analysis, not unit_range's) and adds
+    # the statistics' Gaussian, μ = √(2·3)/9.
+    dp = TIGHT.at_sigma(0.4, {**SMALL, "standardization": "dp", "stats_noise": 9.0, "d_x": 3})
+    declared = TIGHT.at_sigma(0.4, SMALL)
+    assert dp.noise().scale("features").sensitivity == pytest.approx(declared.sensitivity)
+    for a, b, order in zip(declared.rdp(), dp.rdp(), ORDERS, strict=True):
+        assert b == pytest.approx(a + order * (6 / 81) / 2, rel=1e-12)
     with pytest.raises(ValueError, match="stats_noise"):
         TIGHT.at_sigma(0.4, {**SMALL, "standardization": "dp"})
     with pytest.raises(ValueError, match="stats_noise"):

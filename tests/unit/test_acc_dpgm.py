@@ -3,6 +3,7 @@ replace-one PLD analysis."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Any
@@ -11,6 +12,7 @@ import dp_accounting as dpa
 import mpmath as mp
 import numpy as np
 import pytest
+import torch
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
 from scipy import integrate, special
 
@@ -23,6 +25,15 @@ from dpcore.mechanisms.dpgm.accounting import (
     alpha_sgd,
     log_e1_e2,
 )
+from dpcore.mechanisms.kmeans import (
+    COUNT_SENSITIVITY,
+    FOURIER_SUM_SENSITIVITY,
+    FourierFeatures,
+    noisy_statistics,
+    step_mu2,
+)
+from dpcore.mechanisms.secure_random import SecureRandom
+from tests.unit.test_noise_sensitivity import Recorder
 
 SQRT2 = math.sqrt(2.0)
 # The charged ε over the realisable antipodal gradient pair's (prv upper estimate) at the paper's
@@ -238,27 +249,74 @@ def test_kmeans_part_is_exact_gdp(rbf: bool) -> None:
 
 
 def test_kmeans_joint_sensitivity_brute_force() -> None:
-    # Sizes with std σ_K and per-cluster sums of clipped (‖ẑ‖ ≤ C) features of both signs with
-    # std σ_K·C: replacing one record moves the whitened release by ≤ 2/σ_K in both cases.
+    """One k-means step as DPGM runs it (``noisy_statistics`` on random Fourier features, sums
+    and counts at σ_K each), whitened by the σ's its sampler is handed, moves by at most the
+    accountant's per-iteration μ = 2/σ_K (``step_mu2``, ``DPGMEvent.kmeans_mu``) when one
+    record is replaced; attained by a record moved between clusters and by antipodal features
+    within one (the case the paper's √2·C_s misses). With σ_c = 2σ_K the within-cluster case
+    alone sets ``step_mu2``."""
+    k, d, clusters, n, sigma = 6, 3, 4, 20, 3.0
+    fourier = FourierFeatures.draw(k, d, 0.7, SecureRandom.from_seed(0))
     rng = np.random.default_rng(0)
-    k, d, C, sigma = 4, 6, 1.0, 3.0
-    worst = 0.0
-    for _ in range(2000):
-        feats = rng.normal(size=(2, d))
-        feats *= (
-            C / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), C) * rng.uniform(0.5, 1.0)
+    X = torch.as_tensor(rng.uniform(size=(n, k)))
+    assignment = torch.as_tensor(rng.integers(clusters, size=n))
+    # x′ with x′Ω = xΩ + π: φ(x′) = −φ(x).
+    shift = np.linalg.lstsq(fourier.frequencies.numpy().T, np.full(d, math.pi), rcond=None)[0]
+    antipodal = X.clone()
+    antipodal[0] += torch.as_tensor(shift)
+    neighbours = [(antipodal, assignment)]
+    for _ in range(40):
+        other, moved_to = X.clone(), assignment.clone()
+        i = int(rng.integers(n))
+        other[i] = torch.as_tensor(rng.uniform(size=k))
+        moved_to[i] = int(rng.integers(clusters))
+        neighbours.append((other, moved_to))
+    event = DPGMEvent(1000, 10, 0, 1, 1.0, sigma, 1.0, rbf=True)
+    kmeans_mu = event.kmeans_mu
+    assert event.noise().scale("kmeans").sensitivity == pytest.approx(sigma * kmeans_mu)
+    for sigma_counts in (sigma, 2 * sigma):
+        runs = []
+        for rows, assigned in [(X, assignment), *neighbours]:
+            recorder = Recorder()
+            noisy_statistics(
+                rows,
+                assigned,
+                clusters,
+                sigma_sums=sigma,
+                sigma_counts=sigma_counts,
+                sampler=recorder,
+                error=0.0,
+                features=fourier,
+            )
+            runs.append(recorder.calls)
+        (sums, s_sums, sens_sums), (counts, s_counts, sens_counts) = runs[0]
+        assert (s_sums, sens_sums, s_counts, sens_counts) == (
+            sigma,
+            FOURIER_SUM_SENSITIVITY,
+            sigma_counts,
+            COUNT_SENSITIVITY,
         )
-        i, j = rng.integers(k, size=2)
-        sizes, sums = np.zeros(k), np.zeros((k, d))
-        sizes[i] -= 1
-        sizes[j] += 1
-        sums[i] -= feats[0]
-        sums[j] += feats[1]
-        moved = math.sqrt(np.sum(sizes**2) / sigma**2 + np.sum(sums**2) / (sigma * C) ** 2)
-        worst = max(worst, moved)
-    assert worst <= 2 / sigma * (1 + 1e-12)
-    # Attained: same cluster, antipodal features (the paper's √2·C misses this case).
-    assert math.sqrt((2 * C) ** 2 / (sigma * C) ** 2) == pytest.approx(2 / sigma)
+        whitened, row_moves, count_moves = [], [], []
+        for (sums2, *_), (counts2, *_) in runs[1:]:
+            row_moves.append(float((sums2 - sums).norm(dim=1).max()))
+            count_moves.append(float((counts2 - counts).abs().max()))
+            whitened.append(
+                math.sqrt(
+                    float(((sums2 - sums) ** 2).sum()) / sigma**2
+                    + float(((counts2 - counts) ** 2).sum()) / sigma_counts**2
+                )
+            )
+        assert max(row_moves) <= FOURIER_SUM_SENSITIVITY * (1 + 1e-12)
+        assert max(count_moves) <= COUNT_SENSITIVITY
+        mu = math.sqrt(step_mu2(sigma_sums=sigma, sigma_counts=sigma_counts, fourier=True))
+        assert max(whitened) <= mu * (1 + 1e-12)
+        assert whitened[0] == pytest.approx(2 / sigma, rel=1e-9)  # antipodal, one cluster
+        if sigma_counts == sigma:
+            assert mu == pytest.approx(kmeans_mu, rel=1e-15)
+            between = [bool(a.ne(assignment).any()) for _, a in neighbours]
+            assert between.count(True) > 5
+            for moved in itertools.compress(whitened, between):
+                assert moved == pytest.approx(kmeans_mu, rel=1e-12)
 
 
 def test_adaptive_second_release_is_dominated_by_antipodal_contributions() -> None:
