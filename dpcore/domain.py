@@ -76,10 +76,13 @@ def missing_indicators(declared: Sequence[Mapping[str, Any]]) -> tuple[MissingIn
     return tuple(out)
 
 
-def integer_features(declared: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
-    """The features of the columns a declaration marks integer, at their places in
-    ``categorical.encoded_names``."""
-    names = encoded_names(declared)
+def integer_features(
+    declared: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None
+) -> tuple[int, ...]:
+    """The features of the columns a declaration marks integer, at their places among the
+    dataset's feature ``names`` (an NPZ's are its columns' indices, in the file's order, which
+    a declaration may list in any order), or in ``categorical.encoded_names`` without them."""
+    names = list(names) if names is not None else encoded_names(declared)
     return tuple(
         names.index(column["name"])
         for column in declared

@@ -71,8 +71,11 @@ def layout(
     binary = {ind.indicator for ind in indicators}
     # A missing entry of a categorical column whose declared fill names no category leaves
     # the block all zeros (``categorical.fill_missing``).
+    # (A block of one category counts too: a numeric column's indicator covers no block.)
     empty_blocks = {
-        tuple(ind.features) for ind in indicators if len(ind.features) > 1 and not any(ind.fill)
+        tuple(ind.features)
+        for ind in indicators
+        if tuple(ind.features) in block_of.values() and not any(ind.fill)
     }
     out: list[Attribute] = []
     for j, name in enumerate(feature_names):

@@ -332,10 +332,12 @@ class DeclaredNoise:
         for scale in self.declared.scales:
             if sensitivity > scale.sensitivity * (1 + _MATCH_RTOL):
                 continue
-            if math.isclose(sigma, scale.sigma, rel_tol=_MATCH_RTOL):
-                return scale
+            # An at-least scale draws the call's σ whenever it is not below its own, even
+            # within the match tolerance: the mechanism is charged for the σ it asked for.
             if scale.at_least and sigma >= scale.sigma:
                 return replace(scale, sigma=sigma)
+            if math.isclose(sigma, scale.sigma, rel_tol=_MATCH_RTOL):
+                return scale
         declared = ", ".join(
             f"{s.name} (σ={s.sigma:g}, sensitivity {s.sensitivity:g})" for s in self.declared.scales
         )

@@ -215,7 +215,7 @@ def parse_dataset(
         clipped_values=clipped,
         categorical_blocks=blocks,
         missing_indicators=() if declared_dicts is None else missing_indicators(declared_dicts),
-        integer_features=() if declared_dicts is None else integer_features(declared_dicts),
+        integer_features=() if declared_dicts is None else integer_features(declared_dicts, names),
     )
 
 

@@ -96,6 +96,9 @@ def test_a_scale_declared_at_least_takes_larger_sigmas_only() -> None:
     values = torch.zeros(20_000, dtype=torch.float64)
     drawn = sampler(values, sigma=floor.sigma * 3, sensitivity=math.sqrt(2))
     assert float(drawn.std()) == pytest.approx(floor.sigma * 3, rel=0.03)
+    # Just above the floor, within the match tolerance: the σ asked for (and charged) is drawn.
+    above = floor.sigma * (1 + 5e-10)
+    assert sampler.scale_for(sigma=above, sensitivity=math.sqrt(2)).sigma == above
     with pytest.raises(UndeclaredNoise):
         sampler(values, sigma=floor.sigma * 0.99, sensitivity=math.sqrt(2))
     with pytest.raises(UndeclaredNoise):

@@ -226,6 +226,15 @@ def test_an_empty_categorical_block_is_a_value_of_its_own() -> None:
     assert np.array_equal(back, unit)
 
 
+def test_a_one_category_block_left_empty_is_a_value_of_its_own() -> None:
+    names = ["ward=A", "ward_missing", "age", "age_missing"]
+    indicators = [MissingIndicator(1, (0,), (0.0,)), MissingIndicator(3, (2,), (0.0,))]
+    attributes = discretise.layout(names, [(0,)], indicators, 2, 4)
+    assert attributes[0].size == 2 and attributes[0].empty
+    # A numeric column's indicator (fill 0) makes no categorical value of its own.
+    assert not any(a.empty for a in attributes[1:])
+
+
 def test_bins_default_from_the_public_row_count() -> None:
     from dpcore.marginals.discretise import default_bins
 

@@ -180,3 +180,33 @@ def test_conversion_rewrites_the_rows_in_every_format(source: str, tmp_path: Pat
         np.testing.assert_array_equal(again.Y, reference.Y)
         if target != "csv":
             assert conversion.embedded_metadata(out) == json.loads(json.dumps(meta))
+
+
+def test_an_npz_declaration_in_any_order_rounds_the_column_it_names() -> None:
+    """An NPZ's features are named by their index in the file; a declaration may list them in
+    any order, and the column it marks integer is the one rounded."""
+    import io
+
+    from service.datasets.parsing import parse_dataset
+    from service.datasets.schemas import DatasetMetadata
+
+    X = np.array([[0.25, 3.0, 1.5], [0.5, 4.0, 2.5], [0.0, 7.0, 0.5]])
+    buffer = io.BytesIO()
+    np.savez(buffer, X=X, y=np.array([0, 1, 0]))
+    metadata = DatasetMetadata.model_validate(
+        {
+            "name": "d",
+            "budget": {"epsilon": 1.0, "delta": 1e-5},
+            "classes": [0, 1],
+            "columns": [
+                {"name": "1", "type": "numeric", "bounds": [0, 10], "integer": True},
+                {"name": "2", "type": "numeric", "bounds": [0, 3]},
+                {"name": "0", "type": "numeric", "bounds": [0, 0.5]},
+            ],
+        }
+    )
+    parsed = parse_dataset(
+        content=buffer.getvalue(), filename="d.npz", metadata=metadata, max_bytes=1 << 20
+    )
+    assert parsed.feature_names[parsed.integer_features[0]] == "1"
+    assert parsed.integer_features == (1,)

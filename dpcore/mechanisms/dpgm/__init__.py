@@ -70,7 +70,8 @@ _COMMON = (
     Key(
         "rbf",
         str,
-        "true: RBF kernel, features clipped to the public C_s = 1, no DPNorm in k-means",
+        "true: RBF kernel, Fourier features of norm exactly the public C_s = 1, no DPNorm in "
+        "k-means",
         required=False,
         default="true",
         choices=("true", "false"),

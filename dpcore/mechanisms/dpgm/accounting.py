@@ -6,10 +6,11 @@ Mechanism and the meaning of every σ (replace-one neighbours, n public). dprele
 The paper writes its noise as N(0, √2·σ′·bound) with its own scale σ′, so σ′ = σ/√2.
 
 - k-means, T_K = ``kmeans_iterations`` iterations (Alg. 2). Each iteration adds N(0, σ_K²) to
-  each of the k cluster sizes and N(0, σ_K² C_s² I) to each cluster's sum of clipped random
-  Fourier features ‖ẑ(x)‖ ≤ C_s. ``rbf=true``: C_s = 1 is a public constant and the features are
-  clipped to it (Alg. 2 line 5; the paper's Theorem 2 bounds only the *expected* norm, so the
-  clipping is what makes the bound hold) and DPNorm is not run. ``rbf=false``: DPNorm (Alg. 3)
+  each of the k cluster sizes and N(0, σ_K² C_s² I) to each cluster's sum of random Fourier
+  features ‖ẑ(x)‖ ≤ C_s. ``rbf=true``: C_s = 1 is a public constant that the features meet
+  exactly (cos and sin pairs scaled by 1/√k: norm 1 up to the rounding the sampler covers; the
+  paper's Theorem 2 bounds only the *expected* norm, and clips at Alg. 2 line 5) and DPNorm is
+  not run. ``rbf=false``: DPNorm (Alg. 3)
   releases a histogram of the feature norms with N(0, σ_C²) per bin; it is charged once per
   iteration, as in the paper's Eq. 3 (Alg. 2 runs it once: charging T_K runs covers both).
 - DP-SGD, T_S = ``sgd_steps`` steps (Alg. 4). Each step draws a Poisson batch, every record

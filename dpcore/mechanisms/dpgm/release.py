@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error
+from dpcore.mechanisms import float_error, segments
 from dpcore.mechanisms.apportion import apportion
 from dpcore.mechanisms.contract import ExtraArtifact, PrivateData, ReleaseOutput, RunContext
 from dpcore.mechanisms.dpgm import accounting
@@ -121,7 +121,10 @@ def release(params: DPGMParams, data: PrivateData, ctx: RunContext) -> ReleaseOu
         centres, assignment = _per_class(n_classes, device), groups.clone()
     models = len(centres)
     # The final clusters' noisy sizes (charged with the k-means: accounting.DPGMEvent).
-    counts = torch.bincount(assignment[assignment >= 0], minlength=models).double()
+    # Records of no cluster (their class lost every centre) are counted in an extra bin that
+    # is dropped: the work never depends on how many they are.
+    counts = torch.bincount(segments.outside(assignment, models), minlength=models + 1)
+    counts = counts[:models].double()
     sizes = ctx.sampler(counts[:, None], sigma=sigma_k, sensitivity=COUNT_SENSITIVITY)[:, 0]
 
     net = family(params.model, d, params.hidden, params.latent_dim)
