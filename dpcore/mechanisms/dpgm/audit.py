@@ -105,6 +105,10 @@ class Probe:
 
         return norms, clip_sum
 
+    def rounding_error(self, n: int, clip_min: float, sensitivity: float) -> float:
+        """The sums' cover alone: the audit measures the law of the step, not its rounding."""
+        return dpsgd.rounding_error(n)
+
 
 def batch_size(p: Mapping[str, Any]) -> int:
     n = records(p)
@@ -156,7 +160,7 @@ def run(fn: Callable[..., Any], run: Run, p: Mapping[str, Any]) -> tuple[Release
     params = net.init(MODELS)
     # The networks' public randomness (the probe draws none), from the release's source.
     normal = secure_normal(run.generator, torch.device("cpu"))
-    error = dpsgd.rounding_error(n)
+    error = net.rounding_error(n, step.clip_max / step.bins, dpsgd.GRADIENT_SENSITIVITY)
     out = []
     for features, classes in each(run):
         # K = 1: every record trains its class's network (``release`` without k-means).

@@ -222,7 +222,8 @@ def train(
     optimiser = Descent(leaves, settings.lr, adam=isinstance(net, VAE))
     names = net.names()
     widths = [math.prod(leaves[k].shape[1:]) for k in names]
-    error = rounding_error(n)
+    # The family's own cover: its norms and sums are computed differently (models.py).
+    error = net.rounding_error(n, settings.clip_max / settings.bins, GRADIENT_SENSITIVITY)
     expected = (settings.batch / n * sizes.double()).clamp_min(1.0)
     if isinstance(net, RBM):
         net.state = (uniform((models, net.chains, net.d)) < 0.5).to(X.dtype)

@@ -38,10 +38,25 @@ import torch
 
 from dpcore.mechanisms import segments
 from dpcore.mechanisms.dpgm.routing import Routing, route, through_own
+from dpcore.mechanisms.float_error import gamma, scaled_sum
 from dpcore.mechanisms.secure_random import SecureRandom
 
 Params = dict[str, torch.Tensor]
 Normal = Callable[[tuple[int, ...]], torch.Tensor]
+
+
+_U = 2.0**-53  # float64's unit roundoff
+
+
+def clipped_norm_excess(*, relative: float, absolute: float, clip_min: float) -> float:
+    """η such that a record's gradient g scaled by f = min(1, fl(C/ñ)), ñ = fl(√max(sq, 0)) its
+    computed norm, has ‖f·g‖ ≤ C·(1 + η) for every clip C ≥ ``clip_min``, when the computed
+    square sq satisfies ‖g‖² ≤ (sq + ``absolute``)/(1 − ``relative``) (docs/privacy.md, DPGM,
+    "Floating point"): (1 + u)·√((((1 + u)/(1 − u))² + absolute·(1 + u)²/C_min²)/(1 − relative))
+    − 1, u = 2⁻⁵³, plus 16u for this expression's own rounding (a dozen operations, each
+    within u of a value ≤ 2)."""
+    inner = ((1 + _U) / (1 - _U)) ** 2 + absolute * (1 + _U) ** 2 / clip_min**2
+    return (1 + _U) * math.sqrt(inner / (1 - relative)) - 1.0 + 16 * _U
 
 
 class Family(Protocol):
@@ -56,6 +71,8 @@ class Family(Protocol):
     ) -> tuple[torch.Tensor, ClipSum]: ...
 
     def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor: ...
+
+    def rounding_error(self, n: int, clip_min: float, sensitivity: float) -> float: ...
 
 
 ClipSum = Callable[[torch.Tensor], Params]
@@ -167,6 +184,20 @@ class VAE:
             self.LAYERS, acts, grads, r.spread(factors), r
         )
 
+    def rounding_error(self, n: int, clip_min: float, sensitivity: float) -> float:
+        """The sampler's cover for a step's noised sums, in units of C (docs/privacy.md, DPGM,
+        "Floating point"): each record's clipped gradient has norm ≤ 1 + η (its squared norm
+        is a float64 sum of non-negative terms, relative error γ_K over K ≤ P + 16 per layer
+        operations, P the parameters), so two records move the sum by Δ·(1 + η), Δ =
+        ``sensitivity``; and the sums of ≤ n such rows, each element ≤ n + 4 rounded
+        operations (the factor, the outer product, the additions, the division by C)."""
+        parameters = 2 * self.d * self.hidden + 3 * self.hidden * self.latent
+        parameters += 2 * self.hidden + 2 * self.latent + self.d
+        K = parameters + 16 * len(self.LAYERS)
+        eta = clipped_norm_excess(relative=gamma(K), absolute=0.0, clip_min=clip_min)
+        sums = scaled_sum(sensitivity, terms=n + 4, magnitude=n * (1.0 + eta))
+        return sums + sensitivity * eta
+
     def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor:
         """One row per entry of ``models``: network models[i]'s decoder mean at a latent draw
         from the prior N(0, I) (fixed-shape work whatever the networks drawn)."""
@@ -256,6 +287,29 @@ class RBM:
             }
 
         return norms, clip_sum
+
+    def rounding_error(self, n: int, clip_min: float, sensitivity: float) -> float:
+        """The sampler's cover for a step's noised sums, in units of C (docs/privacy.md, DPGM,
+        "Floating point"). The squared norm is an expansion whose terms cancel: ‖x‖²‖p‖² −
+        2xᵀN_W p + ‖N_W‖² + ‖x − N_b‖² + ‖p − N_c‖², every factor in [0, 1] (so ‖N_W‖²_F ≤ dh
+        and |xᵀN_W p| ≤ dh), each term within γ of its own length (dh for ‖N_W‖², d + h for the
+        products, d and h for the differences) of a magnitude ≤ dh, dh, d, h, and four more
+        roundings of the total (≤ 4dh + d + h); each clipped gradient then has norm ≤ 1 + η.
+        The sums are differences Σ f x pᵀ − (Σ f)·N_W (and likewise for b and c) of parts of
+        total norm ≤ n(√(dh) + √d + √h) each, so ≤ 2n(√(dh) + √d + √h)/C_min in units of C,
+        each element ≤ n + 6 rounded operations; Δ = ``sensitivity``."""
+        d, h = self.d, self.hidden
+        absolute = (
+            gamma(d * h + 2) * d * h
+            + gamma(d + h + 4) * 3 * d * h
+            + gamma(d + 4) * d
+            + gamma(h + 4) * h
+            + gamma(4) * (4 * d * h + d + h)
+        )
+        eta = clipped_norm_excess(relative=0.0, absolute=absolute, clip_min=clip_min)
+        parts = 2.0 * n * (math.sqrt(d * h) + math.sqrt(d) + math.sqrt(h)) / clip_min
+        sums = scaled_sum(sensitivity, terms=n + 6, magnitude=parts)
+        return sums + sensitivity * eta
 
     def sample_rows(self, params: Params, models: torch.Tensor, normal: Normal) -> torch.Tensor:
         """One row per entry of ``models``: visible probabilities of network models[i] after
