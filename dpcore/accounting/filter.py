@@ -99,14 +99,16 @@ class Spend:
 
     @property
     def delta(self) -> float:
-        return self.basic_delta + (self.group_delta if self.renyi is not None else 0.0)
+        return sum_up(self.basic_delta, self.group_delta if self.renyi is not None else 0.0)
 
     @property
     def delta_left(self) -> float:
         """budget δ − spent δ, rounded down so that adding it back never passes the budget
         (a Rényi group that takes it must still fit)."""
-        left = self.budget_delta - self.delta
-        if left > 0 and left + self.delta > self.budget_delta:
+        spent = self.delta
+        left = self.budget_delta - spent
+        # The sum is rounded up (``sum_up``): step down until it fits (an ulp or two).
+        while left > 0 and sum_up(spent, left) > self.budget_delta:
             left = math.nextafter(left, 0.0)
         return max(0.0, left)
 
@@ -125,7 +127,7 @@ class Spend:
                 self.budget_epsilon,
                 self.budget_delta,
                 self.basic_epsilon + charge.epsilon,
-                self.basic_delta + charge.delta,
+                sum_up(self.basic_delta, charge.delta),
                 self.renyi,
                 self.group_delta,
             )
@@ -180,6 +182,15 @@ class Spend:
         fitting = [pair for pair in candidates if pair[1].within_budget(slack)]
         pool = fitting or candidates
         return min(pool, key=lambda pair: (pair[1].epsilon, pair[1].delta))
+
+
+def sum_up(a: float, b: float) -> float:
+    """a + b rounded up: the float at or above the exact sum (TwoSum's error term tells
+    whether rounding to nearest fell below it), so δs spent are never under-counted."""
+    total = a + b
+    b_part = total - a
+    below = (a - (total - b_part)) + (b - b_part)
+    return math.nextafter(total, math.inf) if below > 0 else total
 
 
 def renyi_epsilon(curve: Sequence[float], group_delta: float) -> float:

@@ -151,3 +151,25 @@ def test_a_group_taking_the_delta_left_always_fits() -> None:
         assert group + state.delta <= DELTA
         after = state.add(Charge("renyi", 0.0, 0.0, curve, group))
         assert after.within_budget()
+
+
+def test_delta_sums_round_against_the_user() -> None:
+    """Two δs whose exact sum passes the budget by less than an ulp: a float sum rounded to
+    nearest would fit; the filter's does not. Checked against exact rationals."""
+    from fractions import Fraction
+
+    from dpcore.accounting.filter import sum_up
+
+    rng = random.Random(5)
+    refused = 0
+    for _ in range(2000):
+        a = rng.uniform(1e-7, 1e-5)
+        budget = rng.uniform(1.5e-5, 3e-5)
+        b = budget - a  # rounded to nearest: the exact a + b may pass the budget
+        exact = Fraction(a) + Fraction(b)
+        assert Fraction(sum_up(a, b)) >= exact
+        assert Fraction(sum_up(a, b)) - exact < Fraction(math.ulp(a + b))
+        state = Spend(1.0, budget).add(Charge("basic", 0.1, a)).add(Charge("basic", 0.1, b))
+        assert state.within_budget() == (exact <= Fraction(budget))
+        refused += exact > Fraction(budget)
+    assert refused > 100  # the case arises, and is refused
