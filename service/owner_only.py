@@ -25,10 +25,12 @@ calling the service directly) ``mark`` does nothing: a unit is never left marked
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -101,3 +103,13 @@ def install(names: Iterable[str] = LOGGERS) -> None:
     given it (``install_on``)."""
     for name in names:
         install_on(logging.getLogger(name).handlers)
+
+
+def failure(exc: BaseException) -> str:
+    """An exception as the operator's logs may carry it: its type and where it was raised (the
+    innermost frames' files, lines and functions), never its message, which can quote what a
+    job computed from private data — a value, a count, a shape (docs/privacy.md, "What leaves
+    a job"). The message itself is stored on the release, which its owner reads."""
+    frames = traceback.extract_tb(exc.__traceback__)[-6:]
+    where = " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{type(exc).__name__} at {where}" if where else type(exc).__name__

@@ -147,8 +147,11 @@ class InProcessDispatcher:
                 with owner_only.unit():
                     try:
                         self._run(release_id)
-                    except Exception:  # the job records its own failure; never kill the thread
-                        log.exception("release %s: job crashed", release_id)
+                    except Exception as exc:  # the job records its own failure
+                        # Never kill the thread; log where, not what (owner_only.failure).
+                        log.error(
+                            "release %s: job crashed: %s", release_id, owner_only.failure(exc)
+                        )
             finally:
                 with self._lock:
                     self._running[owner] -= 1

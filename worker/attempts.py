@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from sqlalchemy.exc import OperationalError
 
 from dpcore.mechanisms.spec import Cancelled
+from service import owner_only
 from service.db import transaction
 from service.releases import lifecycle
 from service.runtime import Runtime
@@ -138,7 +139,9 @@ def run(
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:
         where = "" if shard is None else f"shard {shard}: "
-        log.exception("release %s %sfailed", release_id, where)
+        # Where, not what: the message may quote private values (owner_only.failure); the
+        # release stores it for its owner.
+        log.error("release %s %sfailed: %s", release_id, where, owner_only.failure(exc))
         fail(
             runtime,
             release_id,

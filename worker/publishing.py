@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dpcore import evaluation
+from service import owner_only
 from service.datasets.parsing import UploadLimits
 from service.datasets.service import upload_limits
 from service.db import transaction
@@ -155,7 +156,7 @@ def owner_report(runtime: Runtime, job: Job, path: Path, meta: dict[str, Any]) -
         labels = np.asarray(test.classes, dtype=object)[test.labels]
         report = evaluation.evaluate(release, test.X, labels, classifiers=("linear", "mlp"))
     except Exception as exc:  # a failed report never fails the release
-        log.exception("release %s: owner report failed", job.release_id)
+        log.error("release %s: owner report failed: %s", job.release_id, owner_only.failure(exc))
         return {**header, "error": f"{type(exc).__name__}: {exc}"}
     return {**header, **report}
 

@@ -10,6 +10,7 @@ import logging
 import threading
 
 import anyio.to_thread
+import pytest
 
 from service import owner_only
 
@@ -121,3 +122,32 @@ def test_celerys_own_success_line_of_a_marked_task_is_dropped() -> None:
     names = [m.split("[", 1)[0] for m in handler.messages if "succeeded" in m]
     assert names == ["Task owner_only_test.ordinary"]
     assert not owner_only.active()
+
+
+def test_a_failed_job_logs_where_it_failed_not_what_it_computed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exception's message (here a count computed from private data) is stored on the
+    release for its owner; the operator's log line carries its type and frames only."""
+    from types import SimpleNamespace
+
+    from worker import attempts
+
+    stored: list[str] = []
+    monkeypatch.setattr(attempts, "fail", lambda _r, _id, text, attempt: stored.append(text))
+    monkeypatch.setattr(attempts, "discard_parts", lambda _r, _id: None)
+
+    def work(_job: object) -> None:
+        raise ValueError("class 3 holds 17 records, fewer than min_class_size")
+
+    with caplog.at_level(logging.DEBUG):
+        attempts.run(
+            SimpleNamespace(),
+            "r-1",
+            lambda: SimpleNamespace(attempt=1),
+            work,  # type: ignore[arg-type]
+        )
+    assert "17 records" in stored[0]
+    assert "ValueError at" in caplog.text and "work" in caplog.text
+    assert "17 records" not in caplog.text and "min_class_size" not in caplog.text
+    assert all(record.exc_info is None for record in caplog.records)
