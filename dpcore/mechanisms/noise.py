@@ -119,6 +119,18 @@ class FastNoise:
         covered = _covered(sigma, cover_unit(sensitivity, unit), error)
         return add_noise(values, covered, self.generator)
 
+    def tail(
+        self,
+        *,
+        sigma: float,
+        sensitivity: float,
+        dim: int,
+        error: float = 0.0,
+        unit: float | None = None,
+    ) -> tuple[float, float]:
+        """(s, b): the noise this call would add is N(0, s²) exactly, so b = 0 (``tail``)."""
+        return _covered(sigma, cover_unit(sensitivity, unit), error), 0.0
+
 
 @dataclass(frozen=True)
 class LatticePlan:
@@ -237,6 +249,21 @@ class SecureNoise:
             )
         return self.plans[key]
 
+    def tail(
+        self,
+        *,
+        sigma: float,
+        sensitivity: float,
+        dim: int,
+        error: float = 0.0,
+        unit: float | None = None,
+    ) -> tuple[float, float]:
+        """(s, b) for this call's rows (``tail``): the value rounded to the lattice g (moved
+        by ≤ g/2) plus g·round(Z/g), Z ~ N(0, σ'²): the noise lies within Z ± g, so s = σ'
+        and b = g."""
+        plan = self.plan(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit)
+        return plan.sigma_effective, plan.lattice
+
     def __call__(
         self,
         values: torch.Tensor,
@@ -302,6 +329,27 @@ class SecureNoise:
         ]
 
 
+def tail(
+    sampler: NoiseSampler,
+    *,
+    sigma: float,
+    sensitivity: float,
+    dim: int,
+    error: float = 0.0,
+    unit: float | None = None,
+) -> tuple[float, float]:
+    """(s, b) such that the noise ``sampler`` adds to each entry of a row of ``dim`` entries,
+    called with these arguments, lies within b of an N(0, s²) variable: a tail bound on the
+    noise is the Gaussian's at s, widened by b. The served samplers say it (the `secure`
+    sampler's effective σ and lattice); a sampler that does not is taken to draw N(0, σ²)
+    exactly (test doubles)."""
+    own = getattr(sampler, "tail", None)
+    if own is None:
+        return float(sigma), 0.0
+    spread, offset = own(sigma=sigma, sensitivity=sensitivity, dim=dim, error=error, unit=unit)
+    return float(spread), float(offset)
+
+
 class UndeclaredNoise(ValueError):
     """A generator asked for noise its release's accountant did not declare."""
 
@@ -344,6 +392,26 @@ class DeclaredNoise:
         raise UndeclaredNoise(
             f"noise σ={sigma:g} with sensitivity {sensitivity:g} is not declared by the "
             f"accountant; declared: {declared}"
+        )
+
+    def tail(
+        self,
+        *,
+        sigma: float,
+        sensitivity: float,
+        dim: int,
+        error: float = 0.0,
+        unit: float | None = None,
+    ) -> tuple[float, float]:
+        """The inner sampler's (s, b) for the call ``__call__`` would make (``tail``)."""
+        scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
+        return tail(
+            self.inner,
+            sigma=scale.sigma,
+            sensitivity=scale.sensitivity,
+            dim=dim,
+            error=error,
+            unit=min(cover_unit(sensitivity, unit), scale.sensitivity),
         )
 
     def __call__(

@@ -452,3 +452,54 @@ def test_the_preview_warns_where_classes_are_unlikely_to_reach_their_bounds(
     stored = {**planned.stored_params(), "class_sizes": "declared", "count_noise": None}
     declared = spec.params.model_validate(stored)
     assert spec.guidance.warnings(declared, facts, planned.noise) == []  # type: ignore[misc]
+
+
+def test_secure_count_bounds_hold_for_the_noise_drawn_not_sigma_c_alone() -> None:
+    """The `secure` sampler draws x_l + g·round(N/g), N ~ N(0, σ'²), σ' > σ_c: a margin from σ_c
+    alone fails more often than β/K; the sampler's tail (σ', g) keeps it within β/K. Exact
+    law, the input's lattice rounding taken at its worst (+g/2)."""
+    from dpcore.mechanisms import noise
+    from dpcore.mechanisms.dpcda.accounting_counts import COUNT_SENSITIVITY, bound_margin
+    from dpcore.mechanisms.noise import SecureNoise
+
+    sigma_c, K, beta = 118.0, 10, 1e-6
+    secure = SecureNoise(SecureRandom.from_seed(0))
+    spread, offset = noise.tail(secure, sigma=sigma_c, sensitivity=COUNT_SENSITIVITY, dim=K)
+    plan = secure.plan(sigma=sigma_c, sensitivity=COUNT_SENSITIVITY, dim=K)
+    assert (spread, offset) == (plan.sigma_effective, plan.lattice) and spread > sigma_c
+
+    def failure(margin: float) -> float:
+        """P[⌊Y − margin⌋ > N] = P[noise ≥ margin + 1], worst input rounding."""
+        g = plan.lattice
+        k = math.ceil((margin + 1 - g / 2) / g)
+        return float(special.ndtr(-(k - 0.5) * g / plan.sigma_effective))
+
+    assert failure(bound_margin(sigma_c, beta, K)) > 1.2 * beta / K
+    assert failure(bound_margin(spread, beta, K) + offset) <= beta / K
+    fast = FastNoise(SecureRandom.from_seed(0))
+    assert noise.tail(fast, sigma=sigma_c, sensitivity=COUNT_SENSITIVITY, dim=K) == (sigma_c, 0.0)
+
+
+def test_a_secure_release_sets_its_bounds_by_the_noise_drawn() -> None:
+    from dpcore.mechanisms.dpcda.accounting_counts import bound_margin
+    from dpcore.mechanisms.noise import SecureNoise
+
+    # Count noise large enough that σ'/σ_c and the lattice move the bounds by whole records.
+    params = {**PARAMS, "count_noise": 40.0, "min_class_size": 40}
+    data = _data([600, 800])
+    noise = noise_for("dpcda", params, facts_of(data), sigma=0.5)
+    generator = SecureRandom.from_seed(0)
+    secure = SecureNoise(generator)
+    out = build(
+        "dpcda", params, data, noise=noise, sampler=secure, generator=generator,
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    list(out.chunks)
+    meta = out.preprocessing
+    (plan,) = [p for key, p in secure.plans.items() if key[0] == 40.0 and key[2] == 2]
+    beta = meta["class_size_failure_prob"]
+    plain = np.floor(np.asarray(meta["dp_class_counts"]) - bound_margin(40.0, beta, 2))
+    margin = bound_margin(plan.sigma_effective, beta, 2)
+    expected = np.floor(np.asarray(meta["dp_class_counts"]) - margin - plan.lattice)
+    assert meta["dp_class_size_lower_bounds"] == expected.astype(int).tolist()
+    assert (expected < plain).all()  # σ_c's margin alone would have set higher bounds

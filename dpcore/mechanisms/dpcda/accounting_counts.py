@@ -2,8 +2,9 @@
 
 Mechanism. Y: the K class counts plus N(0, σ_c² I) (σ_c = ``count_noise``; replace-one moves
 two counts by 1, so Y is μ_c = √2/σ_c-GDP; K = 1: n is public, nothing moves). From Y the
-lower bounds m̂_c = ⌊Y_c − σ_c·Φ⁻¹(1 − β/K)⌋ (β = ``class_size_failure_prob``): with
-probability ≥ 1 − β every m̂_c ≤ N_c (a union bound over K Gaussian tails). Z: if
+lower bounds m̂_c = ⌊Y_c − s·Φ⁻¹(1 − β/K) − b⌋ (β = ``class_size_failure_prob``; s, b the
+sampler's ``noise.tail``: σ_c and 0 for a Gaussian, the effective σ' and the lattice step for
+the `secure` sampler): with probability ≥ 1 − β every m̂_c ≤ N_c (a union bound over K tails). Z: if
 min_c m̂_c ≥ m (``min_class_size``, public, ≥ ℓ) the mixtures of ``accounting_mixing`` at the σ
 fixed at admission; otherwise rows of noise alone (⊥; same shapes). Published: Y, m̂, Z.
 
@@ -65,9 +66,14 @@ def bound_margin(count_noise: float, failure_prob: float, classes: int) -> float
     return count_noise * float(-special.ndtri(failure_prob / classes))
 
 
-def lower_bounds(noisy_counts: np.ndarray, count_noise: float, failure_prob: float) -> np.ndarray:
-    """m̂_c = ⌊Y_c − σ_c·Φ⁻¹(1 − β/K)⌋: all ≤ the true counts with probability ≥ 1 − β."""
-    margin = bound_margin(count_noise, failure_prob, len(noisy_counts))
+def lower_bounds(
+    noisy_counts: np.ndarray, count_noise: float, failure_prob: float, offset: float = 0.0
+) -> np.ndarray:
+    """m̂_c = ⌊Y_c − s·Φ⁻¹(1 − β/K) − b⌋: all ≤ the true counts with probability ≥ 1 − β when
+    every count's noise lies within b of an N(0, s²) variable (s = ``count_noise``, b =
+    ``offset``: the sampler's ``noise.tail``; the `secure` sampler's effective σ' ≥ σ_c and
+    its lattice step, so the bound holds for the noise drawn, not only for σ_c)."""
+    margin = bound_margin(count_noise, failure_prob, len(noisy_counts)) + offset
     return np.floor(np.asarray(noisy_counts, dtype=np.float64) - margin).astype(np.int64)
 
 

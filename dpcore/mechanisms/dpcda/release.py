@@ -23,6 +23,7 @@ from dpcore.mechanisms.dpcda.accounting_mixing import nonnegative_features, stat
 from dpcore.mechanisms.dpcda.generate import generate
 from dpcore.mechanisms.dpcda.params import DPCDAParams
 from dpcore.mechanisms.noise import NoiseSampler
+from dpcore.mechanisms.noise import tail as noise_tail
 from dpcore.mechanisms.postprocess import postprocessor
 from dpcore.mechanisms.sampling import chunk_size
 from dpcore.preprocessing import RowTransform, clip_rows_l2, scale_to_unit, standardise
@@ -186,7 +187,11 @@ def _dp_class_sizes(
     beta = float(ctx.noise.analysis["class_size_failure_prob"])
     exact = torch.as_tensor(counts.astype(np.float64))[None, :]
     noisy = ctx.sampler(exact, sigma=count_noise, sensitivity=COUNT_SENSITIVITY).numpy()[0]
-    bounds = lower_bounds(noisy, count_noise, beta)
+    # The margin of the noise as drawn (the secure sampler's σ' and lattice), not σ_c's alone.
+    spread, offset = noise_tail(
+        ctx.sampler, sigma=count_noise, sensitivity=COUNT_SENSITIVITY, dim=len(counts)
+    )
+    bounds = lower_bounds(noisy, spread, beta, offset)
     reached = bool(bounds.min() >= params.min_class_size)
     mix = reached and bool(counts.min() >= params.mixture_degree)
     out: dict[str, Any] = {
@@ -205,8 +210,8 @@ def _dp_class_sizes(
         # possible only in the failure event β covers).
         out["not_mixed"] = (
             f"a DP lower bound ({int(bounds.min())}) is below min_class_size "
-            f"{params.min_class_size} (the bounds sit count_noise·Φ⁻¹(1 − β/K) = "
-            f"{bound_margin(count_noise, beta, len(counts)):.4g} below the noisy "
+            f"{params.min_class_size} (the bounds sit σ'·Φ⁻¹(1 − β/K) + g = "
+            f"{bound_margin(spread, beta, len(counts)) + offset:.4g} below the noisy "
             "counts): every row is noise alone, with no record in it, charged as a mixed "
             "release. A smaller min_class_size, a larger ε (a smaller default count_noise) or "
             "an explicit smaller count_noise (charged more) lets such a dataset mix"
