@@ -361,3 +361,24 @@ def test_floyd_work_does_not_depend_on_n() -> None:
         floyd_indices(n, 16, 30, generator=source)
         seen.append(source.sizes)
     assert all(s == [30] * 16 for s in seen)
+
+
+def test_each_mixture_sums_its_members_in_dataset_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks within a class shift on a neighbour where a record moved between classes; a
+    mixture without that record must still be summed in the same order (the secure sampler's
+    cover assumes its bits unchanged), so members are summed in dataset order."""
+    from dpcore.mechanisms.dpcda import generate as module
+
+    seen: list[torch.Tensor] = []
+    real = module.gather_sum
+
+    def recording(features: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        seen.append(chosen.clone())
+        return real(features, chosen)
+
+    monkeypatch.setattr(module, "gather_sum", recording)
+    labels = [0, 1] * 20 + [2] * 15
+    _run(labels, ell=5, T=60)
+    assert seen
+    for chosen in seen:
+        assert (chosen[:, 1:] > chosen[:, :-1]).all()

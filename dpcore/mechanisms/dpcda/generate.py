@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from dpcore.mechanisms import float_error
@@ -83,7 +84,13 @@ def generate(
         # Checked before the class's first draw.
         if counts[c] < mixture_degree:
             raise ValueError(f"class {c} has fewer records than mixture_degree={mixture_degree}")
-        local = floyd_indices(int(counts[c]), mixture_degree, count, generator=generator)
+        # Each mixture's members in rank order (dataset order within the class): a set of
+        # members is then summed in the same order on neighbours whose ranks shift (a record
+        # moved between classes), so a mixture without that record keeps its bits, as the
+        # secure sampler's cover assumes. The set, and so the law, is unchanged.
+        local = np.sort(
+            floyd_indices(int(counts[c]), mixture_degree, count, generator=generator), axis=1
+        )
         chosen = torch.from_numpy(order[starts[c] + local]).to(device)
         mixed = gather_sum(features, chosen) / mixture_degree
         onehot = torch.zeros((count, n_classes), device=device, dtype=dtype)

@@ -17,12 +17,12 @@ min{f_p, f_p⁻¹}**) and the numerics (connect-the-dots, precise FFT compositio
 
 The event's ε is the smaller of this PLD's and the RDP accountant's (``DPMixEvent``), both
 valid; the RDP one wins only where one mixture's loss passes ``MAX_LOSS`` (the PLD then
-reports inf; ε is in the thousands). Cost: (ε, δ) only, no RDP curve: the ledger composes
-this entry by its (ε, δ).
+reports inf; ε is in the thousands). Cost: (ε, δ) with the RDP accountant's curve alongside,
+so the ledger's filter may charge either (``cost``).
 
-Not registered in the spec yet: the ledger must first compose (ε, δ) entries as a valid
-privacy filter. ``build`` and ``guess_sigma`` have the signatures ``Accountant`` expects
-(same keys as ``tight``; record assignment is delegated to ``DPMixRecordEvent``).
+DPMix's ``tight`` accountant (``dpcore/mechanisms/dpmix/__init__.py``); ``build`` and
+``guess_sigma`` have the signatures ``Accountant`` expects (record assignment is delegated to
+``DPMixRecordEvent``).
 """
 
 from __future__ import annotations
