@@ -404,15 +404,20 @@ class DeclaredNoise:
         unit: float | None = None,
     ) -> tuple[float, float]:
         """The inner sampler's (s, b) for the call ``__call__`` would make (``tail``)."""
+        return tail(self.inner, dim=dim, error=error, **self._inner(sigma, sensitivity, unit))
+
+    def _inner(self, sigma: float, sensitivity: float, unit: float | None) -> dict[str, float]:
+        """The inner sampler's σ, sensitivity and cover unit for a call: the declared scale's
+        values; the cover stays relative to the call's own analysis — its unit (a
+        contribution radius), else its row's sensitivity, which may be below the declared
+        maximum (a count row under a scale that also noises sums): a smaller unit only raises
+        it."""
         scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
-        return tail(
-            self.inner,
-            sigma=scale.sigma,
-            sensitivity=scale.sensitivity,
-            dim=dim,
-            error=error,
-            unit=min(cover_unit(sensitivity, unit), scale.sensitivity),
-        )
+        return {
+            "sigma": scale.sigma,
+            "sensitivity": scale.sensitivity,
+            "unit": min(cover_unit(sensitivity, unit), scale.sensitivity),
+        }
 
     def __call__(
         self,
@@ -423,17 +428,7 @@ class DeclaredNoise:
         error: float = 0.0,
         unit: float | None = None,
     ) -> torch.Tensor:
-        scale = self.scale_for(sigma=sigma, sensitivity=sensitivity)
-        # The cover stays relative to the call's own analysis — its unit (a contribution
-        # radius), else its row's sensitivity, which may be below the declared maximum (a
-        # count row under a scale that also noises sums): a smaller unit only raises it.
-        return self.inner(
-            values,
-            sigma=scale.sigma,
-            sensitivity=scale.sensitivity,
-            error=error,
-            unit=min(cover_unit(sensitivity, unit), scale.sensitivity),
-        )
+        return self.inner(values, error=error, **self._inner(sigma, sensitivity, unit))
 
     def describe(self) -> list[dict[str, float]] | None:
         describe = getattr(self.inner, "describe", None)

@@ -37,6 +37,7 @@ from typing import Protocol
 import torch
 
 from dpcore.mechanisms import segments
+from dpcore.mechanisms.dpgm.params import network_size
 from dpcore.mechanisms.dpgm.routing import Routing, route, through_own
 from dpcore.mechanisms.float_error import gamma, scaled_sum
 from dpcore.mechanisms.secure_random import SecureRandom
@@ -191,9 +192,7 @@ class VAE:
         operations, P the parameters), so two records move the sum by Δ·(1 + η), Δ =
         ``sensitivity``; and the sums of ≤ n such rows, each element ≤ n + 4 rounded
         operations (the factor, the outer product, the additions, the division by C)."""
-        parameters = 2 * self.d * self.hidden + 3 * self.hidden * self.latent
-        parameters += 2 * self.hidden + 2 * self.latent + self.d
-        K = parameters + 16 * len(self.LAYERS)
+        K = network_size("vae", self.d, self.hidden, self.latent) + 16 * len(self.LAYERS)
         eta = clipped_norm_excess(relative=gamma(K), absolute=0.0, clip_min=clip_min)
         sums = scaled_sum(sensitivity, terms=n + 4, magnitude=n * (1.0 + eta))
         return sums + sensitivity * eta
