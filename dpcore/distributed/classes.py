@@ -24,8 +24,12 @@ The job, over partitions p = 0 … P − 1 (the dataset's order):
    with independent streams, the same law.
 4. ``gather`` (map, per chunk and partition holding requested ranks): the partial sum per
    mixture of its members held there (sparse: the mixtures touched, their sums).
-5. ``reduce_chunk`` and ``finish``: the sum over partitions, times 1/ℓ, plus N(0, σ²) from the
-   reducer's own key, labels one-hot c; rows in the single machine's order.
+5. ``reduce_chunk`` and ``finish``: the sum over partitions, in partition order, times 1/ℓ,
+   plus N(0, σ²) from the reducer's own key, labels one-hot c; rows in the single machine's
+   order. A mixture's members are summed in dataset order within a partition and its partial
+   sums in partition order, so its bits depend on its member set only: a record moving between
+   classes (which shifts later ranks) leaves every other mixture's bits unchanged, as the
+   secure sampler's cover assumes.
 
 Same law: the ranks are drawn exactly as the single machine draws them (Floyd, ℓ exact
 uniform draws per mixture, independent across mixtures); the routing is a bijection between
@@ -138,7 +142,10 @@ def route(ranks: np.ndarray, c: int, where: np.ndarray) -> dict[int, Request]:
     if flat.size and int(flat.max()) >= int(column[-1]):
         raise ValueError("a rank beyond the class's records")
     part = np.searchsorted(column, flat, side="right") - 1
-    order = np.argsort(part, kind="stable")
+    # By partition, then mixture, then rank: ``gather`` adds a mixture's members in the order
+    # listed, so each partial sum runs in dataset order, a function of the member set alone
+    # (not of the order the draws came in), as the single machine's sums are.
+    order = np.lexsort((flat, mixture, part))
     part, flat, mixture = part[order], flat[order], mixture[order]
     out: dict[int, Request] = {}
     cuts = np.flatnonzero(np.diff(part)) + 1
@@ -150,7 +157,9 @@ def route(ranks: np.ndarray, c: int, where: np.ndarray) -> dict[int, Request]:
 
 
 def gather(index: ClassIndex, c: int, request: Request) -> Partial:
-    """The map of step 4: the partition's members of each requested mixture, summed."""
+    """The map of step 4: the partition's members of each requested mixture, summed in the
+    order the request lists them (``route``: rank order, which is dataset order; the CPU's
+    ``index_add_`` adds a group's rows in row order)."""
     if request.rank.size and (
         int(request.rank.min()) < 0
         or int(request.rank.max()) >= int(index.starts[c + 1] - index.starts[c])

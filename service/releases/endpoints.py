@@ -195,7 +195,7 @@ def download_release_artifact(
 
 
 def download_raw_release(
-    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+    release_id: str, session: SessionDep, principal: OwnerDep, runtime: RuntimeDep
 ) -> Response:
     release = service.get(session, principal=principal, release_id=release_id)
     # As DP as the release itself, but not what analysts were meant to get: the owner only.
@@ -248,7 +248,7 @@ def _chunks(stream: ObjectStream) -> Iterator[bytes]:
 
 
 def get_report(
-    release_id: str, session: SessionDep, principal: PrincipalDep, runtime: RuntimeDep
+    release_id: str, session: SessionDep, principal: OwnerDep, runtime: RuntimeDep
 ) -> dict[str, Any]:
     release = service.get(session, principal=principal, release_id=release_id)
     # Raw-data results: the requesting owner only; everyone else sees nothing at all.
@@ -470,6 +470,7 @@ def make_router() -> APIRouter:
         responses={
             **responses(
                 401,
+                403,
                 404,
                 409,
                 e404="Not found (or not yours), or the release was not post-processed",
@@ -486,7 +487,12 @@ def make_router() -> APIRouter:
         get_report,
         methods=["GET"],
         responses=responses(
-            401, 404, 409, 410, e410="The held-out dataset was deleted, and the report with it"
+            401,
+            403,
+            404,
+            409,
+            410,
+            e410="The held-out dataset was deleted, and the report with it",
         ),
         summary="The owner-only utility report (computed on the owner's held-out raw data)",
         openapi_extra=objects("the owner who requested the release; nobody else, admins included"),

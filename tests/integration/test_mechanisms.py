@@ -320,7 +320,7 @@ def test_postprocessed_release_keeps_the_raw_rows_for_the_owner_only(
     assert U_raw.min() < 0 and not np.allclose(X, X_raw)
     # The owner only: the analyst, granted the release, does not see the raw rows.
     denied = h.client.get(f"/releases/{rid}/raw", headers=h.headers(analyst))
-    assert denied.status_code == 404
+    assert denied.status_code == 403  # by role, before any lookup
     # Without post-processing the noisy mixtures are clipped into the declared bounds; the
     # owner's raw copy holds them as drawn.
     body["params"] = {"mixture_degree": 4, "n_samples": 30, "postprocess": "none"}

@@ -20,6 +20,7 @@ from dpcore.mechanisms.sgdrm.accounting import (
     SGDRMGaussianEvent,
     default_coefficient_bound,
     exceed_probability,
+    magnitude_exceed_probability,
 )
 
 TIGHT = registry.accountant("sgdrm", "tight")
@@ -45,6 +46,38 @@ def test_epsilon_is_a_verified_fixed_point_above_the_clipped_one() -> None:
     # ... and what it reports satisfies ε ≥ ε_clip(δ − (1 + e^ε)τ).
     assert clipped.epsilon(delta - (1 + math.exp(eps)) * tau) <= eps
     assert tau == pytest.approx(60000 * (128 / 60000) * exceed_probability(0.55, 128))
+
+
+def _sum_of_two_exceeds(c: float, ell: int) -> float:
+    """P(|g₁| + |g₂| > 2c), g ~ N(0, 1/ℓ), by integrating over |g₁| (high precision)."""
+    s = 1 / mpmath.sqrt(ell)
+    half = lambda t: 2 * mpmath.npdf(t, 0, s)  # noqa: E731  (density of |g|)
+    tail = lambda t: mpmath.erfc(max(2 * c - t, 0) / (s * mpmath.sqrt(2)))  # noqa: E731
+    return float(mpmath.quad(lambda t: half(t) * tail(t), [0, 2 * c, mpmath.inf]))
+
+
+def test_the_magnitude_event_is_bounded_from_above() -> None:
+    """The float cover's magnitude n·c√2 can fail for unclipped coefficients only when a
+    mixture's members' Σ|g| passes n·c; the bound on that event's probability holds where it
+    can be computed exactly (n = 1: P(|g| > c); n = 2: a one-dimensional integral)."""
+    for ell, kappa in [(4, 1.5), (16, 3.0), (128, 2.0)]:
+        c = kappa / math.sqrt(ell)
+        one = magnitude_exceed_probability(n=1, mixture_width=ell, T=1, bound=c)
+        assert one >= exceed_probability(c, ell)
+        two = magnitude_exceed_probability(n=2, mixture_width=ell, T=1, bound=c)
+        assert two >= _sum_of_two_exceeds(c, ell)
+        union = magnitude_exceed_probability(n=2, mixture_width=ell, T=7, bound=c)
+        assert union == pytest.approx(min(1.0, 7 * two), rel=1e-12)
+
+
+def test_small_datasets_pay_for_the_magnitude_event() -> None:
+    """At n = 4 the event is not negligible: τ carries it beside record i's inclusion."""
+    event = SGDRMGaussianEvent(4, 2, 4, 1.0)
+    c_w = default_coefficient_bound(2)
+    inclusion = 4 * (2 / 4) * exceed_probability(0.9, 2)
+    magnitude = magnitude_exceed_probability(n=4, mixture_width=2, T=4, bound=c_w)
+    assert magnitude > 1e-8
+    assert event.coupling_tv(0.9) == pytest.approx(inclusion + magnitude, rel=1e-12)
 
 
 @pytest.mark.slow  # 4-7 s: kept out of make test-fast

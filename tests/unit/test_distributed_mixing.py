@@ -632,6 +632,28 @@ def test_spec_jobs_match_the_releases_and_run(client: Any, tmp_path: Any) -> Non
         dpcda.execution.distributed(params_of(dpcda, {**raw, "class_sizes": "dp"}), declared, noise)
 
 
+def test_partial_sums_run_in_dataset_order_whatever_the_draw_order() -> None:
+    """A mixture's partial sum in a partition adds its members in dataset order, so its bits
+    are a function of its member set: values whose float64 sum depends on the order (1e16,
+    1, −1e16, 1) give the dataset-order result for every order the ranks are drawn in."""
+    values = np.array([[1e16], [1.0], [-1e16], [1.0]])
+    labels = np.zeros(4, dtype=np.int64)
+    index = classes.index_partition(values, labels, n_classes=1, nonnegative=False)
+    where = classes.offsets([classes.class_counts(index)])
+    v = values.astype(np.float32).astype(np.float64)[:, 0]  # as the partition stores them
+    in_order = ((v[0] + v[1]) + v[2]) + v[3]  # float64, dataset order
+    assert in_order != ((v[1] + v[3]) + v[0]) + v[2]  # the order shows in the bits
+    for drawn in itertools.permutations(range(4)):
+        request = classes.route(np.array([drawn]), 0, where)[0]
+        np.testing.assert_array_equal(request.rank, np.arange(4))
+        part = classes.gather(index, 0, request)
+        assert part.sums[0, 0] == in_order
+    # Two mixtures listed together: each keeps its own members, each in dataset order.
+    request = classes.route(np.array([[3, 1], [2, 0]]), 0, where)[0]
+    np.testing.assert_array_equal(request.mixture, [0, 0, 1, 1])
+    np.testing.assert_array_equal(request.rank, [1, 3, 0, 2])
+
+
 def test_routing_is_the_stable_sort_bijection() -> None:
     """Every class rank r is routed to the record the single machine's stable argsort of all
     labels puts at rank r; ranks beyond a partition's records are refused."""

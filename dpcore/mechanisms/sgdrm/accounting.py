@@ -365,6 +365,17 @@ def exceed_probability(coefficient_bound: float, mixture_width: int) -> float:
     return float(special.erfc(coefficient_bound * math.sqrt(mixture_width / 2))) * (1 + 1e-9)
 
 
+def magnitude_exceed_probability(*, n: int, mixture_width: int, T: int, bound: float) -> float:
+    """An upper bound on P(some mixture's members have Σ|g| > n·c) for g ~ N(0, 1/ℓ), c =
+    ``bound``: outside that event the float cover's magnitude n·c√2 (``generate``) holds for
+    unclipped coefficients too. A mixture has at most n members, so its Σ|g| is dominated by
+    n of them; Chernoff with E e^{λ|g|} ≤ 2e^{λ²/(2ℓ)} at λ = cℓ gives, per mixture,
+    exp(n·(ln 2 − c²ℓ/2)); a union over the T mixtures. (It underflows to 0 only below
+    1e-308, far under any δ's last bit.)"""
+    log_p = math.log(T) + n * (math.log(2.0) - bound * bound * mixture_width / 2)
+    return 1.0 if log_p >= 0 else math.exp(log_p)
+
+
 def coupling_bound(*, epsilon: float, delta: float, n: int, mixture_width: int, T: int) -> float:
     """c with (1 + e^ε)·T·(ℓ/n)·P(|g| > c) = COUPLING_DELTA_SHARE·δ."""
     target = COUPLING_DELTA_SHARE * delta / ((1 + math.exp(min(epsilon, 700.0))) * T)
@@ -381,8 +392,9 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
     record i with |g| > c: TV(M(D), M′(D)) ≤ τ = T·(ℓ/n)·P(|g| > c). M′ is the clipped
     variant's pair for record i (the other records' coefficients are a common shift, revealed
     to the adversary as in the clipped analysis), (ε, δ′)-DP by that PLD; so M is
-    (ε, δ′ + (1 + e^ε)τ)-DP. ε is the least fixed point of ε = ε_clip(c; δ − (1 + e^ε)τ),
-    reached from below and verified.
+    (ε, δ′ + (1 + e^ε)τ)-DP, τ also carrying the probability that the float cover's
+    magnitude fails (``magnitude_exceed_probability``). ε is the least fixed point of
+    ε = ε_clip(c; δ − (1 + e^ε)τ), reached from below and verified.
 
     c is an analysis parameter (nothing is clipped): ``coefficient_bound`` when given (the
     service fixes it from the target ε when it calibrates), else chosen at each δ from
@@ -436,10 +448,21 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
         return candidates
 
     def coupling_tv(self, c: float) -> float:
-        """τ: the probability that record i ever enters a mixture with |g| > c."""
-        return min(
-            1.0, self.n_samples * self.sampling_prob * exceed_probability(c, self.mixture_width)
+        """τ: the probability that record i ever enters a mixture with |g| > c, plus that of
+        the event outside which the noise's float cover holds for the unclipped coefficients
+        (some mixture's Σ|g| past n·c_w, c_w the bound the lattice assumes: ``noise``). Both
+        events are of the coins alone, the same on neighbours."""
+        inclusion = self.n_samples * self.sampling_prob * exceed_probability(c, self.mixture_width)
+        magnitude = magnitude_exceed_probability(
+            n=self.n, mixture_width=self.mixture_width, T=self.n_samples, bound=self._lattice_bound
         )
+        return min(1.0, inclusion + magnitude)
+
+    @property
+    def _lattice_bound(self) -> float:
+        if self.coefficient_bound is None:
+            return default_coefficient_bound(self.mixture_width)
+        return self.coefficient_bound
 
     def epsilon(self, delta: float) -> float:
         _check_delta(delta)
@@ -465,9 +488,9 @@ class SGDRMGaussianEvent(ApproximateDPEvent):
     def noise(self) -> NoiseDescription:
         # The lattice assumes c (or the default 3/√ℓ when c is chosen per δ: every candidate
         # is at least that large, so the rounding slack stays covered).
-        if self.coefficient_bound is None:
-            return mixture_noise(self.sigma, default_coefficient_bound(self.mixture_width))
-        return mixture_noise(self.sigma, self.coefficient_bound, fixed=True)
+        return mixture_noise(
+            self.sigma, self._lattice_bound, fixed=self.coefficient_bound is not None
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
