@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,12 +49,85 @@ _fit = moments.fit
 
 
 def pocs(iterations: int) -> None:
-    def decode(Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0) -> torch.Tensor:
-        x = _decode(Z, basis, clip, contrast)
+    def decode(
+        Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0, detail: Any = None
+    ) -> torch.Tensor:
+        x = _decode(Z, basis, clip, contrast, detail)
         target = Z * clip
         for _ in range(iterations):
             x = (x + basis.lift(target - basis.project(x), torch.float64)).clamp(0.0, 1.0)
         return x
+
+    moments.decode = decode
+
+
+def residual_shaped(fraction: float, power: float | None = None) -> None:
+    """As ``residual``, but the detail's variance per DCT function beyond the basis follows the
+    private unit rows' mean square coefficient on that function (measured without noise: the
+    ceiling of a DP estimate of those d − k numbers)."""
+    from dpcore.mechanisms.basis import dct_basis
+
+    state: dict[str, torch.Tensor] = {}
+
+    def decode(
+        Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0, detail: Any = None
+    ) -> torch.Tensor:
+        k = Z.shape[1]
+        if "tail" not in state:
+            shared = Path(os.environ.get("DPRELEASE_SHARED", clustmix_gaussian.SHARED))
+            data = clustmix_gaussian.load_private(shared)
+            X01 = torch.as_tensor(data.X.reshape(len(data.X), -1) / 255.0)
+            U = moments.unit_rows(X01, clip)
+            full = torch.as_tensor(np.array(dct_basis((28, 28), U.shape[1])))
+            tail = full[:, k:]
+            state["tail"] = tail
+            if power is None:
+                state["std"] = (fraction * (U @ tail).pow(2).mean(0)).sqrt()
+            else:
+                # A public spectrum: variance ∝ (u + v)^(−power) over the left-out DCT functions
+                # (zig-zag order), scaled to the measured total energy outside the basis.
+                order = sorted(
+                    ((u, v) for u in range(28) for v in range(28)), key=lambda t: (sum(t), t[0])
+                )
+                freq = torch.tensor([float(u + v) for u, v in order[k:]], dtype=torch.float64)
+                shape = freq.pow(-power)
+                energy = float((U @ tail).pow(2).sum(1).mean())
+                state["std"] = (fraction * energy * shape / shape.sum()).sqrt()
+        x = basis.lift(Z, torch.float64)
+        eps = torch.randn((x.shape[0], state["tail"].shape[1]), dtype=torch.float64)
+        x = (x + (eps * state["std"]) @ state["tail"].T) * clip
+        if contrast != 1.0:
+            x = (x - 0.5) * contrast + 0.5
+        return x.clamp(0.0, 1.0)
+
+    moments.decode = decode
+
+
+def residual(fraction: float) -> None:
+    """Rows given random detail outside the basis: C·(Bz + s·P⊥ε), ε ~ N(0, I_d), s² chosen so
+    the added energy is ``fraction`` times the private unit rows' mean energy outside the basis
+    (measured without noise here: a probe of the ceiling; a release would estimate that one
+    scalar under DP)."""
+    state: dict[str, float] = {}
+
+    def decode(
+        Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0, detail: Any = None
+    ) -> torch.Tensor:
+        if "s" not in state:
+            shared = Path(os.environ.get("DPRELEASE_SHARED", clustmix_gaussian.SHARED))
+            data = clustmix_gaussian.load_private(shared)
+            X01 = torch.as_tensor(data.X.reshape(len(data.X), -1) / 255.0)
+            U = moments.unit_rows(X01, clip)
+            outside = U - basis.lift(basis.project(U), torch.float64)
+            energy = float(outside.pow(2).sum(1).mean())
+            state["s"] = math.sqrt(fraction * energy / (U.shape[1] - Z.shape[1]))
+            print(json.dumps({"residual_energy": energy, "s": state["s"]}), file=sys.stderr)
+        x = basis.lift(Z, torch.float64)
+        eps = torch.randn(x.shape, dtype=torch.float64)
+        x = (x + state["s"] * (eps - basis.lift(basis.project(eps), torch.float64))) * clip
+        if contrast != 1.0:
+            x = (x - 0.5) * contrast + 0.5
+        return x.clamp(0.0, 1.0)
 
     moments.decode = decode
 
@@ -149,8 +224,13 @@ def ridge(epsilon: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("probe", choices=["pocs", "means", "spikes", "projection", "ridge"])
+    parser.add_argument(
+        "probe",
+        choices=["pocs", "means", "spikes", "residual", "shaped", "projection", "ridge"],
+    )
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--fraction", type=float, default=1.0)
+    parser.add_argument("--power", type=float, default=None)
     args, rest = parser.parse_known_args()
     if args.probe in ("projection", "ridge"):
         torch.set_num_threads(2)
@@ -159,6 +239,8 @@ def main() -> None:
         return
     {
         "pocs": lambda: pocs(args.iterations),
+        "residual": lambda: residual(args.fraction),
+        "shaped": lambda: residual_shaped(args.fraction, args.power),
         "means": means,
         "spikes": spikes,
     }[args.probe]()

@@ -53,6 +53,7 @@ Written by hand: no library releases noisy second moments per cluster.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -497,10 +498,20 @@ def sample(
     return torch.cat(rows), torch.cat(labels)
 
 
-def decode(Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0) -> torch.Tensor:
-    """Unit rows in the basis → features in [0, 1]: C·B z, its contrast around 1/2 scaled by
-    ``contrast`` (1: unchanged; a public post-processing choice), clipped."""
-    x = basis.lift(Z, torch.float64) * clip
+def decode(
+    Z: torch.Tensor,
+    basis: Basis,
+    clip: float,
+    contrast: float = 1.0,
+    detail: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Unit rows in the basis → features in [0, 1]: C·(B z + ``detail`` outside the basis, if
+    given: ``dpcore.mechanisms.detail``), its contrast around 1/2 scaled by ``contrast`` (1:
+    unchanged; a public post-processing choice), clipped."""
+    x = basis.lift(Z, torch.float64)
+    if detail is not None:
+        x = detail(x)
+    x = x * clip
     if contrast != 1.0:
         x = (x - 0.5) * contrast + 0.5
     return x.clamp(0.0, 1.0)

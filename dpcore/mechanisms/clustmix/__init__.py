@@ -28,6 +28,7 @@ from dpcore.mechanisms.clipping import (
 from dpcore.mechanisms.clustmix.params import (
     PAPER_ONLY,
     ClustMixParams,
+    detail_foreign_fields,
     foreign_fields,
     means_foreign_fields,
     unmatched_foreign_fields,
@@ -72,6 +73,16 @@ _DP_KEYS = (
         ClustMixParams,
         "value_share",
         help="values matched: share of the final step's μ² on the value histogram",
+    ),
+    Key.of(
+        ClustMixParams,
+        "detail",
+        help="model gaussian: none, or outside (the records' energy outside the basis)",
+    ),
+    Key.of(
+        ClustMixParams,
+        "detail_share",
+        help="detail outside: share of the final step's μ² on the energy outside the basis",
     ),
     Key.of(ClustMixParams, "feature_map", help="none, or rff: k-means on Fourier features"),
     Key.of(ClustMixParams, "dpkip_steps", help="DP-KIP steps (0: none)"),
@@ -154,8 +165,9 @@ TIGHT = Accountant(
     summary="variant dp: 1 + ⌈log₂ K⌉ + refine DP k-means steps and the final step, each a "
     "Gaussian mechanism on every cluster's (sum, count) of records of norm ≤ 1 "
     "(μ² = 2/σ_s² + 2/σ_c²; 4/σ_s² per k-means step on Fourier features; model gaussian adds "
-    "2/σ₂² to the final step for every cluster's second-moment sums, and values matched "
-    "2/σ_v² for the values' histogram), composed as GDP "
+    "2/σ₂² to the final step for every cluster's second-moment sums, values matched "
+    "2/σ_v² for the values' histogram and detail outside 1/σ_e² for the energy outside the "
+    "basis), composed as GDP "
     "and converted exactly; with DP-KIP, composed with its Poisson-subsampled Gaussian steps "
     "in dp_accounting's PLD accountant (replace-one)",
     keys=(*_DP_KEYS, Key("n", int, "number of records (public; DP-KIP's q)", required=False)),
@@ -176,6 +188,7 @@ def _noise_widths(params: ClustMixParams, facts: PublicFacts) -> dict[str, int]:
     return {
         "second": d * (d + 1) // 2 + d,
         "values": BINS,
+        "detail": 1,
         "kip": centres * d,
         "kmeans_sums": max(2 * params.rff_frequencies, d),
         "kmeans_counts": centres,
@@ -261,6 +274,29 @@ def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
                 "values matched pools every feature's values into one histogram: it needs "
                 "image-shaped data (declare feature_shape, e.g. [28, 28]); use values model"
             )
+    if params.detail == "outside":
+        shares = params.count_share + params.moment_share + params.detail_share
+        if params.values == "matched":
+            shares += params.value_share
+        if shares >= 1:
+            raise InvalidParams(
+                f"the final step's shares (count_share, moment_share, value_share with values "
+                f"matched, detail_share) sum to {shares:g}: they must be < 1, the sums get the "
+                "rest of its μ²"
+            )
+        from dpcore.mechanisms.clustmix.release import BASIS_DIM as _DIM
+
+        if basis.dimension(params, facts, _DIM) >= facts.n_features:
+            raise InvalidParams(
+                "detail outside adds the energy the basis leaves out, and this basis leaves "
+                "none out (its dimension is the number of features): use detail none"
+            )
+    detail_only = detail_foreign_fields(params)
+    if detail_only:
+        raise InvalidParams(
+            f"{', '.join(detail_only)} {'applies' if len(detail_only) == 1 else 'apply'} "
+            "to detail outside only"
+        )
     matched_only = unmatched_foreign_fields(params)
     if matched_only:
         raise InvalidParams(
@@ -368,6 +404,9 @@ def _work(params: ClustMixParams, facts: PublicFacts) -> float:
         work += float(params.kip_steps) * params.kip_batch * centres * (dim + centres)
         work += float(params.gmm_iters) * n * centres * dim
     rows = params.n_samples if params.n_samples is not None else facts.n
+    if params.detail == "outside":
+        # Every record's energy (n·d), and each row's detail projected out of the basis (2·d·k).
+        work += n * facts.n_features + float(rows) * 2 * facts.n_features * dim
     return work + float(rows) * (dim + second * second)
 
 
@@ -407,6 +446,8 @@ SPEC = MechanismSpec(
         "owner-only research releases",
         output="X: n rows (or n_samples) drawn from each kept cluster's Gaussian fitted to its "
         "noisy first and second moments (model gaussian), in proportion to the noisy counts, "
+        "(with detail outside, given random detail with the records' noisy mean energy in "
+        "the directions the basis leaves out), "
         "clipped into the declared bounds (on images, each pixel value mapped onto a noisy "
         "histogram of the data's pixel values, half-way where the fitted covariances are "
         "mostly noise: values matched); with model means one row per "

@@ -33,6 +33,7 @@ __all__ = [
     "ClustMixDPKIPEvent",
     "ClustMixEvent",
     "ClustMixPaperEvent",
+    "detail_share",
     "dp",
     "dp_steps",
     "guess_dp",
@@ -86,7 +87,12 @@ class ClustMixDPEvent(GaussianEvent):
     Values matched (``value_share`` = v > 0, model gaussian only): the final step also releases
     the pooled value histogram (``dpcore.mechanisms.values``), one vector whatever the
     clusters, moved by ≤ √2 by any replacement: μ_f² gains 2/σ_v² in both cases, the sums take
-    1 − c − m − v, and σ_v = σ·√((1 − c − m − v)/v)."""
+    1 − c − m − v, and σ_v = σ·√((1 − c − m − v)/v).
+
+    Detail outside (``detail_share`` = e > 0, model gaussian only): the final step also releases
+    the records' summed energy outside the basis (``dpcore.mechanisms.detail``), one scalar
+    moved by ≤ 1 by any replacement: μ_f² gains 1/σ_e², the sums take 1 − c − m − v − e, and
+    σ_e = σ·√((1 − c − m − v − e)/(2e))."""
 
     sigma: float
     kmeans_steps: int
@@ -95,6 +101,7 @@ class ClustMixDPEvent(GaussianEvent):
     fourier: bool = False
     moment_share: float = 0.0  # 0: model means (no second moments)
     value_share: float = 0.0  # 0: no value histogram
+    detail_share: float = 0.0  # 0: no energy outside the basis
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", float(self.sigma))
@@ -125,6 +132,15 @@ class ClustMixDPEvent(GaussianEvent):
         if value > 0 and moment == 0:
             raise ValueError("value_share needs second moments (model gaussian)")
         object.__setattr__(self, "value_share", value)
+        detail = float(self.detail_share)
+        if not (0 <= detail < 1 and self.count_share + moment + value + detail < 1):
+            raise ValueError(
+                f"detail_share must be in [0, 1) with count_share + moment_share + value_share "
+                f"+ detail_share < 1, got {detail}"
+            )
+        if detail > 0 and moment == 0:
+            raise ValueError("detail_share needs second moments (model gaussian)")
+        object.__setattr__(self, "detail_share", detail)
 
     @property
     def second_moments(self) -> bool:
@@ -134,7 +150,7 @@ class ClustMixDPEvent(GaussianEvent):
     @property
     def mu(self) -> float:
         """√(Σ of every step's μ²), from the declared noise itself."""
-        from dpcore.mechanisms import moments, values
+        from dpcore.mechanisms import detail, moments, values
         from dpcore.mechanisms.kmeans import step_mu2
 
         s = self.scales()
@@ -144,6 +160,8 @@ class ClustMixDPEvent(GaussianEvent):
             )
             if "values" in s:
                 total += values.SENSITIVITY**2 / s["values"] ** 2
+            if "detail" in s:
+                total += detail.SENSITIVITY**2 / s["detail"] ** 2
         else:
             total = step_mu2(sigma_sums=s["sums"], sigma_counts=s["counts"], fourier=False)
         if self.kmeans_steps:
@@ -159,8 +177,9 @@ class ClustMixDPEvent(GaussianEvent):
         c, s = self.count_share, self.kmeans_share
         ratio = math.sqrt((1 - c) / c)
         if self.second_moments:
-            # The final step's sums take 1 − c − m − v of its μ²: μ_f²·σ² = 2/(1 − c − m − v).
-            sums_share = 1 - c - self.moment_share - self.value_share
+            # The final step's sums take 1 − c − m − v − e of its μ²:
+            # μ_f²·σ² = 2/(1 − c − m − v − e).
+            sums_share = 1 - c - self.moment_share - self.value_share - self.detail_share
             scales = {
                 "sums": self.sigma,
                 "counts": self.sigma * math.sqrt(sums_share / c),
@@ -168,6 +187,9 @@ class ClustMixDPEvent(GaussianEvent):
             }
             if self.value_share:
                 scales["values"] = self.sigma * math.sqrt(sums_share / self.value_share)
+            if self.detail_share:
+                # Sensitivity 1, not √2: 1/σ_e² = e·μ_f² = 2e/(sums_share·σ²).
+                scales["detail"] = self.sigma * math.sqrt(sums_share / (2 * self.detail_share))
             final = 2.0 / sums_share
         else:
             scales = {"sums": self.sigma, "counts": self.sigma * ratio}
@@ -183,6 +205,7 @@ class ClustMixDPEvent(GaussianEvent):
         return scales
 
     def noise(self) -> NoiseDescription:
+        from dpcore.mechanisms.detail import SENSITIVITY as DETAIL
         from dpcore.mechanisms.kmeans import FOURIER_SUM_SENSITIVITY, SUM_ROW_SENSITIVITY
         from dpcore.mechanisms.moments import SECOND_SAME, SUM_SAME
         from dpcore.mechanisms.values import SENSITIVITY as VALUES
@@ -206,6 +229,11 @@ class ClustMixDPEvent(GaussianEvent):
                 "the histogram of every record's feature values (256 levels, pooled over the "
                 "features, each record weighing 1)",
                 VALUES,
+            ),
+            "detail": (
+                "features",
+                "the records' summed energy outside the basis, Σ‖u − B Bᵀu‖² (each term in [0, 1])",
+                DETAIL,
             ),
             "kmeans_sums": (
                 "centres",
@@ -233,12 +261,15 @@ class ClustMixDPEvent(GaussianEvent):
             covers = covers.replace(
                 "the final noisy sums and counts",
                 "the final noisy sums, counts and second-moment sums"
-                + (" and the value histogram" if self.value_share else ""),
+                + (" and the value histogram" if self.value_share else "")
+                + (" and the energy outside the basis" if self.detail_share else ""),
             )
         else:
             del fields["moment_share"]
         if not self.value_share:
             del fields["value_share"]
+        if not self.detail_share:
+            del fields["detail_share"]
         return {
             "mechanism": "clustmix",
             "accountant": "tight",
@@ -386,6 +417,7 @@ def _gaussian(sigma: float, keys: Mapping[str, Any]) -> ClustMixDPEvent:
         fourier=keys.get("feature_map", "none") == "rff",
         moment_share=moment_share(keys),
         value_share=value_share(keys),
+        detail_share=detail_share(keys),
     )
 
 
@@ -403,6 +435,14 @@ def value_share(keys: Mapping[str, Any]) -> float:
     if moment_share(keys) == 0 or keys.get("values", "model") != "matched":
         return 0.0
     return float(keys["value_share"])
+
+
+def detail_share(keys: Mapping[str, Any]) -> float:
+    """The final step's μ² share on the energy outside the basis: ``detail_share`` with model
+    gaussian and detail outside, else 0 (none released)."""
+    if moment_share(keys) == 0 or keys.get("detail", "none") != "outside":
+        return 0.0
+    return float(keys["detail_share"])
 
 
 def kip_steps(keys: Mapping[str, Any]) -> int:

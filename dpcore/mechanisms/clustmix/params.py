@@ -26,6 +26,7 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     one = {"properties": {"clusters_per_class": {"const": 1}}, "required": ["clusters_per_class"]}
     gaussian = {"properties": {"model": {"const": "gaussian"}}, "required": ["model"]}
     matched = {"properties": {"values": {"const": "matched"}}, "required": ["values"]}
+    outside = {"properties": {"detail": {"const": "outside"}}, "required": ["detail"]}
     schema["allOf"] = [
         BASIS_RULE,
         {"if": paper, "then": pinned(DP_ONLY), "else": pinned(PAPER_ONLY)},
@@ -37,6 +38,8 @@ def _schema_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
         },
         # The value histogram's fields are read with values matched only.
         {"if": matched, "else": pinned(MATCHED_ONLY)},
+        # The detail's share is read with detail outside only.
+        {"if": outside, "else": pinned(DETAIL_ONLY)},
         # DP-KIP adapts centres in the records' space: not with Fourier-feature centres.
         {"if": rff, "then": {"properties": {"dpkip_steps": {"const": 0}}}},
         # ... nor with one cluster per class (nothing to adapt).
@@ -150,6 +153,25 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "trees, linear models and MLPs, but where the covariances are mostly noise (λ near 1, "
         "low ε) it turns the samples' spread into speckle that costs kNN up to 0.07; half of it "
         'keeps most of the gain there (docs/results/moment_model.md, "Pixel values")',
+    )
+    detail: Literal["none", "outside"] = Field(
+        default="none",
+        description="model gaussian with a basis that leaves directions out (k < d): outside — "
+        "every sampled row also gets isotropic Gaussian detail in the directions the basis "
+        "leaves out, with the records' mean energy there, from one more noisy statistic (every "
+        "record's energy outside the basis, summed: sensitivity 1), charged in the final step "
+        "(detail_share); none (the default) — the rows live in the basis alone, and a linear "
+        "model trained on them weighs the directions where they never vary. On MNIST at ε = 1 "
+        "outside lifted ridge by 0.02–0.06 and cost the CNN 0.03 "
+        '(docs/results/moment_model.md, "Detail outside the basis")',
+    )
+    detail_share: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="detail outside: the share of the final step's μ² spent on the records' "
+        "energy outside the basis (count_share + moment_share + value_share + detail_share "
+        "must be < 1; the sums get the rest)",
     )
     drop_below: float = Field(
         default=2.0,
@@ -340,6 +362,8 @@ DP_ONLY: frozenset[str] = frozenset(
         "values",
         "value_share",
         "value_blend",
+        "detail",
+        "detail_share",
         "drop_below",
         "spread",
         "basis",
@@ -364,6 +388,13 @@ def means_foreign_fields(params: ClustMixParams) -> list[str]:
     return _changed(params, GAUSSIAN_ONLY)
 
 
+def detail_foreign_fields(params: ClustMixParams) -> list[str]:
+    """The fields of detail outside set away from their defaults under detail none."""
+    if params.detail == "outside":
+        return []
+    return _changed(params, DETAIL_ONLY)
+
+
 def unmatched_foreign_fields(params: ClustMixParams) -> list[str]:
     """The fields of values matched set away from their defaults under values model."""
     if params.values == "matched":
@@ -373,8 +404,10 @@ def unmatched_foreign_fields(params: ClustMixParams) -> list[str]:
 
 # The fields only model gaussian reads (pinned to their defaults under model means).
 GAUSSIAN_ONLY: frozenset[str] = frozenset(
-    {"moment_share", "moment_dim", "values", "value_share", "value_blend"}
+    {"moment_share", "moment_dim", "values", "value_share", "value_blend", "detail", "detail_share"}
 )
+# The fields only detail outside reads (pinned to their defaults under detail none).
+DETAIL_ONLY: frozenset[str] = frozenset({"detail_share"})
 # The fields only values matched reads (pinned to their defaults under values model).
 MATCHED_ONLY: frozenset[str] = frozenset({"value_share", "value_blend"})
 PAPER_ONLY: frozenset[str] = frozenset(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpcore.mechanisms import float_error, moments, values
+from dpcore.mechanisms import detail, float_error, moments, values
 from dpcore.mechanisms.basis import Basis, basis_for
 from dpcore.mechanisms.clustmix import accounting, dpkip, paper
 from dpcore.mechanisms.clustmix.params import ClustMixParams
@@ -153,6 +153,7 @@ def release(params: ClustMixParams, data: PrivateData, ctx: RunContext) -> Relea
         gaussian = _gaussian_rows(
             params,
             data,
+            features,
             Z,
             assignment,
             centres.groups,
@@ -252,6 +253,7 @@ class _Sampled:
 def _gaussian_rows(
     params: ClustMixParams,
     data: PrivateData,
+    features: torch.Tensor,
     Z: torch.Tensor,
     assignment: torch.Tensor,
     cluster_groups: torch.Tensor,
@@ -291,6 +293,14 @@ def _gaussian_rows(
             sensitivity=values.SENSITIVITY,
             error=values.rounding_error(n),
         )[0]
+    noisy_energy = None
+    if params.detail == "outside":
+        noisy_energy = ctx.sampler(
+            detail.total(features, Z),
+            sigma=ctx.sigma("detail"),
+            sensitivity=detail.SENSITIVITY,
+            error=detail.rounding_error(n),
+        )[0]
     # Everything below reads the noisy statistics and public facts only (the rows drawn per
     # cluster follow its noisy count).
     ctx.report(total, total, "sampling")
@@ -302,6 +312,10 @@ def _gaussian_rows(
     wanted = params.n_samples if params.n_samples is not None else n
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
     clip = params.clip_norm
+    outside = None
+    if noisy_energy is not None:
+        outside = detail.Detail(float(noisy_energy.reshape(-1)[0]), n, basis)
+    lift_detail = None if outside is None else (lambda x: outside(x, ctx.generator))
     value_map = None
     blend = (
         params.value_blend
@@ -312,14 +326,14 @@ def _gaussian_rows(
         # F_s from a reference draw of the fitted model (no data read).
         reference, _ = moments.sample(fitted, VALUE_REFERENCE_ROWS, ctx.generator, h)
         value_map = values.ValueMap(
-            noisy_values, n, moments.decode(reference, basis, clip), blend=blend
+            noisy_values, n, moments.decode(reference, basis, clip, detail=lift_detail), blend=blend
         )
 
     def decode(chunk: torch.Tensor) -> torch.Tensor:
         # C·Bz clipped to [0, 1] (the declared bounds), back to unit scale (÷ C), rows of
         # norm ≤ 1 as the real records' (to_raw maps [0, 1/C] onto [lo, hi]); matched values
         # keep the data's levels instead (in [0, 1], any norm).
-        x01 = moments.decode(chunk, basis, clip)
+        x01 = moments.decode(chunk, basis, clip, detail=lift_detail)
         if value_map is not None:
             return (value_map(x01) / clip).float()
         unit = x01 / clip
@@ -343,6 +357,13 @@ def _gaussian_rows(
         if value_map is not None
         else ""
     )
+    detail_note = (
+        ""
+        if outside is None
+        else ", given isotropic Gaussian detail in the directions the basis leaves out (mean "
+        f"energy {outside.energy:.4g} of a unit row: the records' noisy summed energy there "
+        "over n)"
+    )
     return _Sampled(
         int(coefficients.shape[0]),
         sampled_rows(coefficients, classes, decode, n_classes),
@@ -358,7 +379,9 @@ def _gaussian_rows(
         "1e-6; the other coordinates at the mean; a class none of whose clusters is kept is "
         f"drawn all the same, its statistics padded with {threshold:.4g} pseudo-records at all "
         "records' noisy mean and second moment; "
-        "mapped back from the basis, clipped to [0, 1]"
+        "mapped back from the basis"
+        + detail_note
+        + ", clipped to [0, 1]"
         + (described if described else " and to norm ≤ 1")
         + " (post-processing)",
     )
