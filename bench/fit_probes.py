@@ -15,6 +15,11 @@ shrunk toward the count-weighted mean of all, per coordinate, by τ²/(τ² + v)
 the known noise variance and τ² the spread of the clusters' means beyond it. ``spikes``: each
 class's covariance rebuilt from the eigenvalues of S2/N − m mᵀ above the noise edge (debiased
 as spikes on symmetric noise of entry variance (σ₂/N)²/2) plus the diagonal target on the rest.
+``residual``: every decoded row gains isotropic Gaussian detail outside the basis with the
+private rows' exact mean energy there (``--fraction`` times it); ``shaped``: the same with each
+left-out DCT function's own exact variance, or (``--power p``) variances ∝ (u + v)^(−p) scaled
+to the exact total (figures in "Detail outside the basis"; the served option ``detail:
+outside`` estimates the energy under DP).
 
 Two measurements without a release step replaced (one JSON line each):
 
