@@ -505,13 +505,10 @@ def decode(
     contrast: float = 1.0,
     detail: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Unit rows in the basis → features in [0, 1]: C·(B z + ``detail`` outside the basis, if
-    given: ``dpcore.mechanisms.detail``), its contrast around 1/2 scaled by ``contrast`` (1:
-    unchanged; a public post-processing choice), clipped."""
+    """Unit rows in the basis → features in [0, 1]: C·(B z + ``detail``, if given), its contrast
+    around 1/2 scaled by ``contrast`` (1: unchanged; a public choice), clipped."""
     x = basis.lift(Z, torch.float64)
-    if detail is not None:
-        x = detail(x)
-    x = x * clip
+    x = (x if detail is None else detail(x)) * clip
     if contrast != 1.0:
         x = (x - 0.5) * contrast + 0.5
     return x.clamp(0.0, 1.0)

@@ -60,9 +60,10 @@ POLICY: dict[str, dict[str, int | tuple[int, ...]]] = {
         UNGRANTED: 404,
         ADMIN: DOWNLOAD,
     },
-    # The rows as drawn before post-processing: the requesting owner only.
-    "download_raw_release": {OWNER: DOWNLOAD, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
-    "get_report": {OWNER: 200, OTHER: 404, GRANTED: 404, UNGRANTED: 404, ADMIN: 404},
+    # The rows as drawn before post-processing: the requesting owner only (other roles are
+    # refused by role, for any id alike).
+    "download_raw_release": {OWNER: DOWNLOAD, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
+    "get_report": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
     "get_ledger": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 200},
     # Owners act on their datasets' releases; admins audit, they do not act on tenants' data.
     "cancel_release": {OWNER: 200, OTHER: 404, GRANTED: 403, UNGRANTED: 403, ADMIN: 403},
