@@ -104,6 +104,24 @@ class HealthProbe:
 
 
 @dataclass
+class ProcessStalls:
+    """How late a thread of this process wakes from 20 ms sleeps: the test's server runs in a
+    thread here, beside the real harness's Celery worker, so anything that holds this process
+    back (a job of another test holding the interpreter, the scheduler on a loaded machine)
+    delays /health and this thread alike. A stall of the server itself (an event loop blocked
+    on a lock or on I/O) does not delay it."""
+
+    lateness: list[float] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            time.sleep(0.02)
+            self.lateness.append(max(0.0, time.monotonic() - started - 0.02))
+
+
+@dataclass
 class Tenant:
     """Another owner with a small dataset of its own, asking, until stopped, for its
     datasets, one of them, and a preview of a small release of it; every answer recorded."""
@@ -142,16 +160,19 @@ class Tenant:
 class Bystanders:
     health: HealthProbe
     tenant: Tenant
+    stalls: ProcessStalls = field(default_factory=ProcessStalls)
 
     def check(self, scenario: str) -> None:
         h, t = self.health, self.tenant
         assert len(h.latencies) >= 10, f"{scenario}: too few /health samples"
         assert h.failures == 0, f"{scenario}: {h.failures} /health probes failed"
         p95 = statistics.quantiles(h.latencies, n=20)[-1]
-        limit = HEALTH_P95_S * shared_machine_factor()
+        # What held the whole process back is no fault of the server's: added to the limit.
+        held = max(self.stalls.lateness, default=0.0)
+        limit = HEALTH_P95_S * shared_machine_factor() + held
         assert p95 < limit, (
-            f"{scenario}: /health p95 {p95:.3f} s (limit {limit:.3f} s), "
-            f"max {max(h.latencies):.3f} s"
+            f"{scenario}: /health p95 {p95:.3f} s (limit {limit:.3f} s, of which {held:.3f} s "
+            f"this process was held back), max {max(h.latencies):.3f} s"
         )
         assert t.answers, f"{scenario}: the other tenant got no answer"
         failed = [a for a in t.answers if a[1] != 200]
@@ -165,9 +186,11 @@ def bystanders(url: str, tenant_key: str, tenant_dataset: str, scenario: str) ->
     """Poll /health and run the other tenant while the body runs; then check them."""
     probe = HealthProbe(url)
     tenant = Tenant(url, tenant_key, tenant_dataset)
+    stalls = ProcessStalls()
     threads = [
         threading.Thread(target=probe.run, daemon=True),
         threading.Thread(target=tenant.run, daemon=True),
+        threading.Thread(target=stalls.run, daemon=True),
     ]
     for thread in threads:
         thread.start()
@@ -180,9 +203,10 @@ def bystanders(url: str, tenant_key: str, tenant_dataset: str, scenario: str) ->
     finally:
         probe.stop.set()
         tenant.stop.set()
+        stalls.stop.set()
         for thread in threads:
             thread.join(timeout=60)
-    Bystanders(probe, tenant).check(scenario)
+    Bystanders(probe, tenant, stalls).check(scenario)
 
 
 @dataclass
