@@ -162,7 +162,7 @@ class ClustMixParams(BasisParams, ClipNormParams):
         "record's energy outside the basis, summed: sensitivity 1), charged in the final step "
         "(detail_share); none (the default) — the rows live in the basis alone, and a linear "
         "model trained on them weighs the directions where they never vary. On MNIST at ε = 1 "
-        "outside lifted ridge by 0.02–0.06 and cost the CNN 0.03 "
+        "outside lifted ridge by 0.015–0.06 and cost the CNN up to 0.03 "
         '(docs/results/moment_model.md, "Detail outside the basis")',
     )
     detail_share: float = Field(
