@@ -118,7 +118,7 @@ def train(
     torch.manual_seed(dpsgd_cnn.os_seed())  # initial weights: data-independent
     net = network(cfg.model, x.shape[1], k)
     params = {name: p.detach().clone().requires_grad_(False) for name, p in net.named_parameters()}
-    per_example = _per_example(net)
+    per_example = dpsgd_cnn._per_example(net)
     optimiser = torch.optim.Adam(list(params.values()), lr=cfg.lr)
     source = SecureRandom()
     sizes = [v.numel() for v in params.values()]
@@ -140,21 +140,6 @@ def train(
         "charged": charged,
         "seconds": round(time.perf_counter() - start, 1),
     }
-
-
-def _per_example(net: nn.Module) -> Any:
-    from torch.func import functional_call, grad, vmap
-
-    def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(net, params, (x.unsqueeze(0),))
-        return nn.functional.cross_entropy(out, y.unsqueeze(0))
-
-    return vmap(grad(loss), in_dims=(None, 0, 0))
-
-
-def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((net(x).argmax(1) == y).float().mean())
 
 
 def tuning_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +169,7 @@ def run_table(
         for cfg in GRID:
             # δ of the tuning runs: that of a dataset of their size (1/n² as the study's).
             net, info = train(x[fit], y[fit], k, cfg, epsilon, 1.0 / len(fit) ** 2)
-            score = accuracy(net, x[check], y[check])
+            score = dpsgd_cnn.accuracy(net, x[check], y[check])
             scores.append((score, cfg))
             tuning.writerow(
                 {"dataset": name, "epsilon": epsilon, **asdict(cfg), "validation": score, **info}
@@ -200,7 +185,7 @@ def run_table(
                         "epsilon": epsilon,
                         "repeat": repeat,
                         **asdict(best),
-                        "test": accuracy(net, x_test, y_test),
+                        "test": dpsgd_cnn.accuracy(net, x_test, y_test),
                         **info,
                     }
                 )

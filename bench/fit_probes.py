@@ -66,6 +66,14 @@ def pocs(iterations: int) -> None:
     moments.decode = decode
 
 
+def _private_unit_rows(clip: float) -> torch.Tensor:
+    """The private images (x/255) as the release's unit rows (no noise: probes of ceilings)."""
+    data = clustmix_gaussian.load_private(
+        Path(os.environ.get("DPRELEASE_SHARED", clustmix_gaussian.SHARED))
+    )
+    return moments.unit_rows(torch.as_tensor(data.X.reshape(len(data.X), -1) / 255.0), clip)
+
+
 def residual_shaped(fraction: float, power: float | None = None) -> None:
     """As ``residual``, but the detail's variance per DCT function beyond the basis follows the
     private unit rows' mean square coefficient on that function (measured without noise: the
@@ -79,10 +87,7 @@ def residual_shaped(fraction: float, power: float | None = None) -> None:
     ) -> torch.Tensor:
         k = Z.shape[1]
         if "tail" not in state:
-            shared = Path(os.environ.get("DPRELEASE_SHARED", clustmix_gaussian.SHARED))
-            data = clustmix_gaussian.load_private(shared)
-            X01 = torch.as_tensor(data.X.reshape(len(data.X), -1) / 255.0)
-            U = moments.unit_rows(X01, clip)
+            U = _private_unit_rows(clip)
             full = torch.as_tensor(np.array(dct_basis((28, 28), U.shape[1])))
             tail = full[:, k:]
             state["tail"] = tail
@@ -98,41 +103,37 @@ def residual_shaped(fraction: float, power: float | None = None) -> None:
                 shape = freq.pow(-power)
                 energy = float((U @ tail).pow(2).sum(1).mean())
                 state["std"] = (fraction * energy * shape / shape.sum()).sqrt()
-        x = basis.lift(Z, torch.float64)
-        eps = torch.randn((x.shape[0], state["tail"].shape[1]), dtype=torch.float64)
-        x = (x + (eps * state["std"]) @ state["tail"].T) * clip
-        if contrast != 1.0:
-            x = (x - 0.5) * contrast + 0.5
-        return x.clamp(0.0, 1.0)
+
+        def shaped(x: torch.Tensor) -> torch.Tensor:
+            eps = torch.randn((x.shape[0], state["tail"].shape[1]), dtype=torch.float64)
+            return x + (eps * state["std"]) @ state["tail"].T
+
+        return _decode(Z, basis, clip, contrast, detail=shaped)
 
     moments.decode = decode
 
 
 def residual(fraction: float) -> None:
-    """Rows given random detail outside the basis: C·(Bz + s·P⊥ε), ε ~ N(0, I_d), s² chosen so
-    the added energy is ``fraction`` times the private unit rows' mean energy outside the basis
-    (measured without noise here: a probe of the ceiling; a release would estimate that one
-    scalar under DP)."""
-    state: dict[str, float] = {}
+    """Rows given the served option's detail (``dpcore.mechanisms.detail.Detail``: isotropic
+    outside the basis), its energy ``fraction`` times the private unit rows' exact mean energy
+    there (measured without noise: a probe of the ceiling; the option estimates that one scalar
+    under DP)."""
+    from dpcore.mechanisms.detail import Detail, total
+    from dpcore.mechanisms.secure_random import SecureRandom
+
+    state: dict[str, Detail] = {}
+    generator = SecureRandom()
 
     def decode(
         Z: torch.Tensor, basis: Basis, clip: float, contrast: float = 1.0, detail: Any = None
     ) -> torch.Tensor:
-        if "s" not in state:
-            shared = Path(os.environ.get("DPRELEASE_SHARED", clustmix_gaussian.SHARED))
-            data = clustmix_gaussian.load_private(shared)
-            X01 = torch.as_tensor(data.X.reshape(len(data.X), -1) / 255.0)
-            U = moments.unit_rows(X01, clip)
-            outside = U - basis.lift(basis.project(U), torch.float64)
-            energy = float(outside.pow(2).sum(1).mean())
-            state["s"] = math.sqrt(fraction * energy / (U.shape[1] - Z.shape[1]))
-            print(json.dumps({"residual_energy": energy, "s": state["s"]}), file=sys.stderr)
-        x = basis.lift(Z, torch.float64)
-        eps = torch.randn(x.shape, dtype=torch.float64)
-        x = (x + state["s"] * (eps - basis.lift(basis.project(eps), torch.float64))) * clip
-        if contrast != 1.0:
-            x = (x - 0.5) * contrast + 0.5
-        return x.clamp(0.0, 1.0)
+        if "detail" not in state:
+            U = _private_unit_rows(clip)
+            energy = float(total(U, basis.project(U))[0, 0])
+            state["detail"] = Detail(fraction * energy, U.shape[0], basis)
+            print(json.dumps({"residual_energy": energy / U.shape[0]}), file=sys.stderr)
+        outside = state["detail"]
+        return _decode(Z, basis, clip, contrast, detail=lambda x: outside(x, generator))
 
     moments.decode = decode
 

@@ -123,24 +123,20 @@ class ClustMixDPEvent(GaussianEvent):
                 f"{moment} (count_share {self.count_share})"
             )
         object.__setattr__(self, "moment_share", moment)
-        value = float(self.value_share)
-        if not (0 <= value < 1 and self.count_share + moment + value < 1):
-            raise ValueError(
-                f"value_share must be in [0, 1) with count_share + moment_share + value_share "
-                f"< 1, got {value} (count_share {self.count_share}, moment_share {moment})"
-            )
-        if value > 0 and moment == 0:
-            raise ValueError("value_share needs second moments (model gaussian)")
-        object.__setattr__(self, "value_share", value)
-        detail = float(self.detail_share)
-        if not (0 <= detail < 1 and self.count_share + moment + value + detail < 1):
-            raise ValueError(
-                f"detail_share must be in [0, 1) with count_share + moment_share + value_share "
-                f"+ detail_share < 1, got {detail}"
-            )
-        if detail > 0 and moment == 0:
-            raise ValueError("detail_share needs second moments (model gaussian)")
-        object.__setattr__(self, "detail_share", detail)
+        # The final step's further statistics, each a share of its μ² beside the counts' and
+        # the second moments' (the sums keep the rest, so the shares must sum below 1).
+        used = self.count_share + moment
+        for name in ("value_share", "detail_share"):
+            share = float(getattr(self, name))
+            used += share
+            if not (0 <= share < 1 and used < 1):
+                raise ValueError(
+                    f"{name} must be in [0, 1) with count_share + moment_share + value_share "
+                    f"+ detail_share < 1, got {share} (the shares sum to {used:g})"
+                )
+            if share > 0 and moment == 0:
+                raise ValueError(f"{name} needs second moments (model gaussian)")
+            object.__setattr__(self, name, share)
 
     @property
     def second_moments(self) -> bool:
