@@ -274,6 +274,9 @@ def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
                 "values matched pools every feature's values into one histogram: it needs "
                 "image-shaped data (declare feature_shape, e.g. [28, 28]); use values model"
             )
+    from dpcore.mechanisms.clustmix.release import BASIS_DIM
+
+    dim = basis.dimension(params, facts, BASIS_DIM)
     if params.detail == "outside":
         shares = params.count_share + params.moment_share + params.detail_share
         if params.values == "matched":
@@ -284,9 +287,7 @@ def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
                 f"matched, detail_share) sum to {shares:g}: they must be < 1, the sums get the "
                 "rest of its μ²"
             )
-        from dpcore.mechanisms.clustmix.release import BASIS_DIM as _DIM
-
-        if basis.dimension(params, facts, _DIM) >= facts.n_features:
+        if dim >= facts.n_features:
             raise InvalidParams(
                 "detail outside adds the energy the basis leaves out, and this basis leaves "
                 "none out (its dimension is the number of features): use detail none"
@@ -303,9 +304,6 @@ def _check_gaussian(params: ClustMixParams, facts: PublicFacts) -> None:
             f"{', '.join(matched_only)} {'applies' if len(matched_only) == 1 else 'apply'} "
             "to values matched only"
         )
-    from dpcore.mechanisms.clustmix.release import BASIS_DIM
-
-    dim = basis.dimension(params, facts, BASIS_DIM)
     if params.moment_dim is not None and params.moment_dim > dim:
         raise InvalidParams(
             f"moment_dim {params.moment_dim} exceeds the basis dimension {dim}: the covariance "

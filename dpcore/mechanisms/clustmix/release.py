@@ -293,14 +293,15 @@ def _gaussian_rows(
             sensitivity=values.SENSITIVITY,
             error=values.rounding_error(n),
         )[0]
-    noisy_energy = None
+    outside = None
     if params.detail == "outside":
         noisy_energy = ctx.sampler(
             detail.total(features, Z),
             sigma=ctx.sigma("detail"),
             sensitivity=detail.SENSITIVITY,
             error=detail.rounding_error(n),
-        )[0]
+        )
+        outside = detail.Detail(float(noisy_energy[0, 0]), n, basis)
     # Everything below reads the noisy statistics and public facts only (the rows drawn per
     # cluster follow its noisy count).
     ctx.report(total, total, "sampling")
@@ -312,9 +313,6 @@ def _gaussian_rows(
     wanted = params.n_samples if params.n_samples is not None else n
     coefficients, classes = moments.sample(fitted, wanted, ctx.generator, h)
     clip = params.clip_norm
-    outside = None
-    if noisy_energy is not None:
-        outside = detail.Detail(float(noisy_energy.reshape(-1)[0]), n, basis)
     lift_detail = None if outside is None else (lambda x: outside(x, ctx.generator))
     value_map = None
     blend = (
