@@ -370,10 +370,12 @@ def magnitude_exceed_probability(*, n: int, mixture_width: int, T: int, bound: f
     ``bound``: outside that event the float cover's magnitude n·c√2 (``generate``) holds for
     unclipped coefficients too. A mixture has at most n members, so its Σ|g| is dominated by
     n of them; Chernoff with E e^{λ|g|} ≤ 2e^{λ²/(2ℓ)} at λ = cℓ gives, per mixture,
-    exp(n·(ln 2 − c²ℓ/2)); a union over the T mixtures. (It underflows to 0 only below
-    1e-308, far under any δ's last bit.)"""
+    exp(n·(ln 2 − c²ℓ/2)); a union over the T mixtures. Rounded up by a relative 1e-9, as
+    ``exceed_probability`` (the float log and exp err by ~|log p|·2⁻⁵³ relative, below that
+    wherever p does not underflow: |log p| < 709); it underflows to 0 only below 1e-308, far
+    under any δ's last bit."""
     log_p = math.log(T) + n * (math.log(2.0) - bound * bound * mixture_width / 2)
-    return 1.0 if log_p >= 0 else math.exp(log_p)
+    return 1.0 if log_p >= 0 else min(1.0, math.exp(log_p) * (1 + 1e-9))
 
 
 def coupling_bound(*, epsilon: float, delta: float, n: int, mixture_width: int, T: int) -> float:
