@@ -244,8 +244,7 @@ def run_audit(
     s = score(release, canary, model, sigma_x, sigma_y)
     s_prime = score(release_prime, canary, model, sigma_x, sigma_y)
     half = trials // 2
-    threshold = stats.choose_threshold(s[:half], s_prime[:half], delta, alpha)
-    outcome = stats.evaluate(s[half : 2 * half], s_prime[half : 2 * half], threshold, delta, alpha)
+    outcome = stats.selected_and_evaluated(s[: 2 * half], s_prime[: 2 * half], delta, alpha)
     return {
         "mechanism": mechanism,
         "params": p,

@@ -117,3 +117,15 @@ def choose_threshold(
         delta,
     )
     return float(thresholds[int(np.argmax(bounds))])
+
+
+def selected_and_evaluated(
+    scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, alpha: float
+) -> Outcome:
+    """The threshold chosen on the first half of each dataset's trials (``choose_threshold``)
+    and its bound on the second, fresh half (``evaluate``): an odd last trial is left out."""
+    half = min(scores_d.size, scores_d_prime.size) // 2
+    threshold = choose_threshold(scores_d[:half], scores_d_prime[:half], delta, alpha)
+    return evaluate(
+        scores_d[half : 2 * half], scores_d_prime[half : 2 * half], threshold, delta, alpha
+    )

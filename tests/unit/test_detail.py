@@ -189,10 +189,8 @@ def _audit(sigma_scale: float, trials: int = 20_000) -> tuple[float, float]:
             error=detail.rounding_error(6),
         )
         scores.append(noisy[:, 0].numpy())
-    d, d_prime = (s[:trials] for s in scores)
-    threshold = stats.choose_threshold(d, d_prime, delta, 0.05)
-    fresh = [s[trials:] for s in scores]
-    return stats.evaluate(fresh[0], fresh[1], threshold, delta, 0.05).epsilon_lower_bound, claim
+    outcome = stats.selected_and_evaluated(scores[0], scores[1], delta, 0.05)
+    return outcome.epsilon_lower_bound, claim
 
 
 def test_audit_stays_below_the_claim_and_catches_too_little_noise() -> None:
